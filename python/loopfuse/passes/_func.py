@@ -1,0 +1,94 @@
+"""Small helpers over func.func signatures shared by the passes (no rewriting logic here)."""
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func
+
+STATE = "loopfuse.state"        # arg/result attr: key path of a state leaf (pairs inputs with outputs)
+UNUSED = "loopfuse.unused"      # result attr: the caller did not ask for this output
+STEP_INDEX = "loopfuse.step_index"  # arg attr: scalar integer step counter
+ALIAS = "tf.aliasing_output"    # arg attr XLA reads: result index this argument's buffer is reused for
+DONOR = "jax.buffer_donor"      # arg attr XLA reads: buffer may be reused by any output
+
+
+def main_func(module_op: ir.Operation) -> func.FuncOp:
+    """The public entry function `@main` of a module."""
+    for op in module_op.regions[0].blocks[0].operations:
+        if isinstance(op, func.FuncOp) and op.sym_name.value == "main":
+            return op
+    raise ValueError("module has no func.func @main")
+
+
+def _dicts(array_attr, n: int) -> list[dict]:
+    if array_attr is None:
+        return [{} for _ in range(n)]
+    return [{a.name: a.attr for a in ir.DictAttr(d)} for d in array_attr]
+
+
+def arg_attrs(f: func.FuncOp) -> list[dict]:
+    """Per-argument attribute dicts (name -> Attribute)."""
+    return _dicts(f.arg_attrs if "arg_attrs" in f.attributes else None, len(f.type.inputs))
+
+
+def result_attrs(f: func.FuncOp) -> list[dict]:
+    """Per-result attribute dicts (name -> Attribute)."""
+    return _dicts(f.result_attrs if "res_attrs" in f.attributes else None, len(f.type.results))
+
+
+def _array(dicts: list[dict]) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
+
+
+def set_arg_attrs(f: func.FuncOp, dicts: list[dict]) -> None:
+    f.arg_attrs = _array(dicts)
+
+
+def set_result_attrs(f: func.FuncOp, dicts: list[dict]) -> None:
+    f.result_attrs = _array(dicts)
+
+
+def return_op(f: func.FuncOp) -> ir.Operation:
+    ops = f.body.blocks[0].operations
+    return ops[len(ops) - 1].operation
+
+
+def set_signature(f: func.FuncOp, results: list[ir.Value], attrs: list[dict]) -> None:
+    """Make `f` return `results` with result attributes `attrs`, updating the function type."""
+    ret = return_op(f)
+    with ir.InsertionPoint(ret), ret.location:
+        func.ReturnOp(results)
+    ret.erase()
+    f.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get(list(f.type.inputs), [v.type for v in results]))
+    set_result_attrs(f, attrs)
+
+
+def string_attr(d: dict, name: str) -> str | None:
+    """The value of a string attribute in an attr dict, or None."""
+    a = d.get(name)
+    return ir.StringAttr(a).value if a is not None else None
+
+
+def has_side_effects(op: ir.Operation) -> bool:
+    """Conservative: ops that must survive even when their results are unused."""
+    name = op.name
+    return (name in ("func.return", "stablehlo.return", "stablehlo.custom_call", "stablehlo.send",
+                     "stablehlo.recv", "stablehlo.outfeed", "stablehlo.infeed", "stablehlo.after_all",
+                     "stablehlo.all_reduce", "stablehlo.all_gather", "stablehlo.all_to_all",
+                     "stablehlo.collective_permute", "stablehlo.reduce_scatter", "stablehlo.rng_bit_generator",
+                     "func.call", "sdy.sharding_constraint")
+            or not name.startswith(("stablehlo.", "chlo.")))
+
+
+def erase_dead_ops(block: ir.Block) -> int:
+    """Erase side-effect-free ops whose results are unused, back to front; returns how many."""
+    erased = 0
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.operations)):
+            op = op.operation
+            if has_side_effects(op) or any(True for r in op.results for _ in r.uses):
+                continue
+            op.erase()
+            erased += 1
+            changed = True
+    return erased

@@ -1,0 +1,39 @@
+"""alias-state: update the optimization state in place.
+
+Rewrites: every argument of ``@main`` tagged ``loopfuse.state = "<leaf path>"`` whose path and
+type match a result tagged with the same ``loopfuse.state`` gets ``tf.aliasing_output = <result
+index>``; XLA then writes that result into the argument's buffer (params and optimizer state
+are updated in place, the step allocates no second copy of the state). A state argument with no
+matching result becomes a ``jax.buffer_donor`` so XLA may reuse it for any output.
+
+Why it is safe: aliasing never changes values. XLA's copy insertion adds a copy whenever the
+argument is still read after the aliased result is written, and the runtime donates only
+arguments the caller handed over (``donate=True``) and never reads them again.
+Arguments that already carry an alias or donor attribute are left alone.
+"""
+from jaxlib.mlir import ir
+
+from ._func import ALIAS, DONOR, STATE, arg_attrs, main_func, result_attrs, set_arg_attrs, string_attr
+
+
+def run(module_op: ir.Operation) -> None:
+    f = main_func(module_op)
+    args, results = arg_attrs(f), result_attrs(f)
+    outputs = {}
+    for j, attrs in enumerate(results):
+        path = string_attr(attrs, STATE)
+        if path is not None:
+            outputs[path] = j
+    taken = {ir.IntegerAttr(a[ALIAS]).value for a in args if ALIAS in a}
+    i32 = ir.IntegerType.get_signless(32)
+    for i, attrs in enumerate(args):
+        path = string_attr(attrs, STATE)
+        if path is None or ALIAS in attrs or DONOR in attrs:
+            continue
+        j = outputs.get(path)
+        if j is not None and j not in taken and f.type.inputs[i] == f.type.results[j]:
+            attrs[ALIAS] = ir.IntegerAttr.get(i32, j)
+            taken.add(j)
+        else:
+            attrs[DONOR] = ir.BoolAttr.get(True)
+    set_arg_attrs(f, args)

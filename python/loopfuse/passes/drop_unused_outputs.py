@@ -1,0 +1,37 @@
+"""drop-unused-outputs: stop computing results nobody asked for.
+
+Rewrites: results of ``@main`` tagged ``loopfuse.unused`` (for example gradients or metrics the
+caller did not request) are removed from the signature, then every side-effect-free op whose
+values are no longer used is erased, so the work that only fed those results disappears too.
+``tf.aliasing_output`` indices on arguments are renumbered to the surviving results; an alias
+to a removed result becomes ``jax.buffer_donor``.
+
+Why it is safe: the remaining results are computed by the same ops as before; only ops with no
+remaining users and no side effects (no custom calls, collectives, I/O, calls) are erased.
+"""
+from jaxlib.mlir import ir
+
+from ._func import (ALIAS, DONOR, UNUSED, arg_attrs, erase_dead_ops, main_func, result_attrs,
+                    return_op, set_arg_attrs, set_signature)
+
+
+def run(module_op: ir.Operation) -> None:
+    f = main_func(module_op)
+    attrs = result_attrs(f)
+    keep = [j for j, a in enumerate(attrs) if UNUSED not in a]
+    if len(keep) == len(attrs):
+        return
+    values = list(return_op(f).operands)
+    set_signature(f, [values[j] for j in keep], [attrs[j] for j in keep])
+    renumber = {old: new for new, old in enumerate(keep)}
+    args = arg_attrs(f)
+    i32 = ir.IntegerType.get_signless(32)
+    for a in args:
+        if ALIAS in a:
+            old = ir.IntegerAttr(a.pop(ALIAS)).value
+            if old in renumber:
+                a[ALIAS] = ir.IntegerAttr.get(i32, renumber[old])
+            else:
+                a[DONOR] = ir.BoolAttr.get(True)
+    set_arg_attrs(f, args)
+    erase_dead_ops(f.body.blocks[0])

@@ -1,0 +1,3 @@
+"""placeholder"""
+def run(module_op):
+    pass

@@ -67,28 +67,50 @@ def string_attr(d: dict, name: str) -> str | None:
     return ir.StringAttr(a).value if a is not None else None
 
 
-def has_side_effects(op: ir.Operation) -> bool:
+_EFFECTFUL = frozenset([
+    "func.return", "stablehlo.return", "stablehlo.custom_call", "stablehlo.send", "stablehlo.recv",
+    "stablehlo.outfeed", "stablehlo.infeed", "stablehlo.after_all", "stablehlo.all_reduce",
+    "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
+    "stablehlo.reduce_scatter", "stablehlo.rng_bit_generator", "sdy.sharding_constraint"])
+
+
+def has_side_effects(op: ir.Operation, pure_callees=frozenset()) -> bool:
     """Conservative: ops that must survive even when their results are unused."""
-    name = op.name
-    return (name in ("func.return", "stablehlo.return", "stablehlo.custom_call", "stablehlo.send",
-                     "stablehlo.recv", "stablehlo.outfeed", "stablehlo.infeed", "stablehlo.after_all",
-                     "stablehlo.all_reduce", "stablehlo.all_gather", "stablehlo.all_to_all",
-                     "stablehlo.collective_permute", "stablehlo.reduce_scatter", "stablehlo.rng_bit_generator",
-                     "func.call", "sdy.sharding_constraint")
-            or not name.startswith(("stablehlo.", "chlo.")))
+    if op.name == "func.call":
+        return ir.FlatSymbolRefAttr(op.attributes["callee"]).value not in pure_callees
+    return op.name in _EFFECTFUL or not op.name.startswith(("stablehlo.", "chlo."))
 
 
-def erase_dead_ops(block: ir.Block) -> int:
-    """Erase side-effect-free ops whose results are unused, back to front; returns how many."""
+def pure_callees(module_op: ir.Operation) -> frozenset:
+    """Names of private functions whose bodies (regions included) contain no effectful op."""
+    pure = set()
+    for f in module_op.regions[0].blocks[0].operations:
+        if not isinstance(f, func.FuncOp) or f.sym_name.value == "main":
+            continue
+        effectful = []
+
+        def visit(op):
+            if op.name not in ("func.func", "func.return") and has_side_effects(op.operation):
+                effectful.append(op.name)
+                return ir.WalkResult.INTERRUPT
+            return ir.WalkResult.ADVANCE
+
+        f.operation.walk(visit)
+        if not effectful:
+            pure.add(f.sym_name.value)
+    return frozenset(pure)
+
+
+def erase_dead_ops(block: ir.Block, pure=frozenset()) -> int:
+    """Erase side-effect-free ops whose results are unused, back to front; returns how many.
+
+    `pure` names callees whose `func.call`s count as side-effect free (see `pure_callees`).
+    """
     erased = 0
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(block.operations)):
-            op = op.operation
-            if has_side_effects(op) or any(True for r in op.results for _ in r.uses):
-                continue
-            op.erase()
-            erased += 1
-            changed = True
+    for op in reversed(list(block.operations)):
+        op = op.operation
+        if has_side_effects(op, pure) or any(True for r in op.results for _ in r.uses):
+            continue
+        op.erase()
+        erased += 1
     return erased

@@ -2,16 +2,18 @@
 
 Rewrites: results of ``@main`` tagged ``loopfuse.unused`` (for example gradients or metrics the
 caller did not request) are removed from the signature, then every side-effect-free op whose
-values are no longer used is erased, so the work that only fed those results disappears too.
+values are no longer used is erased (calls too, when the callee is free of effects), so the work that only fed those
+results disappears.
 ``tf.aliasing_output`` indices on arguments are renumbered to the surviving results; an alias
 to a removed result becomes ``jax.buffer_donor``.
 
 Why it is safe: the remaining results are computed by the same ops as before; only ops with no
-remaining users and no side effects (no custom calls, collectives, I/O, calls) are erased.
+remaining users and no side effects (no custom calls, collectives, I/O, calls to effectful
+functions) are erased.
 """
 from jaxlib.mlir import ir
 
-from ._func import (ALIAS, DONOR, UNUSED, arg_attrs, erase_dead_ops, main_func, result_attrs,
+from ._func import (ALIAS, DONOR, UNUSED, arg_attrs, erase_dead_ops, main_func, pure_callees, result_attrs,
                     return_op, set_arg_attrs, set_signature)
 
 
@@ -34,4 +36,4 @@ def run(module_op: ir.Operation) -> None:
             else:
                 a[DONOR] = ir.BoolAttr.get(True)
     set_arg_attrs(f, args)
-    erase_dead_ops(f.body.blocks[0])
+    erase_dead_ops(f.body.blocks[0], pure_callees(module_op))

@@ -47,7 +47,8 @@ def _python_pass(spec: PassSpec, errors: list):
 
     def callback(op, pass_):
         try:
-            run(op, **spec.options)
+            with op.context, ir.Location.unknown():
+                run(op, **spec.options)
         except Exception as e:  # surfaced by run_pass with the pass name
             errors.append(e)
             pass_.signal_pass_failure()

@@ -1,0 +1,13 @@
+"""Errors loopfuse raises; each names the leaf, shape, pass or line at fault."""
+
+
+class LoopfuseError(Exception):
+    """Base class for loopfuse errors."""
+
+
+class StateMismatchError(LoopfuseError, ValueError):
+    """A pytree leaf's structure, shape or dtype is not what the step needs."""
+
+
+class DonatedArrayError(LoopfuseError, RuntimeError):
+    """An array that an earlier call donated (and so deleted) was passed again."""

@@ -1,0 +1,117 @@
+"""wrap-loop{steps=K}: run K steps of the update in one device call.
+
+Rewrites: the body of ``@main`` moves to a private ``@loopfuse_step``; ``@main`` becomes one
+``stablehlo.while`` of K iterations that carries a counter, every state value (arguments and
+results tagged with the same ``loopfuse.state`` path), the loop-invariant arguments (batch,
+dataset, hyperparameters) and one ``tensor<K x ...>`` history buffer per aux result. Each
+iteration calls the step on the carried state, writes its aux results into row ``i`` of the
+histories (``dynamic_update_slice``) and passes its new state on. An argument tagged
+``loopfuse.step_index`` receives ``start + i``, so per-step data selection (dataset slices,
+shuffles) continues across iterations. ``@main`` returns the final state and the histories.
+
+Why it is safe: iteration i computes exactly what the i-th separate call would, with the state
+the previous iteration produced; invariant arguments are passed unchanged; the history rows are
+written once each. Result attributes stay on the results so the runtime maps them as before.
+"""
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func, stablehlo
+
+from ._func import STATE, STEP_INDEX, arg_attrs, main_func, result_attrs, return_op, set_result_attrs, string_attr
+
+BODY = "loopfuse_step"
+
+
+def run(module_op: ir.Operation, steps: str) -> None:
+    k = int(steps)
+    if k < 1:
+        raise ValueError(f"wrap-loop needs steps >= 1, got {k}")
+    f = main_func(module_op)
+    args, results = arg_attrs(f), result_attrs(f)
+    in_types, out_types = list(f.type.inputs), list(f.type.results)
+    state_arg = {string_attr(a, STATE): i for i, a in enumerate(args) if STATE in a}
+    carried = {}  # result index -> argument index
+    for j, a in enumerate(results):
+        path = string_attr(a, STATE)
+        if path is None:
+            continue
+        i = state_arg.get(path)
+        if i is None or in_types[i] != out_types[j]:
+            raise ValueError(f"state result {j} ({path}) has no argument of the same path and type "
+                             f"to carry it around the loop")
+        carried[j] = i
+    if len(carried) != len(state_arg):
+        missing = sorted(set(state_arg) - {string_attr(results[j], STATE) for j in carried})
+        raise ValueError(f"state arguments {missing} have no matching result: the loop cannot carry them")
+    step_args = [i for i, a in enumerate(args) if STEP_INDEX in a]
+    i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
+    for s in step_args:
+        if in_types[s] != i32:
+            raise ValueError(f"step index argument {s} must be tensor<i32>, not {in_types[s]}")
+    aux = [j for j in range(len(out_types)) if j not in carried]
+
+    _clone_as_body(f)
+    block = f.body.blocks[0]
+    for op in reversed(list(block.operations)):
+        op.operation.erase()
+    hist_types = [ir.RankedTensorType.get([k, *ir.RankedTensorType(out_types[j]).shape],
+                                          ir.RankedTensorType(out_types[j]).element_type) for j in aux]
+    with ir.InsertionPoint(block), f.location:
+        zero = _scalar(0, i32)
+        init = [zero, *block.arguments, *[_zeros(t) for t in hist_types]]
+        loop = stablehlo.WhileOp([v.type for v in init], init)
+        n_args = len(in_types)
+
+        cond = loop.regions[0].blocks.append(*[v.type for v in init])
+        with ir.InsertionPoint(cond):
+            lt = stablehlo.CompareOp(cond.arguments[0], _scalar(k, i32), stablehlo.ComparisonDirectionAttr.get("LT"))
+            stablehlo.ReturnOp([lt.result])
+
+        body = loop.regions[1].blocks.append(*[v.type for v in init])
+        with ir.InsertionPoint(body):
+            i, state, hist = body.arguments[0], list(body.arguments[1:1 + n_args]), list(body.arguments[1 + n_args:])
+            call_args = list(state)
+            for s in step_args:
+                call_args[s] = stablehlo.AddOp(state[s], i).result
+            outs = func.CallOp(out_types, ir.FlatSymbolRefAttr.get(BODY), call_args).results
+            new_args = list(state)
+            for j, a in carried.items():
+                new_args[a] = outs[j]
+            new_hist = [_write_row(h, outs[j], i) for h, j in zip(hist, aux)]
+            stablehlo.ReturnOp([stablehlo.AddOp(i, _scalar(1, i32)).result, *new_args, *new_hist])
+
+        final = loop.results
+        new_results = [final[1 + carried[j]] if j in carried else None for j in range(len(out_types))]
+        for h, j in enumerate(aux):
+            new_results[j] = final[1 + n_args + h]
+        func.ReturnOp(new_results)
+    f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(in_types, [v.type for v in new_results]))
+    set_result_attrs(f, results)
+
+
+def _clone_as_body(f: func.FuncOp) -> None:
+    with ir.InsertionPoint(f.operation):
+        body = f.operation.clone().opview
+    body.attributes["sym_name"] = ir.StringAttr.get(BODY)
+    body.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    for name in ("arg_attrs", "res_attrs"):
+        if name in body.attributes:
+            del body.attributes[name]
+
+
+def _scalar(value: int, t: ir.RankedTensorType) -> ir.Value:
+    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(t, ir.IntegerAttr.get(t.element_type, value))).result
+
+
+def _zeros(t: ir.RankedTensorType) -> ir.Value:
+    scalar = ir.RankedTensorType.get([], t.element_type)
+    et = t.element_type
+    zero = ir.FloatAttr.get(et, 0.0) if not isinstance(et, ir.IntegerType) else ir.IntegerAttr.get(et, 0)
+    c = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, zero)).result
+    return stablehlo.BroadcastInDimOp(t, c, []).result
+
+
+def _write_row(hist: ir.Value, value: ir.Value, i: ir.Value) -> ir.Value:
+    t = ir.RankedTensorType(value.type)
+    row = stablehlo.ReshapeOp(ir.RankedTensorType.get([1, *t.shape], t.element_type), value).result
+    i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
+    return stablehlo.DynamicUpdateSliceOp(hist, row, [i] + [_scalar(0, i32) for _ in t.shape]).result

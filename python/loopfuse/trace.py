@@ -1,0 +1,159 @@
+"""Trace ``fn(state, batch) -> (new_state, aux)`` to StableHLO tagged for loopfuse's passes.
+
+The traced ``@main`` takes the flat state leaves, then the flat batch leaves, then (for a
+`Dataset` batch) an int32 step index, and returns the flat new-state leaves then the flat aux
+leaves. Tags: state arguments and results carry ``loopfuse.state = "<leaf path>"``, every
+result carries ``loopfuse.result = <flat output index>``, aux results the caller did not keep
+carry ``loopfuse.unused``, and the step index carries ``loopfuse.step_index``.
+"""
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxlib.mlir import ir
+
+from .data import Dataset
+from .errors import StateMismatchError
+from .mlir_context import make_context
+from .passes._func import STATE, STEP_INDEX, UNUSED, arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
+
+RESULT = "loopfuse.result"
+
+
+def leaf_spec(x) -> jax.ShapeDtypeStruct:
+    """The abstract value of one leaf (typed PRNG keys travel as their raw uint32 data)."""
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return x
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.ShapeDtypeStruct(jax.random.key_data(x).shape, jnp.uint32)
+    return jax.ShapeDtypeStruct(np.shape(x), x.dtype)
+
+
+def _keep(path: str, keep_aux) -> bool:
+    return keep_aux is None or any(path == k or path.startswith(k + ".") or path.startswith(k + "[")
+                                   for k in keep_aux)
+
+
+def dotted(path) -> str:
+    """A key path as `a.b[0]` (the form `keep_aux` entries use)."""
+    out = ""
+    for k in path:
+        if isinstance(k, jax.tree_util.DictKey):
+            out += ("." if out else "") + str(k.key)
+        elif isinstance(k, jax.tree_util.GetAttrKey):
+            out += ("." if out else "") + k.name
+        else:
+            out += f"[{getattr(k, 'idx', k)}]"
+    return out
+
+
+@dataclass
+class Traced:
+    """A traced step: its tagged module and what is needed to map flat values back to pytrees."""
+
+    module: ir.Module
+    state_paths: list
+    state_def: Any
+    key_leaves: list          # per state leaf: the typed-key template, or None
+    aux_def: Any
+    aux_paths: list
+    aux_kept: list
+    has_step_index: bool
+
+
+def trace(fn: Callable, state, batch, static: dict, keep_aux) -> Traced:
+    """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through)."""
+    state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
+    batch_leaves, batch_def = jax.tree_util.tree_flatten(batch)
+    key_leaves = [x if _is_key(x) else None for _, x in state_leaves]
+    has_step = isinstance(batch, Dataset)
+    n_state, n_batch = len(state_leaves), len(batch_leaves)
+    out_info = {}
+
+    def flat(*args):
+        s = jax.tree_util.tree_unflatten(state_def, [
+            jax.random.wrap_key_data(a, impl=jax.random.key_impl(k)) if k is not None else a
+            for a, k in zip(args[:n_state], key_leaves)])
+        b = jax.tree_util.tree_unflatten(batch_def, _wrap_keys(args[n_state:n_state + n_batch], batch_leaves))
+        if has_step:
+            b = b.batch(args[-1])
+        new_state, aux = _split_output(fn(s, b, **static))
+        _check_same_state(state, new_state)
+        aux_leaves, aux_def = jax.tree_util.tree_flatten_with_path(aux)
+        out_info["aux_def"], out_info["aux_paths"] = aux_def, [dotted(p) for p, _ in aux_leaves]
+        outs = jax.tree_util.tree_leaves(new_state) + [x for _, x in aux_leaves]
+        return [jax.random.key_data(x) if _is_key(x) else x for x in outs]
+
+    specs = [leaf_spec(x) for _, x in state_leaves] + [leaf_spec(x) for x in batch_leaves]
+    if has_step:
+        specs.append(jax.ShapeDtypeStruct((), jnp.int32))
+    text = jax.jit(flat, keep_unused=True).lower(*specs).as_text()
+    state_paths = [jax.tree_util.keystr(p) for p, _ in state_leaves]
+    aux_kept = [_keep(p, keep_aux) for p in out_info["aux_paths"]]
+    module = _tag(text, state_paths, aux_kept, has_step)
+    return Traced(module, state_paths, state_def, key_leaves, out_info["aux_def"], out_info["aux_paths"],
+                  aux_kept, has_step)
+
+
+def _is_key(x) -> bool:
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _wrap_keys(raw, templates):
+    return [jax.random.wrap_key_data(a, impl=jax.random.key_impl(t)) if _is_key(t) else a
+            for a, t in zip(raw, templates)]
+
+
+def _split_output(out):
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise StateMismatchError(
+            f"the step function must return (new_state, aux); it returned {type(out).__name__}"
+            + (f" of length {len(out)}" if isinstance(out, tuple) else ""))
+    return out
+
+
+def _check_same_state(state, new_state) -> None:
+    """new_state must have state's tree structure, shapes and dtypes; name the first leaf that differs."""
+    old, old_def = jax.tree_util.tree_flatten_with_path(state)
+    new, new_def = jax.tree_util.tree_flatten_with_path(new_state)
+    if old_def != new_def:
+        old_paths = {jax.tree_util.keystr(p) for p, _ in old}
+        new_paths = {jax.tree_util.keystr(p) for p, _ in new}
+        missing, extra = sorted(old_paths - new_paths), sorted(new_paths - old_paths)
+        raise StateMismatchError(
+            "the new state's pytree structure differs from the input state's: "
+            + (f"missing leaves {missing} " if missing else "") + (f"extra leaves {extra} " if extra else "")
+            + f"(input {old_def}, output {new_def})")
+    for (path, a), (_, b) in zip(old, new):
+        sa, sb = leaf_spec(a), leaf_spec(b)
+        if sa.shape != sb.shape or sa.dtype != sb.dtype:
+            raise StateMismatchError(
+                f"state leaf {jax.tree_util.keystr(path)} enters the step as {sa.dtype}{list(sa.shape)} "
+                f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
+
+
+def _tag(text: str, state_paths, aux_kept, has_step: bool) -> ir.Module:
+    ctx = make_context()
+    with ctx:
+        module = ir.Module.parse(text)
+        f = main_func(module.operation)
+        args = arg_attrs(f)
+        for i, path in enumerate(state_paths):
+            args[i][STATE] = ir.StringAttr.get(path)
+        if has_step:
+            args[-1][STEP_INDEX] = ir.UnitAttr.get()
+        set_arg_attrs(f, args)
+        results = result_attrs(f)
+        i32 = ir.IntegerType.get_signless(32)
+        for j, attrs in enumerate(results):
+            attrs[RESULT] = ir.IntegerAttr.get(i32, j)
+            if j < len(state_paths):
+                attrs[STATE] = ir.StringAttr.get(state_paths[j])
+            elif not aux_kept[j - len(state_paths)]:
+                attrs[UNUSED] = ir.UnitAttr.get()
+        set_result_attrs(f, results)
+    return module

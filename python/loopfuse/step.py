@@ -17,7 +17,7 @@ from .trace import RESULT, Traced, leaf_spec, trace
 
 
 @dataclass
-class Compiled:
+class Executable:
     """One executable for one abstract signature, with what it took to build it."""
 
     traced: Traced
@@ -32,7 +32,7 @@ class Compiled:
         return runtime.MemoryStats.of(self.executable)
 
 
-class CompiledStep:
+class Step:
     """A compiled ``fn(state, batch) -> (new_state, aux)``; see `compile_step`."""
 
     def __init__(self, fn: Callable, *, donate=True, dump_ir=None, passes=None, keep_aux=None, steps=None,
@@ -45,9 +45,9 @@ class CompiledStep:
         self.compile_count = 0
         self._cache: dict = {}
 
-    def loop(self, steps: int) -> "CompiledStep":
+    def loop(self, steps: int) -> "Step":
         """The same step run `steps` times per call inside one device loop."""
-        return CompiledStep(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
+        return Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
                             keep_aux=self.keep_aux, steps=steps, device=self.device)
 
     # ---- compiling -------------------------------------------------------------------------
@@ -63,7 +63,7 @@ class CompiledStep:
                       for x in s_leaves + b_leaves)
         return (s_def, b_def, avals, static_key)
 
-    def _compile(self, state, batch, static, keep_stages=False) -> Compiled:
+    def _compile(self, state, batch, static, keep_stages=False) -> Executable:
         seconds = {}
         t0 = time.perf_counter()
         traced = trace(self.fn, state, batch, static, self.keep_aux)
@@ -88,7 +88,7 @@ class CompiledStep:
         self.compile_count += 1
         with traced.module.context:
             results = [ir.IntegerAttr(a[RESULT]).value for a in result_attrs(main_func(traced.module.operation))]
-        return Compiled(traced, executable, results, self.steps is not None, stages, seconds)
+        return Executable(traced, executable, results, self.steps is not None, stages, seconds)
 
     def _dump_name(self, traced: Traced) -> str:
         name = getattr(self.fn, "__name__", "step")
@@ -99,7 +99,7 @@ class CompiledStep:
     def _device(self):
         return self.device or jax.devices()[0]
 
-    def compiled(self, state, batch, **static) -> Compiled:
+    def compiled(self, state, batch, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached)."""
         key = self._key(state, batch, static)
         entry = self._cache.get(key)
@@ -148,7 +148,7 @@ class CompiledStep:
             args.append(jax.device_put(np.int32(start), device))
         return args
 
-    def _unflatten(self, entry: Compiled, outs):
+    def _unflatten(self, entry: Executable, outs):
         t = entry.traced
         n_state = len(t.state_paths)
         flat = [None] * (n_state + len(t.aux_paths))
@@ -181,7 +181,7 @@ def _on_device(x, device):
 
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
-                 keep_aux=None, steps: int | None = None, device=None) -> CompiledStep:
+                 keep_aux=None, steps: int | None = None, device=None) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
@@ -190,5 +190,5 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     keep_aux: aux leaf paths to return, e.g. ``("loss",)``; others are not computed (None: all).
     steps:    run that many updates per call in one device loop; aux gains a leading [steps] axis.
     """
-    return CompiledStep(fn, donate=donate, dump_ir=dump_ir, passes=passes, keep_aux=keep_aux, steps=steps,
+    return Step(fn, donate=donate, dump_ir=dump_ir, passes=passes, keep_aux=keep_aux, steps=steps,
                         device=device)

@@ -1,3 +1,176 @@
-"""placeholder"""
-def run(module_op):
-    pass
+"""simplify: exact algebraic simplification of StableHLO.
+
+Rewrites, with MLIR's greedy pattern driver (which also erases ops left dead):
+
+* ``x * 1``, ``1 * x`` -> ``x`` (integers and floats; IEEE ``x * 1`` is ``x``, NaN stays NaN).
+* ``x + 0``, ``0 + x``, ``x - 0`` -> ``x`` for integers. For floats only ``x + (-0.0)``,
+  ``(-0.0) + x`` and ``x - (+0.0)`` are exactly ``x``: ``x + (+0.0)`` turns ``-0.0`` into
+  ``+0.0``, so it is left alone (as is ``x - (-0.0)``).
+  A "one"/"zero" is a splat constant, possibly behind ``broadcast_in_dim`` (still a splat).
+* ``broadcast_in_dim(broadcast_in_dim(x, d1), d2)`` -> ``broadcast_in_dim(x, d2[d1])``: each
+  dimension of ``x`` lands where the two broadcasts put it, size-1 dims stay broadcast.
+* ``reshape(reshape(x))`` -> ``reshape(x)``, a reshape to its operand's type -> ``x``: a reshape
+  keeps the row-major element order, so only the final shape matters.
+* ``transpose(transpose(x, p1), p2)`` -> ``transpose(x, p1[p2])``; the identity transpose -> ``x``.
+* ``convert`` to its operand's type -> ``x``.
+
+Only ops whose operands and results are statically shaped ranked tensors are touched, and a
+value is only replaced by one of the same type. Inner ops with other users are kept.
+"""
+import math
+
+from jaxlib.mlir import ir
+from jaxlib.mlir._mlir_libs._mlir import rewrite
+from jaxlib.mlir.dialects import stablehlo
+
+NO_MATCH = True  # pattern callbacks return a falsy value iff they rewrote
+
+
+def _static(op) -> bool:
+    return all(isinstance(v.type, ir.RankedTensorType) and v.type.has_static_shape
+               for v in [*op.operands, *op.results])
+
+
+def _producer(value: ir.Value, name: str):
+    """The op named `name` that defines `value`, or None."""
+    if isinstance(value, ir.OpResult) and value.owner.name == name:
+        return value.owner
+    return None
+
+
+def _splat(value: ir.Value):
+    """The scalar an integer/float splat constant (possibly broadcast) is filled with, else None."""
+    while (bcast := _producer(value, "stablehlo.broadcast_in_dim")) is not None:
+        value = bcast.operand
+    const = _producer(value, "stablehlo.constant")
+    if const is None or not isinstance(value.type.element_type, (ir.IntegerType, ir.FloatType)):
+        return None
+    attr = const.attributes["value"]  # may be a dense_resource blob, which is never read here
+    if not isinstance(attr, ir.DenseElementsAttr) or not attr.is_splat:
+        return None
+    return attr.get_splat_value().value
+
+
+def _is_int(value: ir.Value) -> bool:
+    return isinstance(value.type.element_type, ir.IntegerType)
+
+
+def _is_one(value: ir.Value) -> bool:
+    return _splat(value) == 1
+
+
+def _is_zero(value: ir.Value, negative: bool) -> bool:
+    """All zeros; for floats, all zeros of the given sign."""
+    s = _splat(value)
+    return s == 0 and (_is_int(value) or (math.copysign(1.0, s) < 0) == negative)
+
+
+def _forward(rewriter, op, value: ir.Value):
+    """Replace `op` by `value` if that keeps the result type."""
+    if value.type != op.result.type:
+        return NO_MATCH
+    rewriter.replace_op(op, [value])
+    return None
+
+
+def _mul_one(op, rewriter):
+    """x * 1 -> x, 1 * x -> x."""
+    lhs, rhs = op.operands
+    if not _static(op):
+        return NO_MATCH
+    if _is_one(rhs):
+        return _forward(rewriter, op, lhs)
+    if _is_one(lhs):
+        return _forward(rewriter, op, rhs)
+    return NO_MATCH
+
+
+def _add_zero(op, rewriter):
+    """x + 0 -> x, 0 + x -> x (integers); the same with -0.0 (floats)."""
+    lhs, rhs = op.operands
+    if not _static(op):
+        return NO_MATCH
+    if _is_zero(rhs, negative=True):
+        return _forward(rewriter, op, lhs)
+    if _is_zero(lhs, negative=True):
+        return _forward(rewriter, op, rhs)
+    return NO_MATCH
+
+
+def _sub_zero(op, rewriter):
+    """x - 0 -> x (integers); x - (+0.0) -> x (floats)."""
+    lhs, rhs = op.operands
+    if not _static(op) or not _is_zero(rhs, negative=False):
+        return NO_MATCH
+    return _forward(rewriter, op, lhs)
+
+
+def _broadcast_broadcast(op, rewriter):
+    """broadcast_in_dim(broadcast_in_dim(x, d1), d2) -> broadcast_in_dim(x, d2[d1])."""
+    inner = _producer(op.operand, "stablehlo.broadcast_in_dim")
+    if inner is None or not _static(op) or not _static(inner):
+        return NO_MATCH
+    outer_dims = list(op.broadcast_dimensions)
+    dims = [outer_dims[d] for d in inner.broadcast_dimensions]
+    with ir.InsertionPoint(op), op.location:
+        new = stablehlo.BroadcastInDimOp(op.result.type, inner.operand, dims)
+    rewriter.replace_op(op, [new.result])
+    return None
+
+
+def _reshape_reshape(op, rewriter):
+    """reshape(reshape(x)) -> reshape(x)."""
+    inner = _producer(op.operand, "stablehlo.reshape")
+    if inner is None or not _static(op) or not _static(inner):
+        return NO_MATCH
+    with ir.InsertionPoint(op), op.location:
+        new = stablehlo.ReshapeOp(op.result.type, inner.operand)
+    rewriter.replace_op(op, [new.result])
+    return None
+
+
+def _same_type(op, rewriter):
+    """A reshape or convert to its operand's own type -> the operand."""
+    if not _static(op):
+        return NO_MATCH
+    return _forward(rewriter, op, op.operand)
+
+
+def _transpose_transpose(op, rewriter):
+    """transpose(transpose(x, p1), p2) -> transpose(x, p1[p2])."""
+    inner = _producer(op.operand, "stablehlo.transpose")
+    if inner is None or not _static(op) or not _static(inner):
+        return NO_MATCH
+    inner_perm = list(inner.permutation)
+    perm = [inner_perm[p] for p in op.permutation]
+    with ir.InsertionPoint(op), op.location:
+        new = stablehlo.TransposeOp(inner.operand, perm, results=[op.result.type])
+    rewriter.replace_op(op, [new.result])
+    return None
+
+
+def _transpose_identity(op, rewriter):
+    """transpose(x, [0, 1, ...]) -> x."""
+    if not _static(op) or list(op.permutation) != list(range(len(op.permutation))):
+        return NO_MATCH
+    return _forward(rewriter, op, op.operand)
+
+
+PATTERNS = [
+    ("stablehlo.multiply", _mul_one),
+    ("stablehlo.add", _add_zero),
+    ("stablehlo.subtract", _sub_zero),
+    ("stablehlo.broadcast_in_dim", _broadcast_broadcast),
+    ("stablehlo.reshape", _reshape_reshape),
+    ("stablehlo.reshape", _same_type),
+    ("stablehlo.convert", _same_type),
+    ("stablehlo.transpose", _transpose_transpose),
+    ("stablehlo.transpose", _transpose_identity),
+]
+
+
+def run(module_op: ir.Operation) -> None:
+    patterns = rewrite.RewritePatternSet()
+    for name, fn in PATTERNS:
+        patterns.add(name, fn)
+    rewrite.apply_patterns_and_fold_greedily(module_op, patterns.freeze())

@@ -13,6 +13,7 @@ from . import pipeline, runtime
 from .data import Dataset
 from .errors import DonatedArrayError, StateMismatchError
 from .passes._func import main_func, result_attrs
+from .sharding import Placement
 from .trace import RESULT, Traced, leaf_spec, trace
 
 
@@ -23,7 +24,8 @@ class Executable:
     traced: Traced
     executable: Any
     results: list                  # flat output index of each executable result
-    stacked: bool                  # aux results carry a leading [steps] axis
+    outputs: list                  # (global shape, sharding or None) of each executable result
+    arg_targets: list              # device or sharding of each executable argument
     stages: dict = field(default_factory=dict)     # stage name -> MLIR text (when lowered)
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
 
@@ -36,19 +38,25 @@ class Step:
     """A compiled ``fn(state, batch) -> (new_state, aux)``; see `compile_step`."""
 
     def __init__(self, fn: Callable, *, donate=True, dump_ir=None, passes=None, keep_aux=None, steps=None,
-                 device=None):
+                 device=None, devices=None, sharding=None):
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int, got {steps!r}")
         self.fn, self.donate, self.dump_ir, self.passes, self.steps = fn, donate, dump_ir, passes, steps
         self.keep_aux = None if keep_aux is None else tuple(keep_aux)
-        self.device = device
+        if device is not None and devices is not None:
+            raise ValueError("pass either device= (one device) or devices= (an SPMD mesh), not both")
+        if sharding is not None and devices is None:
+            raise ValueError(f"sharding={sharding!r} needs devices=[...] to shard over")
+        self.device, self.devices, self.sharding = device, devices, sharding
+        self.placement = Placement(devices, sharding or "data") if devices is not None else None
         self.compile_count = 0
         self._cache: dict = {}
 
     def loop(self, steps: int) -> "Step":
         """The same step run `steps` times per call inside one device loop."""
         return Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
-                            keep_aux=self.keep_aux, steps=steps, device=self.device)
+                    keep_aux=self.keep_aux, steps=steps, device=self.device, devices=self.devices,
+                    sharding=self.sharding)
 
     # ---- compiling -------------------------------------------------------------------------
     def _key(self, state, batch, static):
@@ -66,7 +74,7 @@ class Step:
     def _compile(self, state, batch, static, keep_stages=False) -> Executable:
         seconds = {}
         t0 = time.perf_counter()
-        traced = trace(self.fn, state, batch, static, self.keep_aux)
+        traced = trace(self.fn, state, batch, static, self.keep_aux, self.placement)
         seconds["trace"] = time.perf_counter() - t0
         specs = pipeline.build(self.passes, steps=self.steps, donate=self.donate)
         stages = {}
@@ -83,12 +91,28 @@ class Step:
         if keep_stages:
             stages["final"] = text
         t0 = time.perf_counter()
-        executable = runtime.compile_module(text, [self._device()])
+        executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()])
         seconds["xla"] = time.perf_counter() - t0
         self.compile_count += 1
+        return Executable(traced, executable, *self._layout(traced, state), stages, seconds)
+
+    def _layout(self, traced: Traced, state):
+        """Which flat output each result is, where results land, where arguments must be."""
         with traced.module.context:
-            results = [ir.IntegerAttr(a[RESULT]).value for a in result_attrs(main_func(traced.module.operation))]
-        return Executable(traced, executable, results, self.steps is not None, stages, seconds)
+            main = main_func(traced.module.operation)
+            results = [ir.IntegerAttr(a[RESULT]).value for a in result_attrs(main)]
+            shapes = [tuple(ir.RankedTensorType(t).shape) for t in main.type.results]
+            n_args = len(main.type.inputs)
+        p, n_state = self.placement, len(traced.state_paths)
+        if p is None:
+            device = self._device()
+            return results, [(s, None) for s in shapes], [device] * n_args
+        state_sh = [p.state(leaf_spec(x)) for x in jax.tree_util.tree_leaves(state)]
+        outputs = [(s, state_sh[j] if j < n_state else p.replicated) for j, s in zip(results, shapes)]
+        batch_sh = [p.replicated if traced.has_step_index else p.split] * (n_args - n_state)
+        if traced.has_step_index:
+            batch_sh[-1] = p.replicated
+        return results, outputs, state_sh + batch_sh
 
     def _dump_name(self, traced: Traced) -> str:
         name = getattr(self.fn, "__name__", "step")
@@ -127,25 +151,21 @@ class Step:
         if isinstance(batch, Dataset):
             batch.validate()
         entry = self.compiled(state, batch, **static)
-        args = self._arguments(entry.traced, state, batch, start)
-        outs = runtime.execute(entry.executable, args, [(None, None)] * len(entry.results))
+        args = self._arguments(entry, state, batch, start)
+        outs = runtime.execute(entry.executable, args, entry.outputs)
         return self._unflatten(entry, outs)
 
-    def _arguments(self, traced: Traced, state, batch, start) -> list:
-        device = self._device()
-        s_leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+    def _arguments(self, entry: Executable, state, batch, start) -> list:
+        leaves = jax.tree_util.tree_leaves(state) + jax.tree_util.tree_leaves(batch)
+        if entry.traced.has_step_index:
+            leaves.append(np.int32(start))
         args, seen = [], set()
-        for (path, x), key in zip(s_leaves, traced.key_leaves):
-            x = jax.random.key_data(x) if key is not None else x
-            x = _on_device(x, device)
+        for x, target in zip(leaves, entry.arg_targets):
+            x = _place(jax.random.key_data(x) if _is_key(x) else x, target)
             if self.donate and id(x) in seen:  # one buffer cannot be donated twice
                 x = x.copy()
             seen.add(id(x))
             args.append(x)
-        for x in jax.tree_util.tree_leaves(batch):
-            args.append(_on_device(jax.random.key_data(x) if _is_key(x) else x, device))
-        if traced.has_step_index:
-            args.append(jax.device_put(np.int32(start), device))
         return args
 
     def _unflatten(self, entry: Executable, outs):
@@ -174,14 +194,19 @@ def _is_key(x) -> bool:
     return hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def _on_device(x, device):
-    if isinstance(x, jax.Array) and x.devices() == {device}:
-        return x
-    return jax.device_put(x, device)
+def _place(x, target):
+    """`x` as a device array on `target` (a device or a sharding); no copy when it is already there."""
+    if isinstance(x, jax.Array):
+        if isinstance(target, jax.sharding.Sharding):
+            if x.sharding.is_equivalent_to(target, x.ndim):
+                return x
+        elif x.devices() == {target} and len(x.sharding.device_set) == 1:
+            return x
+    return jax.device_put(x, target)
 
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
-                 keep_aux=None, steps: int | None = None, device=None) -> Step:
+                 keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
@@ -189,6 +214,9 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     passes:   optimization passes (pipeline string or names), default ``pipeline.DEFAULT_PASSES``.
     keep_aux: aux leaf paths to return, e.g. ``("loss",)``; others are not computed (None: all).
     steps:    run that many updates per call in one device loop; aux gains a leading [steps] axis.
+    device:   the one device to run on (default: the first).
+    devices, sharding: run SPMD over a mesh of `devices`; "data" (default) splits the batch and
+              replicates the state, "params" also splits large state leaves (see `sharding`).
     """
     return Step(fn, donate=donate, dump_ir=dump_ir, passes=passes, keep_aux=keep_aux, steps=steps,
-                        device=device)
+                device=device, devices=devices, sharding=sharding)

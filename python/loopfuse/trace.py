@@ -65,8 +65,11 @@ class Traced:
     has_step_index: bool
 
 
-def trace(fn: Callable, state, batch, static: dict, keep_aux) -> Traced:
-    """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through)."""
+def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) -> Traced:
+    """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through).
+
+    With a `sharding.Placement`, arguments and results carry its shardings (SPMD over a mesh).
+    """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
     batch_leaves, batch_def = jax.tree_util.tree_flatten(batch)
     key_leaves = [x if _is_key(x) else None for _, x in state_leaves]
@@ -81,22 +84,39 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux) -> Traced:
         b = jax.tree_util.tree_unflatten(batch_def, _wrap_keys(args[n_state:n_state + n_batch], batch_leaves))
         if has_step:
             b = b.batch(args[-1])
+            if placement is not None:
+                b = placement.constrain_batch(b)
         new_state, aux = _split_output(fn(s, b, **static))
         _check_same_state(state, new_state)
         aux_leaves, aux_def = jax.tree_util.tree_flatten_with_path(aux)
         out_info["aux_def"], out_info["aux_paths"] = aux_def, [dotted(p) for p, _ in aux_leaves]
-        outs = jax.tree_util.tree_leaves(new_state) + [x for _, x in aux_leaves]
-        return [jax.random.key_data(x) if _is_key(x) else x for x in outs]
+        return _raw(jax.tree_util.tree_leaves(new_state)), _raw(x for _, x in aux_leaves)
 
-    specs = [leaf_spec(x) for _, x in state_leaves] + [leaf_spec(x) for x in batch_leaves]
+    state_specs = [leaf_spec(x) for _, x in state_leaves]
+    specs = state_specs + [leaf_spec(x) for x in batch_leaves]
     if has_step:
         specs.append(jax.ShapeDtypeStruct((), jnp.int32))
-    text = jax.jit(flat, keep_unused=True).lower(*specs).as_text()
     state_paths = [jax.tree_util.keystr(p) for p, _ in state_leaves]
+    if placement is None:
+        jitted = jax.jit(flat, keep_unused=True)
+    else:
+        state_sh = [placement.state(x) for x in state_specs]
+        batch_paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(batch)[0]]
+        batch_sh = ([placement.replicated] * (len(specs) - n_state) if has_step else
+                    [placement.batch(p, x) for p, x in zip(batch_paths, specs[n_state:])])
+        in_sh = state_sh + batch_sh
+        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]
+        jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh),
+                         out_shardings=(state_sh, placement.replicated))
+    text = jitted.lower(*specs).as_text()
     aux_kept = [_keep(p, keep_aux) for p in out_info["aux_paths"]]
     module = _tag(text, state_paths, aux_kept, has_step)
     return Traced(module, state_paths, state_def, key_leaves, out_info["aux_def"], out_info["aux_paths"],
                   aux_kept, has_step)
+
+
+def _raw(leaves) -> list:
+    return [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
 
 
 def _is_key(x) -> bool:

@@ -11,7 +11,8 @@ shuffles) continues across iterations. ``@main`` returns the final state and the
 
 Why it is safe: iteration i computes exactly what the i-th separate call would, with the state
 the previous iteration produced; invariant arguments are passed unchanged; the history rows are
-written once each. Result attributes stay on the results so the runtime maps them as before.
+written once each. Result attributes stay on the results so the runtime maps them as before (an
+``sdy.sharding`` of an aux result gains an unsharded leading axis for its history).
 """
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
@@ -19,6 +20,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 from ._func import STATE, STEP_INDEX, arg_attrs, main_func, result_attrs, return_op, set_result_attrs, string_attr
 
 BODY = "loopfuse_step"
+SDY_SHARDING = "sdy.sharding"
 
 
 def run(module_op: ir.Operation, steps: str) -> None:
@@ -85,7 +87,17 @@ def run(module_op: ir.Operation, steps: str) -> None:
             new_results[j] = final[1 + n_args + h]
         func.ReturnOp(new_results)
     f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(in_types, [v.type for v in new_results]))
+    for j in aux:
+        if SDY_SHARDING in results[j]:
+            results[j][SDY_SHARDING] = _prepend_unsharded_dim(results[j][SDY_SHARDING])
     set_result_attrs(f, results)
+
+
+def _prepend_unsharded_dim(sharding: ir.Attribute) -> ir.Attribute:
+    """#sdy.sharding<@m, [dims]> of a result -> the same for its history, with a new unsharded step axis."""
+    text = str(sharding)
+    at = text.index("[")
+    return ir.Attribute.parse(text[:at + 1] + ("{}" if text[at + 1] == "]" else "{}, ") + text[at + 1:])
 
 
 def _clone_as_body(f: func.FuncOp) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from jaxlib.mlir import ir
 
+from .errors import LoopfuseError
 from .passes.manager import PassFailure, PassSpec, parse_pipeline, run_pass
 
 DUMP_ENV = "LOOPFUSE_DUMP_IR"
@@ -41,7 +42,7 @@ def dump_dir(explicit) -> Path | None:
     return Path(d) if d else None
 
 
-class PipelineError(PassFailure):
+class PipelineError(PassFailure, LoopfuseError):
     """A pass failed inside compile_step; `reproducer` is the file to replay with loopfuse-opt."""
 
     def __init__(self, failure: PassFailure, reproducer: Path):

@@ -1,0 +1,62 @@
+"""Small training problems shared by the tests: an MLP regression with any optax optimizer."""
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+
+class Layer(NamedTuple):
+    w: jax.Array
+    b: jax.Array
+
+
+def mlp_params(sizes=(4, 8, 1), seed=0):
+    """Nested pytree: {"layers": [Layer(w, b), ...], "scale": (array,)}."""
+    rng = np.random.default_rng(seed)
+    layers = [Layer(jnp.asarray(rng.normal(size=(a, b)).astype(np.float32) / np.sqrt(a)), jnp.zeros((b,), jnp.float32))
+              for a, b in zip(sizes[:-1], sizes[1:])]
+    return {"layers": layers, "scale": (jnp.ones((), jnp.float32),)}
+
+
+def mlp_loss(params, batch):
+    h = batch["x"]
+    for i, layer in enumerate(params["layers"]):
+        h = h @ layer.w + layer.b
+        if i < len(params["layers"]) - 1:
+            h = jnp.tanh(h)
+    return jnp.mean((params["scale"][0] * h - batch["y"]) ** 2)
+
+
+def batch(n=16, d_in=4, d_out=1, seed=1):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.normal(size=(n, d_in)).astype(np.float32), "y": rng.normal(size=(n, d_out)).astype(np.float32)}
+
+
+def train_step(opt: optax.GradientTransformation, loss=mlp_loss):
+    """fn(state, batch) -> ((params, opt_state), {"loss", "grads"})."""
+    def step(state, batch):
+        params, opt_state = state
+        value, grads = jax.value_and_grad(loss)(params, batch)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), {"loss": value, "grads": grads}
+    return step
+
+
+def init_state(opt, params=None):
+    params = mlp_params() if params is None else params
+    return params, opt.init(params)
+
+
+def fresh(tree):
+    """A deep device copy (so a donating call cannot consume the original)."""
+    return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
+
+
+def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)

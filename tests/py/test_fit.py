@@ -18,9 +18,9 @@ def test_fit_equals_single_steps_and_reports_history():
     result = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 25, chunk=10, progress=False,
                           callback=lambda done, aux: seen.append((done, aux["loss"].shape)))
     assert seen == [(10, (10,)), (20, (10,)), (25, (5,))]
-    ref, losses = init_state(opt), []
+    ref, losses, ref_step = init_state(opt), [], jax.jit(train_step(opt))
     for _ in range(25):
-        ref, aux = jax.jit(train_step(opt))(ref, batch())
+        ref, aux = ref_step(ref, batch())
         losses.append(aux["loss"])
     assert_trees_close(result.state, ref, rtol=1e-5)
     np.testing.assert_allclose(result.history["loss"], losses, rtol=1e-5)
@@ -32,10 +32,10 @@ def test_fit_with_dataset_continues_the_step_index_across_chunks():
     data = batch(n=40)
     ds = loopfuse.Dataset(data, batch_size=8)
     got = loopfuse.fit(_step(opt), fresh(init_state(opt)), ds, 12, chunk=5, progress=False)
-    ref = init_state(opt)
+    ref, ref_step = init_state(opt), jax.jit(train_step(opt))
     for i in range(12):
         j = (i % 5) * 8
-        ref, _ = jax.jit(train_step(opt))(ref, {k: v[j:j + 8] for k, v in data.items()})
+        ref, _ = ref_step(ref, {k: v[j:j + 8] for k, v in data.items()})
     assert_trees_close(got.state, ref, rtol=1e-5)
 
 
@@ -52,9 +52,9 @@ def test_keyboard_interrupt_returns_the_last_complete_state():
                           callback=stop_after_two)
     assert result.interrupted and result.steps == 20
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
-    ref = init_state(opt)
+    ref, ref_step = init_state(opt), jax.jit(train_step(opt))
     for _ in range(20):
-        ref, _ = jax.jit(train_step(opt))(ref, batch())
+        ref, _ = ref_step(ref, batch())
     assert_trees_close(result.state, ref, rtol=1e-5)
     assert result.history["loss"].shape == (20,)
 

@@ -1,9 +1,12 @@
 """loopfuse: compile the whole optimization step, and the whole inner loop, through MLIR to XLA."""
+from .backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
 from .data import Dataset
-from .fit import FitResult, fit
 from .errors import DonatedArrayError, LoopfuseError, StateMismatchError
+from .fit import FitResult, fit
 from .runtime import MemoryStats
+from .solve import Solution, minimize
 from .step import Step, compile_step
 
-__all__ = ["compile_step", "Step", "fit", "FitResult", "Dataset", "MemoryStats", "LoopfuseError", "StateMismatchError",
-           "DonatedArrayError"]
+__all__ = ["compile_step", "Step", "fit", "FitResult", "Dataset", "MemoryStats", "minimize", "Solution",
+           "GradOnly", "CompiledStep", "CompiledLoop", "Reverse", "Forward", "LoopfuseError",
+           "StateMismatchError", "DonatedArrayError"]

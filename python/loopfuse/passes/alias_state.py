@@ -26,12 +26,13 @@ def run(module_op: ir.Operation) -> None:
             outputs[path] = j
     taken = {ir.IntegerAttr(a[ALIAS]).value for a in args if ALIAS in a}
     i32 = ir.IntegerType.get_signless(32)
+    in_types, out_types = list(f.type.inputs), list(f.type.results)
     for i, attrs in enumerate(args):
         path = string_attr(attrs, STATE)
         if path is None or ALIAS in attrs or DONOR in attrs:
             continue
         j = outputs.get(path)
-        if j is not None and j not in taken and f.type.inputs[i] == f.type.results[j]:
+        if j is not None and j not in taken and in_types[i] == out_types[j]:
             attrs[ALIAS] = ir.IntegerAttr.get(i32, j)
             taken.add(j)
         else:

@@ -1,0 +1,132 @@
+"""How `minimize` differentiates and runs a step: AD modes and execution backends (ADTypes-style).
+
+AD modes pick the derivative: `Reverse()` (jax.grad) or `Forward()` (jax.jacfwd). Backends pick
+how much of the optimization runs compiled:
+
+* `GradOnly`:     only the derivative is jitted; the optimizer update and the loop run eagerly in
+                  Python, one step at a time (what a wrapper around an AD backend does).
+* `CompiledStep`: the whole step (loss, gradient, optimizer update) through `compile_step`, one
+                  call per step.
+* `CompiledLoop`: the whole inner loop through ``compile_step(...).loop(steps)``, one call per
+                  chunk of `steps` steps.
+"""
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+
+def _scalar_loss(loss: Callable) -> Callable:
+    """`loss`, raising a clear error (while tracing) unless it returns a real scalar."""
+    def checked(params, *args):
+        value = loss(params, *args)
+        shape, dtype = jnp.shape(value), jnp.result_type(value)
+        if shape != () or not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(
+                f"the loss must return a real scalar to be differentiated, got {dtype}{list(shape)}; "
+                "reduce it to one number (e.g. jnp.mean or jnp.sum) with a floating dtype")
+        return value
+    return checked
+
+
+@dataclass(frozen=True)
+class Reverse:
+    """Reverse-mode AD (jax.value_and_grad): one backward pass per gradient, whatever the parameter count."""
+
+    def value_and_grad(self, loss: Callable) -> Callable:
+        """``(params, *args) -> (loss value, gradient pytree)`` for a scalar `loss(params, *args)`."""
+        return jax.value_and_grad(_scalar_loss(loss))
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Forward-mode AD (jax.jacfwd over the params pytree).
+
+    It costs one jvp per parameter element, so it is only for small problems.
+    """
+
+    def value_and_grad(self, loss: Callable) -> Callable:
+        """``(params, *args) -> (loss value, gradient pytree)`` for a scalar `loss(params, *args)`."""
+        checked = _scalar_loss(loss)
+
+        def value_and_grad(params, *args):
+            value_twice = lambda p: (checked(p, *args),) * 2
+            grads, value = jax.jacfwd(value_twice, has_aux=True)(params)
+            return value, grads
+        return value_and_grad
+
+
+AD = Reverse | Forward
+_MODES = {"reverse": Reverse(), "forward": Forward()}
+
+
+def _check_ad(owner: str, ad) -> None:
+    if not isinstance(ad, (Reverse, Forward)):
+        raise TypeError(f"{owner}(ad=...) must be Reverse() or Forward(), got {ad!r}")
+
+
+@dataclass(frozen=True)
+class GradOnly:
+    """Jit only ``value_and_grad(loss)``; the optimizer update and the loop run eagerly in Python.
+
+    mode: "reverse" (jax.grad) or "forward" (jax.jacfwd).
+    """
+
+    mode: str = "reverse"
+
+    def __post_init__(self):
+        if self.mode not in _MODES:
+            raise ValueError(f"GradOnly(mode=...) must be one of {sorted(_MODES)}, got {self.mode!r}")
+
+    @property
+    def ad(self) -> AD:
+        return _MODES[self.mode]
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    """The whole step (loss, gradient, optimizer update) compiled by `compile_step`, one call per step."""
+
+    ad: AD = Reverse()
+
+    def __post_init__(self):
+        _check_ad("CompiledStep", self.ad)
+
+
+@dataclass(frozen=True)
+class CompiledLoop:
+    """The whole inner loop compiled by ``compile_step(...).loop(steps)``, one call per `steps` steps.
+
+    devices:  jax devices to run on, passed to `compile_step` as ``devices=`` (None: its default).
+    sharding: "data" or "params", passed to `compile_step` as ``sharding=`` (None: its default).
+    """
+
+    ad: AD = Reverse()
+    steps: int = 100
+    devices: Any = None
+    sharding: str | None = None
+
+    def __post_init__(self):
+        _check_ad("CompiledLoop", self.ad)
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"CompiledLoop(steps=...) must be a positive int (steps per device loop), "
+                             f"got {self.steps!r}")
+        if self.devices is not None:
+            if isinstance(self.devices, jax.Device) or not hasattr(self.devices, "__iter__"):
+                raise TypeError(f"CompiledLoop(devices=...) must be a list of jax devices, got {self.devices!r}")
+            object.__setattr__(self, "devices", tuple(self.devices))
+            bad = [d for d in self.devices if not isinstance(d, jax.Device)]
+            if not self.devices or bad:
+                raise TypeError("CompiledLoop(devices=...) must be a non-empty list of jax devices"
+                                + (f"; not devices: {bad!r}" if bad else ""))
+        if self.sharding not in (None, "data", "params"):
+            raise ValueError(f"CompiledLoop(sharding=...) must be None, 'data' or 'params', got {self.sharding!r}")
+
+    def compile_options(self) -> dict:
+        """The ``devices=`` / ``sharding=`` keywords for `compile_step` (only those that are set)."""
+        options = {"devices": None if self.devices is None else list(self.devices), "sharding": self.sharding}
+        return {k: v for k, v in options.items() if v is not None}
+
+
+Backend = GradOnly | CompiledStep | CompiledLoop

@@ -1,0 +1,153 @@
+"""minimize: every backend (and AD mode) runs the same step, so all reach the same params."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from loopfuse import Dataset
+from loopfuse.backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
+from loopfuse.solve import Solution, minimize
+
+REVERSE = [GradOnly(), CompiledStep(), CompiledLoop(steps=16)]
+BACKENDS = REVERSE + [GradOnly("forward"), CompiledStep(Forward()), CompiledLoop(Forward(), steps=8)]
+IDS = ["grad-only", "step", "loop16", "grad-only-fwd", "step-fwd", "loop8-fwd"]
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def _data(n=64, d=3, seed=0):
+    kx, kw = jax.random.split(jax.random.key(seed))
+    x = jax.random.normal(kx, (n, d))
+    y = x @ jax.random.normal(kw, (d,)) + 0.5
+    return x, y
+
+
+def lsq_loss(p, batch):
+    x, y = batch
+    return jnp.mean((x @ p["w"] + p["b"] - y) ** 2)
+
+
+def mlp_loss(p, batch):
+    x, y = batch
+    h = jnp.tanh(x @ p["w1"] + p["b1"])
+    return jnp.mean((h @ p["w2"] + p["b2"] - y[:, None]) ** 2)
+
+
+def _lsq_params():
+    return {"w": jnp.zeros(3), "b": jnp.zeros(())}
+
+
+def _mlp_params():
+    k1, k2 = jax.random.split(jax.random.key(1))
+    return {"w1": 0.5 * jax.random.normal(k1, (3, 8)), "b1": jnp.zeros(8),
+            "w2": 0.5 * jax.random.normal(k2, (8, 1)), "b2": jnp.zeros(1)}
+
+
+def _solve_all(loss, params, data, optimizer, steps, backends=BACKENDS):
+    solutions = [minimize(loss, params, data, optimizer, steps, backend=b) for b in backends]
+    for s, b in zip(solutions, backends):
+        assert isinstance(s, Solution) and s.backend == b
+        assert s.loss_history.shape == (steps,)
+        assert s.steps_per_second > 0 and s.compile_seconds > 0
+    return solutions
+
+
+def _assert_agree(solutions):
+    ref = solutions[0]
+    for s in solutions[1:]:
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, **TOL), s.params, ref.params)
+        np.testing.assert_allclose(s.loss_history, ref.loss_history, **TOL)
+
+
+def test_least_squares_sgd_all_backends_agree():
+    data, params = _data(), _lsq_params()
+    solutions = _solve_all(lsq_loss, params, data, optax.sgd(0.1), 44)  # loops of 16 + 16 + 12, 8 * 5 + 4
+    _assert_agree(solutions)
+    history = solutions[0].loss_history
+    np.testing.assert_allclose(history[0], lsq_loss(params, data), rtol=1e-6)  # loss before the first update
+    assert np.all(np.diff(history) <= 0) and history[-1] < 1e-2 * history[0]
+
+
+def test_mlp_adam_all_backends_agree():
+    solutions = _solve_all(mlp_loss, _mlp_params(), _data(), optax.adam(1e-2), 32)
+    _assert_agree(solutions)
+    assert solutions[0].loss_history[-1] < 0.5 * solutions[0].loss_history[0]
+
+
+def test_mlp_adam_dataset_all_backends_agree():
+    x, y = _data(n=96)
+    data = Dataset((x, y), batch_size=32, key=jax.random.key(2))  # 3 batches per epoch, reshuffled
+    solutions = _solve_all(mlp_loss, _mlp_params(), data, optax.adam(1e-2), 32, backends=REVERSE)
+    _assert_agree(solutions)
+    first = mlp_loss(_mlp_params(), data.batch(np.int32(0)))
+    np.testing.assert_allclose(solutions[0].loss_history[0], first, rtol=1e-6)
+    assert solutions[0].loss_history[-3:].mean() < solutions[0].loss_history[:3].mean()
+
+
+@pytest.mark.parametrize("backend", REVERSE, ids=IDS[:3])
+def test_data_none_loss_of_params_only(backend):
+    s = minimize(lambda p: jnp.sum((p - 2.0) ** 2), jnp.zeros(3), optimizer=optax.sgd(0.25), steps=20,
+                 backend=backend)
+    np.testing.assert_allclose(s.params, 2.0, atol=1e-5)
+    assert s.loss_history.shape == (20,)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_callers_params_and_batch_stay_alive(backend):
+    params, data = _lsq_params(), _data()
+    minimize(lsq_loss, params, data, optax.sgd(0.1), steps=3, backend=backend)
+    for leaf in jax.tree_util.tree_leaves((params, data)):
+        assert not leaf.is_deleted()
+    np.testing.assert_array_equal(params["w"], 0.0)
+
+
+def test_progress_bar_runs():
+    s = minimize(lsq_loss, _lsq_params(), _data(), optax.sgd(0.1), steps=10, backend=CompiledLoop(steps=4),
+                 progress=True)
+    assert s.loss_history.shape == (10,)
+
+
+# ---- validation ----------------------------------------------------------------------------
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: GradOnly("backward"), ValueError, "must be one of \\['forward', 'reverse'\\], got 'backward'"),
+    (lambda: GradOnly(Forward()), ValueError, "GradOnly\\(mode=...\\)"),
+    (lambda: CompiledStep(ad="forward"), TypeError, "Reverse\\(\\) or Forward\\(\\)"),
+    (lambda: CompiledLoop(ad=jax.grad), TypeError, "Reverse\\(\\) or Forward\\(\\)"),
+    (lambda: CompiledLoop(steps=0), ValueError, "positive int.*got 0"),
+    (lambda: CompiledLoop(steps=2.5), ValueError, "positive int.*got 2.5"),
+    (lambda: CompiledLoop(steps=True), ValueError, "positive int"),
+    (lambda: CompiledLoop(sharding="model"), ValueError, "'data' or 'params', got 'model'"),
+    (lambda: CompiledLoop(devices=[]), TypeError, "non-empty list of jax devices"),
+    (lambda: CompiledLoop(devices=["cpu:0"]), TypeError, "not devices: \\['cpu:0'\\]"),
+    (lambda: CompiledLoop(devices=jax.devices()[0]), TypeError, "list of jax devices"),
+])
+def test_backend_validation(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_compile_options_only_set_keywords():
+    assert CompiledLoop().compile_options() == {}
+    devices = jax.devices()[:1]
+    assert CompiledLoop(devices=devices, sharding="data").compile_options() == {"devices": devices, "sharding": "data"}
+    assert CompiledLoop(sharding="params").compile_options() == {"sharding": "params"}
+
+
+@pytest.mark.parametrize("backend", [GradOnly("forward"), CompiledStep(Forward()), CompiledLoop(Forward()),
+                                     GradOnly(), CompiledLoop(Reverse())],
+                         ids=["grad-only-fwd", "step-fwd", "loop-fwd", "grad-only", "loop"])
+def test_non_scalar_loss_is_a_clear_error(backend):
+    per_example = lambda p, batch: (batch[0] @ p["w"] - batch[1]) ** 2
+    with pytest.raises(ValueError, match="must return a real scalar.*float32\\[64\\].*jnp.mean"):
+        minimize(per_example, _lsq_params(), _data(), optax.sgd(0.1), steps=2, backend=backend)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(steps=0), ValueError, "steps must be a positive int, got 0"),
+    (dict(backend="compiled"), TypeError, "backend must be GradOnly\\(\\), CompiledStep\\(\\) or CompiledLoop\\(\\)"),
+    (dict(backend=Forward()), TypeError, "backend must be"),
+    (dict(optimizer=optax.sgd), TypeError, "optax.GradientTransformation"),
+])
+def test_minimize_validation(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        minimize(lsq_loss, _lsq_params(), _data(), **kwargs)

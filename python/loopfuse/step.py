@@ -25,7 +25,8 @@ class Executable:
     executable: Any
     results: list                  # flat output index of each executable result
     outputs: list                  # (global shape, sharding or None) of each executable result
-    arg_targets: list              # device or sharding of each executable argument
+    arg_targets: list              # sharding of each executable argument
+    key_args: list                 # argument positions that hold typed PRNG keys (passed as raw data)
     stages: dict = field(default_factory=dict)     # stage name -> MLIR text (when lowered)
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
 
@@ -59,17 +60,18 @@ class Step:
                     sharding=self.sharding)
 
     # ---- compiling -------------------------------------------------------------------------
-    def _key(self, state, batch, static):
+    @staticmethod
+    def _signature(state, batch, static):
+        """(cache key, flat leaves): tree structures, leaf shapes and dtypes, static kwargs."""
         s_leaves, s_def = jax.tree_util.tree_flatten(state)
         b_leaves, b_def = jax.tree_util.tree_flatten(batch)
+        leaves = s_leaves + b_leaves
         try:
             static_key = tuple(sorted(static.items()))
             hash(static_key)
         except TypeError as e:
             raise TypeError(f"static keyword arguments must be hashable: {e}") from None
-        avals = tuple((np.shape(x), str(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype))
-                      for x in s_leaves + b_leaves)
-        return (s_def, b_def, avals, static_key)
+        return (s_def, b_def, tuple(map(_aval, leaves)), static_key), leaves
 
     def _compile(self, state, batch, static, keep_stages=False) -> Executable:
         seconds = {}
@@ -94,7 +96,8 @@ class Step:
         executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()])
         seconds["xla"] = time.perf_counter() - t0
         self.compile_count += 1
-        return Executable(traced, executable, *self._layout(traced, state), stages, seconds)
+        key_args = [i for i, x in enumerate(jax.tree_util.tree_leaves((state, batch))) if _is_key(x)]
+        return Executable(traced, executable, *self._layout(traced, state), key_args, stages, seconds)
 
     def _layout(self, traced: Traced, state):
         """Which flat output each result is, where results land, where arguments must be."""
@@ -105,7 +108,7 @@ class Step:
             n_args = len(main.type.inputs)
         p, n_state = self.placement, len(traced.state_paths)
         if p is None:
-            device = self._device()
+            device = jax.sharding.SingleDeviceSharding(self._device())
             return results, [(s, None) for s in shapes], [device] * n_args
         state_sh = [p.state(leaf_spec(x)) for x in jax.tree_util.tree_leaves(state)]
         outputs = [(s, state_sh[j] if j < n_state else p.replicated) for j, s in zip(results, shapes)]
@@ -125,11 +128,14 @@ class Step:
 
     def compiled(self, state, batch, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached)."""
-        key = self._key(state, batch, static)
+        return self._lookup(state, batch, static)[0]
+
+    def _lookup(self, state, batch, static):
+        key, leaves = self._signature(state, batch, static)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._compile(state, batch, static)
-        return entry
+        return entry, leaves
 
     def lower(self, state, batch, **static) -> dict:
         """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}."""
@@ -146,26 +152,26 @@ class Step:
         With a `Dataset` batch, `start` is the global step index of the first step (it picks the
         batch and the epoch). The caller's donated state arrays are consumed: use the returned state.
         """
-        _check_alive(state, "state")
-        _check_alive(batch, "batch")
+        _check_alive(state, batch)
         if isinstance(batch, Dataset):
             batch.validate()
-        entry = self.compiled(state, batch, **static)
-        args = self._arguments(entry, state, batch, start)
-        outs = runtime.execute(entry.executable, args, entry.outputs)
+        entry, leaves = self._lookup(state, batch, static)
+        outs = runtime.execute(entry.executable, self._arguments(entry, leaves, start), entry.outputs)
         return self._unflatten(entry, outs)
 
-    def _arguments(self, entry: Executable, state, batch, start) -> list:
-        leaves = jax.tree_util.tree_leaves(state) + jax.tree_util.tree_leaves(batch)
+    def _arguments(self, entry: Executable, leaves, start) -> list:
         if entry.traced.has_step_index:
-            leaves.append(np.int32(start))
-        args, seen = [], set()
-        for x, target in zip(leaves, entry.arg_targets):
-            x = _place(jax.random.key_data(x) if _is_key(x) else x, target)
-            if self.donate and id(x) in seen:  # one buffer cannot be donated twice
-                x = x.copy()
-            seen.add(id(x))
-            args.append(x)
+            leaves = leaves + [np.int32(start)]
+        for i in entry.key_args:
+            leaves[i] = jax.random.key_data(leaves[i])
+        args = [x if isinstance(x, jax.Array) and x.sharding == t else jax.device_put(x, t)
+                for x, t in zip(leaves, entry.arg_targets)]
+        if self.donate and len(set(map(id, args))) < len(args):  # one buffer cannot be donated twice
+            seen = set()
+            for i, x in enumerate(args):
+                if id(x) in seen:
+                    args[i] = x.copy()
+                seen.add(id(x))
         return args
 
     def _unflatten(self, entry: Executable, outs):
@@ -180,29 +186,29 @@ class Step:
                 jax.tree_util.tree_unflatten(t.aux_def, flat[n_state:]))
 
 
-def _check_alive(tree, what: str) -> None:
+def _check_alive(state, batch) -> None:
     """Raise DonatedArrayError naming the first leaf whose buffer an earlier donation deleted."""
-    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if isinstance(x, jax.Array) and x.is_deleted():
-            raise DonatedArrayError(
-                f"{what} leaf {jax.tree_util.keystr(path)} was donated to an earlier loopfuse call and its "
-                "buffer is gone; pass the state that call returned (state, aux = step(state, batch)), "
-                "or compile with donate=False to keep inputs alive")
+    for what, tree in (("state", state), ("batch", batch)):
+        for x in jax.tree_util.tree_leaves(tree):
+            if isinstance(x, jax.Array) and x.is_deleted():
+                path = next(jax.tree_util.keystr(p) for p, y in jax.tree_util.tree_flatten_with_path(tree)[0]
+                            if y is x)
+                raise DonatedArrayError(
+                    f"{what} leaf {path} was donated to an earlier loopfuse call and its buffer is gone; pass "
+                    "the state that call returned (state, aux = step(state, batch)), or compile with "
+                    "donate=False to keep inputs alive")
+
+
+def _aval(x):
+    try:
+        return x.shape, x.dtype
+    except AttributeError:
+        x = np.asarray(x)
+        return x.shape, x.dtype
 
 
 def _is_key(x) -> bool:
     return hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def _place(x, target):
-    """`x` as a device array on `target` (a device or a sharding); no copy when it is already there."""
-    if isinstance(x, jax.Array):
-        if isinstance(target, jax.sharding.Sharding):
-            if x.sharding.is_equivalent_to(target, x.ndim):
-                return x
-        elif x.devices() == {target} and len(x.sharding.device_set) == 1:
-            return x
-    return jax.device_put(x, target)
 
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,

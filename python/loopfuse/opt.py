@@ -44,18 +44,22 @@ def _pipeline(ns, text: str) -> list[PassSpec]:
     return specs + [PassSpec(n) for n in ns.single or []]
 
 
+class ChunkError(Exception):
+    """One input chunk failed to parse or to pass; the message is ready to print."""
+
+
 def _process(chunk: str, name: str, line_offset: int, specs) -> str:
     ctx = make_context()
     with ctx, ir.Location.unknown():
         try:
             module = ir.Module.parse(chunk)
         except ir.MLIRError as e:
-            raise SystemExit(_located(e, name, line_offset))
+            raise ChunkError(_located(e, name, line_offset)) from None
         for spec in specs:
             try:
                 run_pass(module, spec)
             except PassFailure as e:
-                raise SystemExit(f"{name}: error: {e}")
+                raise ChunkError(f"{name}: error: {e}") from None
         return str(module)
 
 
@@ -79,9 +83,13 @@ def main(argv=None) -> int:
     except ValueError as e:
         raise SystemExit(f"loopfuse-opt: {e}")
     chunks = SPLIT.split(text) if ns.split_input_file else [text]
-    outputs, offset = [], 0
-    for chunk in chunks:
-        outputs.append(_process(chunk, name, offset, specs))
+    outputs, offset, failed = [], 0, False
+    for chunk in chunks:  # like mlir-opt, a failing chunk is reported and the others still run
+        try:
+            outputs.append(_process(chunk, name, offset, specs))
+        except ChunkError as e:
+            print(e, file=sys.stderr)
+            failed = True
         offset += chunk.count("\n")
     out = "\n// -----\n".join(outputs)
     if ns.output == "-":
@@ -89,7 +97,7 @@ def main(argv=None) -> int:
     else:
         with open(ns.output, "w") as fh:
             fh.write(out)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

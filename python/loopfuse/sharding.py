@@ -37,13 +37,19 @@ class Placement:
         return self.replicated
 
     def batch(self, path: str, spec) -> NamedSharding:
+        """Split along the leading axis; scalars (e.g. a hyperparameter in the batch) are replicated."""
         n = len(self.devices)
-        if not spec.shape or spec.shape[0] % n:
+        if not spec.shape:
+            return self.replicated
+        if spec.shape[0] % n:
             raise StateMismatchError(
                 f"batch leaf {path} has shape {tuple(spec.shape)}: its leading (batch) axis must divide "
                 f"evenly over the {n} devices for sharding='data'")
         return self.split
 
-    def constrain_batch(self, batch):
+    def constrain_batch(self, batch_size: int, batch):
         """Inside a trace: split a batch sliced from a replicated Dataset along the mesh."""
+        if batch_size % len(self.devices):
+            raise StateMismatchError(f"Dataset batch_size={batch_size} must divide evenly over the "
+                                     f"{len(self.devices)} devices for sharding='data'")
         return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, self.split), batch)

@@ -27,7 +27,6 @@ class Executable:
     outputs: list                  # (global shape, sharding or None) of each executable result
     arg_targets: list              # sharding of each executable argument
     key_args: list                 # argument positions that hold typed PRNG keys (passed as raw data)
-    stages: dict = field(default_factory=dict)     # stage name -> MLIR text (when lowered)
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
 
     @property
@@ -73,49 +72,53 @@ class Step:
             raise TypeError(f"static keyword arguments must be hashable: {e}") from None
         return (s_def, b_def, tuple(map(_aval, leaves)), static_key), leaves
 
-    def _compile(self, state, batch, static, keep_stages=False) -> Executable:
+    def _lower(self, state, batch, static, stages: dict | None = None):
+        """Trace and run the pipeline: (traced, final MLIR text, seconds per stage).
+
+        Dumps every stage when a dump folder is set; `stages` (if given) collects their texts.
+        """
         seconds = {}
         t0 = time.perf_counter()
         traced = trace(self.fn, state, batch, static, self.keep_aux, self.placement)
         seconds["trace"] = time.perf_counter() - t0
         specs = pipeline.build(self.passes, steps=self.steps, donate=self.donate)
-        stages = {}
         dump = pipeline.dump_dir(self.dump_ir)
         folder = dump / self._dump_name(traced) if dump is not None else None
         writers = [pipeline.dump_to(folder)] if folder else []
-        if keep_stages:
+        if stages is not None:
             writers.append(lambda name, m: stages.__setitem__(name, str(m)))
         on_stage = (lambda name, m: [w(name, m) for w in writers]) if writers else None
         seconds.update(pipeline.run(traced.module, specs, on_stage, repro_dir=folder))
         text = str(traced.module)
         if folder:
             (folder / f"{len(specs) + 1:02d}-final.mlir").write_text(text)
-        if keep_stages:
+        if stages is not None:
             stages["final"] = text
+        return traced, text, seconds
+
+    def _compile(self, state, batch, static) -> Executable:
+        traced, text, seconds = self._lower(state, batch, static)
         t0 = time.perf_counter()
         executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()])
         seconds["xla"] = time.perf_counter() - t0
         self.compile_count += 1
         key_args = [i for i, x in enumerate(jax.tree_util.tree_leaves((state, batch))) if _is_key(x)]
-        return Executable(traced, executable, *self._layout(traced, state), key_args, stages, seconds)
+        return Executable(traced, executable, *self._layout(traced), key_args, seconds)
 
-    def _layout(self, traced: Traced, state):
+    def _layout(self, traced: Traced):
         """Which flat output each result is, where results land, where arguments must be."""
         with traced.module.context:
             main = main_func(traced.module.operation)
             results = [ir.IntegerAttr(a[RESULT]).value for a in result_attrs(main)]
             shapes = [tuple(ir.RankedTensorType(t).shape) for t in main.type.results]
             n_args = len(main.type.inputs)
-        p, n_state = self.placement, len(traced.state_paths)
-        if p is None:
+        if traced.arg_shardings is None:
             device = jax.sharding.SingleDeviceSharding(self._device())
             return results, [(s, None) for s in shapes], [device] * n_args
-        state_sh = [p.state(leaf_spec(x)) for x in jax.tree_util.tree_leaves(state)]
-        outputs = [(s, state_sh[j] if j < n_state else p.replicated) for j, s in zip(results, shapes)]
-        batch_sh = [p.replicated if traced.has_step_index else p.split] * (n_args - n_state)
-        if traced.has_step_index:
-            batch_sh[-1] = p.replicated
-        return results, outputs, state_sh + batch_sh
+        n_state = len(traced.state_paths)
+        outputs = [(s, traced.arg_shardings[j] if j < n_state else self.placement.replicated)
+                   for j, s in zip(results, shapes)]
+        return results, outputs, traced.arg_shardings
 
     def _dump_name(self, traced: Traced) -> str:
         name = getattr(self.fn, "__name__", "step")
@@ -138,8 +141,13 @@ class Step:
         return entry, leaves
 
     def lower(self, state, batch, **static) -> dict:
-        """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}."""
-        return self._compile(state, batch, static, keep_stages=True).stages
+        """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}.
+
+        Traces and runs the passes only; XLA is not invoked and nothing is cached.
+        """
+        stages = {}
+        self._lower(state, batch, static, stages)
+        return stages
 
     def memory_stats(self, state, batch, **static) -> runtime.MemoryStats:
         """Argument/output/alias/temp bytes of the compiled executable for this signature."""

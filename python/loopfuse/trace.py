@@ -63,6 +63,7 @@ class Traced:
     aux_paths: list
     aux_kept: list
     has_step_index: bool
+    arg_shardings: list | None     # per argument, under a Placement (None: one device)
 
 
 def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) -> Traced:
@@ -85,7 +86,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         if has_step:
             b = b.batch(args[-1])
             if placement is not None:
-                b = placement.constrain_batch(b)
+                b = placement.constrain_batch(batch.batch_size, b)
         new_state, aux = _split_output(fn(s, b, **static))
         _check_same_state(state, new_state)
         aux_leaves, aux_def = jax.tree_util.tree_flatten_with_path(aux)
@@ -97,6 +98,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
     if has_step:
         specs.append(jax.ShapeDtypeStruct((), jnp.int32))
     state_paths = [jax.tree_util.keystr(p) for p, _ in state_leaves]
+    in_sh = None
     if placement is None:
         jitted = jax.jit(flat, keep_unused=True)
     else:
@@ -112,7 +114,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
     aux_kept = [_keep(p, keep_aux) for p in out_info["aux_paths"]]
     module = _tag(text, state_paths, aux_kept, has_step)
     return Traced(module, state_paths, state_def, key_leaves, out_info["aux_def"], out_info["aux_paths"],
-                  aux_kept, has_step)
+                  aux_kept, has_step, in_sh)
 
 
 def _raw(leaves) -> list:

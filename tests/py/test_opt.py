@@ -47,6 +47,7 @@ def test_split_input_file_reports_lines_in_the_whole_file():
     assert r.returncode != 0
     bad_line = text.splitlines().index("  %0 = stablehlo.add %a %a : tensor<2xf32>") + 1
     assert f"<stdin>:{bad_line}:" in r.stderr and "expected ','" in r.stderr
+    assert "tf.aliasing_output" in r.stdout  # the good chunk before it is still processed and printed
 
 
 def test_bad_pipeline_and_unknown_pass_fail():

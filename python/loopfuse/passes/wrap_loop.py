@@ -15,7 +15,7 @@ written once each. Result attributes stay on the results so the runtime maps the
 ``sdy.sharding`` of an aux result gains an unsharded leading axis for its history).
 """
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import func, stablehlo
+from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from ._func import STATE, STEP_INDEX, arg_attrs, main_func, result_attrs, return_op, set_result_attrs, string_attr
 
@@ -36,6 +36,8 @@ def run(module_op: ir.Operation, steps: str) -> None:
         path = string_attr(a, STATE)
         if path is None:
             continue
+        if state_arg.get(path) in carried.values():
+            raise ValueError(f"state path {path} tags more than one result (result {j} again)")
         i = state_arg.get(path)
         if i is None or in_types[i] != out_types[j]:
             raise ValueError(f"state result {j} ({path}) has no argument of the same path and type "
@@ -94,10 +96,11 @@ def run(module_op: ir.Operation, steps: str) -> None:
 
 
 def _prepend_unsharded_dim(sharding: ir.Attribute) -> ir.Attribute:
-    """#sdy.sharding<@m, [dims]> of a result -> the same for its history, with a new unsharded step axis."""
-    text = str(sharding)
-    at = text.index("[")
-    return ir.Attribute.parse(text[:at + 1] + ("{}" if text[at + 1] == "]" else "{}, ") + text[at + 1:])
+    """#sdy.sharding of a result -> the same for its history, with a new unsharded step axis first."""
+    t = sdy.TensorShardingAttr(sharding)
+    step_axis = sdy.DimensionShardingAttr.get([], True)
+    return sdy.TensorShardingAttr.get(t.mesh_or_ref, [step_axis, *t.dimension_shardings], t.replicated_axes,
+                                      t.unreduced_axes)
 
 
 def _clone_as_body(f: func.FuncOp) -> None:

@@ -1,0 +1,338 @@
+"""flatten-update{min-group=2}: compute an update repeated over many leaves once, on one flat vector.
+
+Rewrites: an *expression tree* in ``@main`` is a maximal tree of elementwise ops (add, subtract,
+multiply, divide, maximum, minimum, power, sqrt, rsqrt, negate, abs, exponential, log, compare,
+select, convert) on statically shaped tensors of one shape (rank >= 1), each inner value used
+once, by its parent. Its leaves are *per-leaf tensors* (arguments, results of other ops, values
+used more than once) or *shared scalars* (a splat constant, or a ``broadcast_in_dim`` of a 0-d
+value). Trees with the same signature (the same ops with the same attributes and element types
+in the same operand order, the same repetition of per-leaf operands, the same shared scalars) but
+possibly different shapes form a group: the Adam moment update ``b1 * m + (1 - b1) * g`` of every
+parameter leaf, say. At least ``min-group`` trees of a group are rewritten together: each per-leaf
+operand is reshaped to 1-D and concatenated over the trees, the tree is computed once on the flat
+vectors (shared scalars broadcast to the flat shape), and each tree's result is sliced out and
+reshaped back. A flat operand made exactly of the slices of an earlier group's flat result (tree
+for tree, in order) is that result itself, so a chain of updates (moments, bias correction, the
+parameter step) stays flat; the trees are ordered to make that so.
+
+Why it is safe: an elementwise op computes each element from the elements at the same index, so
+the flat op computes, element for element, exactly what the tree's op did: the same op with the
+same attributes on the same element types and operand order, hence the same bits. Reshape (row
+major), concatenate and slice only move elements. The flat code goes right before the first use of
+any rewritten tree's result (a use inside a region counts at its enclosing op), which must come
+after the definition of everything the trees read. A group is taken in program order, in batches:
+a tree that breaks this (it reads an earlier tree's result, or an operand computed from one) starts
+the next batch. Ops left unused without side effects are erased.
+
+Limits: only the top-level block of ``@main`` is searched and no op is moved, so per-leaf work
+interleaved with reductions (a forward pass) splits into batches of one and stays; 0-d trees are
+left alone (they are the scalars); trees that differ only in a scalar (a per-leaf learning rate)
+are different groups. One walk builds every tree and its signature, a hashable tuple, and the
+groups are dict entries, so matching is linear in the size of ``@main``.
+
+Whether it is profitable is decided by benchmarks: XLA may already fuse the per-leaf loops
+horizontally, and the concatenation copies every per-leaf operand once.
+"""
+import math
+from dataclasses import dataclass
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from ._func import has_side_effects, main_func
+
+ELEMENTWISE = frozenset("stablehlo." + name for name in (
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "sqrt", "rsqrt", "negate", "abs",
+    "exponential", "log", "compare", "select", "convert"))
+
+
+@dataclass
+class Tree:
+    """One expression tree; trees with equal signatures are computed alike, whatever their shapes."""
+
+    nodes: list       # the tree's ops, operands before users, the root last
+    slots: list       # (op, operand index) of the first use of each distinct per-leaf operand
+    signature: tuple  # per node: (name, attributes, result element type, operand refs)
+
+    @property
+    def root(self) -> ir.Value:
+        return self.nodes[-1].result
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.root.type.shape)
+
+    def operands(self) -> list[ir.Value]:
+        return [op.operands[i] for op, i in self.slots]
+
+
+def run(module_op: ir.Operation, **options: str) -> None:
+    unknown = set(options) - {"min-group"}
+    if unknown:
+        raise ValueError(f"flatten-update has no option {sorted(unknown)}; it takes min-group")
+    min_group = int(options.get("min-group", 2))
+    if min_group < 2:
+        raise ValueError(f"flatten-update needs min-group >= 2, got {min_group}")
+    block = main_func(module_op).body.blocks[0]
+    groups: dict[tuple, list[Tree]] = {}
+    for tree in _trees(block):
+        groups.setdefault(tree.signature, []).append(tree)
+    flattener = _Flattener(block)
+    for trees in groups.values():
+        trees = [t for t in trees if _has_uses(t.root)]  # earlier groups may have consumed some
+        if len(trees) < min_group:
+            continue
+        scalars = [_producer(ref[2]) for *_, refs in trees[0].signature for ref in refs
+                   if ref[:2] == ("scalar", "value")]
+        while len(trees) >= min_group:
+            n, anchor = flattener.batch(trees, scalars)
+            if n >= min_group and anchor is not None:
+                flattener.rewrite(trees[:n], anchor)
+            trees = trees[n:]
+    flattener.erase_unused()
+
+
+def _trees(block: ir.Block):
+    """The expression trees of `block`, in the program order of their roots."""
+    ops = [op.operation for op in block.operations]
+    candidates = {op for op in ops if _elementwise(op)}
+    inner = set()
+    for op in candidates:
+        uses = list(op.result.uses)
+        if len(uses) == 1 and uses[0].owner.operation in candidates:
+            inner.add(op)
+    for op in ops:
+        if op in candidates and op not in inner and _has_uses(op.result):
+            yield _tree(op, inner)
+
+
+def _elementwise(op: ir.Operation) -> bool:
+    """A supported elementwise op whose operands and result share one static shape of rank >= 1."""
+    if op.name not in ELEMENTWISE or len(op.results) != 1:
+        return False
+    t = op.result.type
+    if not (isinstance(t, ir.RankedTensorType) and t.has_static_shape and t.rank >= 1):
+        return False
+    return all(isinstance(v.type, ir.RankedTensorType) and v.type.shape == t.shape for v in op.operands)
+
+
+def _tree(root: ir.Operation, inner: set) -> Tree:
+    """The tree under `root` (whose inner nodes are in `inner`), walked operands first, in operand order."""
+    nodes, index, slots, slot_of, signature = [], {}, [], {}, []
+    stack = [(root, False)]
+    while stack:
+        op, ready = stack.pop()
+        if not ready:
+            stack.append((op, True))
+            stack.extend((d, False) for d in reversed([_producer(v) for v in op.operands]) if d in inner)
+            continue
+        refs = []
+        for i, v in enumerate(op.operands):
+            d = _producer(v)
+            if d in inner:
+                refs.append(("node", index[d]))
+            elif (scalar := _shared_scalar(v)) is not None:
+                refs.append(("scalar", *scalar))
+            else:
+                if v not in slot_of:
+                    slot_of[v] = len(slots)
+                    slots.append((op, i))
+                refs.append(("leaf", slot_of[v], v.type.element_type))
+        index[op] = len(nodes)
+        nodes.append(op)
+        attrs = op.attributes
+        signature.append((op.name, tuple((name, attrs[name]) for name in attrs), op.result.type.element_type,
+                          tuple(refs)))
+    return Tree(nodes, slots, tuple(signature))
+
+
+def _shared_scalar(value: ir.Value):
+    """("splat", scalar attribute) for a splat constant (possibly broadcast), ("value", v) for a broadcast
+    0-d value v, else None."""
+    op = _producer(value)
+    if op is not None and op.name == "stablehlo.broadcast_in_dim":
+        scalar = op.operands[0]
+        if not (isinstance(scalar.type, ir.RankedTensorType) and scalar.type.rank == 0):
+            return None
+        return _splat(scalar) or ("value", scalar)
+    return _splat(value)
+
+
+def _splat(value: ir.Value):
+    """("splat", scalar attribute) for an integer or float splat constant, else None."""
+    op = _producer(value)
+    if op is None or op.name != "stablehlo.constant":
+        return None
+    attr = op.attributes["value"]  # may be a dense_resource blob, which is never read here
+    if not (isinstance(attr, ir.DenseElementsAttr) and attr.is_splat
+            and isinstance(value.type.element_type, (ir.IntegerType, ir.FloatType))):
+        return None
+    return ("splat", attr.get_splat_value())
+
+
+class _Flattener:
+    """Rewrites batches of trees in one block, remembering the flat vectors it built."""
+
+    def __init__(self, block: ir.Block):
+        self.block = block
+        self.slice_of = {}    # a value sliced out of a flat result -> (flat result, offset)
+        self.concat_of = {}   # tuple of values -> their concatenation
+        self.maybe_dead = {}  # ops that may have lost their last use (a dict: ordered, no repeats)
+
+    def batch(self, trees: list[Tree], scalars: list):
+        """How many leading `trees` one point of the block can compute together, and that point: the
+        first use of any of their results, which must come after the definition of all they read."""
+        latest, first, roots = _latest(scalars), None, set()
+        for n, tree in enumerate(trees):
+            operands = tree.operands()
+            if any(v in roots for v in operands):
+                return n, first
+            last_input = _latest([latest, *map(_producer, operands)])
+            first_use = _earliest([first, *(_in_block(u.owner.operation, self.block) for u in tree.root.uses)])
+            if last_input is not None and first_use is not None and not last_input.is_before_in_block(first_use):
+                return n, first
+            latest, first = last_input, first_use
+            roots.add(tree.root)
+        return len(trees), first
+
+    def rewrite(self, trees: list[Tree], anchor: ir.Operation) -> None:
+        """Compute `trees` once on flat vectors, before `anchor`, and erase them."""
+        trees = self._forwarding_order(trees)
+        sizes = [t.size for t in trees]
+        total = sum(sizes)
+        columns = zip(*(t.operands() for t in trees))
+        with ir.InsertionPoint(anchor), trees[0].nodes[-1].location:
+            leaves = [self._flatten(list(col), sizes, anchor) for col in columns]
+            scalars, values = {}, []
+            for name, attrs, et, refs in trees[0].signature:
+                operands = []
+                for ref in refs:
+                    if ref[0] == "node":
+                        operands.append(values[ref[1]])
+                    elif ref[0] == "leaf":
+                        operands.append(leaves[ref[1]])
+                    else:
+                        if ref not in scalars:
+                            scalars[ref] = _broadcast(ref[1:], total)
+                        operands.append(scalars[ref])
+                flat_type = ir.RankedTensorType.get([total], et)
+                values.append(ir.Operation.create(name, [flat_type], operands, dict(attrs)).result)
+            flat, offset = values[-1], 0
+            for tree, n in zip(trees, sizes):
+                piece = stablehlo.SliceOp(flat, [offset], [offset + n], [1]).result
+                if tree.root.type.rank != 1:
+                    piece = stablehlo.ReshapeOp(tree.root.type, piece).result
+                tree.root.replace_all_uses_with(piece)
+                self.slice_of[piece] = (flat, offset)
+                self.maybe_dead[piece.owner.operation] = None
+                offset += n
+        for tree in trees:
+            members = set(tree.nodes)
+            for op in reversed(tree.nodes):
+                self.maybe_dead.pop(op, None)
+                for v in op.operands:
+                    d = _producer(v)
+                    if d is not None and d not in members:
+                        self.maybe_dead[d] = None
+                op.erase()
+
+    def _forwarding_order(self, trees: list[Tree]) -> list[Tree]:
+        """`trees` ordered so that an operand column is exactly an earlier flat result, if one can be."""
+        operands = [t.operands() for t in trees]
+        for k in range(len(trees[0].slots)):
+            at = [self.slice_of.get(ops[k]) for ops in operands]
+            if None in at:
+                continue
+            order = sorted(range(len(trees)), key=lambda i: at[i][1])
+            if self._source([operands[i][k] for i in order], [trees[i].size for i in order]) is not None:
+                return [trees[i] for i in order]
+        return trees
+
+    def _source(self, values: list, sizes: list):
+        """The earlier flat result whose consecutive slices are exactly `values`, or None."""
+        first = self.slice_of.get(values[0])
+        if first is None:
+            return None
+        flat, offset = first[0], 0
+        for v, n in zip(values, sizes):
+            if self.slice_of.get(v) != (flat, offset):
+                return None
+            offset += n
+        return flat if offset == flat.type.shape[0] else None
+
+    def _flatten(self, values: list, sizes: list, anchor: ir.Operation) -> ir.Value:
+        """`values` as one 1-D vector: an earlier flat result or concatenation if there is one, else
+        the concatenation of their reshapes."""
+        flat = self._source(values, sizes)
+        if flat is None:
+            flat = self._concatenation(values, anchor)
+        if flat is None:
+            pieces = [v if v.type.rank == 1 else
+                      stablehlo.ReshapeOp(ir.RankedTensorType.get([n], v.type.element_type), v).result
+                      for v, n in zip(values, sizes)]
+            flat = self.concat_of[tuple(values)] = stablehlo.ConcatenateOp(pieces, 0).result
+        return flat
+
+    def _concatenation(self, values: list, anchor: ir.Operation):
+        """An earlier concatenation of `values` placed before `anchor`, or None. Its operands are
+        checked rather than trusted to the key: an erased value's address may now be a new value's."""
+        known = self.concat_of.get(tuple(values))
+        if known is None or not known.owner.operation.is_before_in_block(anchor):
+            return None
+        for piece, v in zip(known.owner.operands, values):
+            reshape = _producer(piece)
+            if piece != v and not (reshape is not None and reshape.name == "stablehlo.reshape"
+                                   and reshape.operands[0] == v):
+                return None
+        return known
+
+    def erase_unused(self) -> None:
+        """Erase the side-effect-free ops that lost their last use, and the producers that frees."""
+        ops = self.maybe_dead
+        while ops:
+            op, _ = ops.popitem()
+            if has_side_effects(op) or any(_has_uses(r) for r in op.results):
+                continue
+            for v in op.operands:
+                d = _producer(v)
+                if d is not None:
+                    ops[d] = None
+            op.erase()
+
+
+def _broadcast(scalar: tuple, size: int) -> ir.Value:
+    """A shared scalar as a 1-D vector of `size` elements."""
+    kind, x = scalar
+    if kind == "splat":
+        return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([size], x.type), x)).result
+    return stablehlo.BroadcastInDimOp(ir.RankedTensorType.get([size], x.type.element_type), x, []).result
+
+
+def _producer(value: ir.Value):
+    return value.owner.operation if isinstance(value, ir.OpResult) else None
+
+
+def _has_uses(value: ir.Value) -> bool:
+    return any(True for _ in value.uses)
+
+
+def _in_block(op: ir.Operation, block: ir.Block) -> ir.Operation:
+    while op.block != block:
+        op = op.parent.operation
+    return op
+
+
+def _latest(ops):
+    latest = None
+    for op in ops:
+        if op is not None and (latest is None or latest.is_before_in_block(op)):
+            latest = op
+    return latest
+
+
+def _earliest(ops):
+    earliest = None
+    for op in ops:
+        if op is not None and (earliest is None or op.is_before_in_block(earliest)):
+            earliest = op
+    return earliest

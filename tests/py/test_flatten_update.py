@@ -1,5 +1,4 @@
 """flatten-update keeps an optax step bit for bit (StableHLO reference interpreter) and really flattens it."""
-from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -7,12 +6,12 @@ import numpy as np
 import optax
 import pytest
 from jaxlib.mlir import ir
-from jaxlib.mlir._mlir_libs._stablehlo import eval_module
 
 import loopfuse
 from loopfuse.mlir_context import parse_module
 from loopfuse.passes.manager import PassFailure, PassSpec, run_pass
 from loopfuse.trace import trace
+from ir_helpers import interpret, op_counts
 
 SHAPES = [(3,), (2, 3), (4, 1, 2), (5,), (1,), (2, 2), (3, 4), (6,), (2, 1), (1, 3, 2),
           (7,), (4, 4), (2, 5), (3, 1), (8,), (1, 1), (2, 2, 2), (9,), (3, 3), (5, 2)]
@@ -49,20 +48,6 @@ def _state_and_batch(opt, rng):
     return {"params": params, "opt": opt_state}, batch
 
 
-def _op_counts(module: ir.Module) -> Counter:
-    counts = Counter()
-
-    def visit(op):
-        counts[op.name] += 1
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return counts
-
-
-def _eval(module: ir.Module, args: list[np.ndarray]) -> list[np.ndarray]:
-    with module.context:
-        return [np.array(r) for r in eval_module(module, [ir.DenseElementsAttr.get(a) for a in args])]
 
 
 def _flat_args(state, batch) -> list[np.ndarray]:
@@ -88,7 +73,7 @@ def test_optax_step_bits(make_opt):
     run_pass(after, PassSpec("flatten-update"))
     assert after.operation.verify()
 
-    counts, old = _op_counts(after), _op_counts(before)
+    counts, old = op_counts(after), op_counts(before)
     assert counts["stablehlo.concatenate"] >= 3, str(after)  # params, mu, nu (and gradients)
     assert counts["stablehlo.slice"] >= 3 * len(SHAPES)
     assert sum(counts[n] for n in ELEMENTWISE) < sum(old[n] for n in ELEMENTWISE) / 4
@@ -96,7 +81,7 @@ def test_optax_step_bits(make_opt):
     for seed in range(3):
         state, batch = _state_and_batch(opt, np.random.default_rng(seed))
         args = _flat_args(state, batch)
-        _assert_same_bits(_eval(before, args), _eval(after, args))
+        _assert_same_bits(interpret(before, args), interpret(after, args))
 
 
 def test_compile_step_matches_jit(tmp_path):
@@ -126,7 +111,7 @@ def test_many_leaves_are_one_update():
 
     module = trace(step, state, params, {}, None).module
     run_pass(module, PassSpec("flatten-update"))
-    counts = _op_counts(module)
+    counts = op_counts(module)
     assert counts["stablehlo.concatenate"] == 4, counts   # gradients, mu, nu, params
     assert counts["stablehlo.sqrt"] == 1 and counts["stablehlo.divide"] == 3, counts
 
@@ -140,9 +125,9 @@ func.func @main(%a: tensor<2xf32>, %b: tensor<3xf32>) -> (tensor<2xf32>, tensor<
 }"""
     module = parse_module(text)
     run_pass(module, PassSpec("flatten-update", {"min-group": "3"}))
-    assert _op_counts(module)["stablehlo.concatenate"] == 0
+    assert op_counts(module)["stablehlo.concatenate"] == 0
     run_pass(module, PassSpec("flatten-update", {"min-group": "2"}))
-    assert _op_counts(module)["stablehlo.concatenate"] == 1
+    assert op_counts(module)["stablehlo.concatenate"] == 1
     for options in ({"min-group": "1"}, {"min_group": "2"}):
         with pytest.raises(PassFailure, match="min-group"):
             run_pass(module, PassSpec("flatten-update", options))

@@ -5,12 +5,12 @@ import numpy as np
 import optax
 import pytest
 from jaxlib.mlir import ir
-from jaxlib.mlir._mlir_libs._stablehlo import eval_module
 
 from loopfuse import runtime
 from loopfuse.passes._func import main_func
 from loopfuse.passes.manager import PassSpec, run_pass
 from loopfuse.trace import trace
+from ir_helpers import interpret
 from problems import batch, init_state, mlp_params, train_step
 
 
@@ -32,10 +32,6 @@ def _inputs(module, seed=0):
         return out
 
 
-def _interpret(module, arrays):
-    with module.context:
-        return [np.array(r) for r in eval_module(module, [ir.DenseElementsAttr.get(a) for a in arrays])]
-
 
 def _pjrt(module, arrays):
     exe = runtime.compile_module(str(module), [jax.devices()[0]])
@@ -44,13 +40,13 @@ def _pjrt(module, arrays):
 
 
 def _same(run, a, b):
-    if run is _interpret:
+    if run is interpret:
         np.testing.assert_array_equal(a, b)
     else:
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("run", [_interpret, _pjrt])
+@pytest.mark.parametrize("run", [interpret, _pjrt])
 def test_alias_state_preserves_results(run):
     t = _traced()
     arrays = _inputs(t.module)
@@ -62,7 +58,7 @@ def test_alias_state_preserves_results(run):
         _same(run, a, b)
 
 
-@pytest.mark.parametrize("run", [_interpret, _pjrt])
+@pytest.mark.parametrize("run", [interpret, _pjrt])
 def test_drop_unused_outputs_keeps_the_requested_results_exactly(run):
     t = _traced(keep_aux=("loss",))
     arrays = _inputs(t.module)
@@ -75,3 +71,18 @@ def test_drop_unused_outputs_keeps_the_requested_results_exactly(run):
     assert str(t.module).count(" = stablehlo.") < n_ops_before
     for j, b in zip(kept, after):
         _same(run, before[j], b)
+
+
+def test_wrap_loop_equals_k_interpreted_steps():
+    t = _traced(keep_aux=("loss",))
+    run_pass(t.module, PassSpec("drop-unused-outputs"))
+    arrays, n_state, k = _inputs(t.module), len(t.state_paths), 3
+    state, losses = arrays[:n_state], []
+    for _ in range(k):
+        outs = interpret(t.module, state + arrays[n_state:])
+        state, losses = outs[:n_state], losses + [outs[n_state]]
+    run_pass(t.module, PassSpec("wrap-loop", {"steps": str(k)}))
+    looped = interpret(t.module, arrays)
+    for a, b in zip(looped[:n_state], state):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(looped[n_state], np.stack(losses))

@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 from jaxlib.mlir import ir
-from jaxlib.mlir._mlir_libs._stablehlo import eval_module
 
 from loopfuse import pipeline
 from loopfuse.mlir_context import parse_module
 from loopfuse.passes.manager import run_pass
+from ir_helpers import interpret
 
 SHAPES = [(), (2,), (3,), (2, 3), (3, 2), (1, 4), (2, 2, 2)]
 UNARY = {"tanh": jnp.tanh, "exp": jnp.exp, "neg": jnp.negative, "abs": jnp.abs,
@@ -120,10 +120,6 @@ def _run(instructions, outputs, args):
     return tuple(pool[k] for k in outputs)
 
 
-def _eval(module: ir.Module, args: list[np.ndarray]) -> list[np.ndarray]:
-    with module.context:
-        return [np.array(r) for r in eval_module(module, [ir.DenseElementsAttr.get(a) for a in args])]
-
 
 @settings(max_examples=50, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**32 - 1))
@@ -141,7 +137,7 @@ def test_passes_keep_values(program, seed):
 
     rng = np.random.default_rng(seed)
     args = [np.asarray(rng.standard_normal(s), np.float32) for s in inputs]
-    expected, actual = _eval(before, args), _eval(after, args)
+    expected, actual = interpret(before, args), interpret(after, args)
     assert len(expected) == len(actual)
     for e, a in zip(expected, actual):
         assert (e.dtype, e.shape) == (a.dtype, a.shape)

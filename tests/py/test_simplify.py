@@ -1,28 +1,17 @@
 """simplify preserves values bit for bit (StableHLO reference interpreter) and really rewrites."""
-from collections import Counter
 
 import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from jaxlib.mlir import ir
-from jaxlib.mlir._mlir_libs._stablehlo import eval_module
 
 from loopfuse.mlir_context import parse_module
 from loopfuse.passes.manager import PassSpec, run_pass
+from ir_helpers import interpret, op_counts
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
 
-
-def _op_counts(module: ir.Module) -> Counter:
-    counts = Counter()
-
-    def visit(op):
-        counts[op.name] += 1
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return counts
 
 
 def _random_inputs(module: ir.Module, rng: np.random.Generator) -> list[np.ndarray]:
@@ -44,10 +33,6 @@ def _random(shape, dtype, rng: np.random.Generator) -> np.ndarray:
     return flat.reshape(shape)
 
 
-def _eval(module: ir.Module, args: list[np.ndarray]) -> list[np.ndarray]:
-    with module.context:
-        return [np.array(r) for r in eval_module(module, [ir.DenseElementsAttr.get(a) for a in args])]
-
 
 def _simplified(text: str) -> tuple[ir.Module, ir.Module]:
     """(original, simplified) copies of `text`; the simplified one has been verified."""
@@ -66,10 +51,10 @@ def _assert_same_bits(expected: list[np.ndarray], actual: list[np.ndarray]) -> N
 
 def _check(text: str, expected_counts: dict) -> ir.Module:
     before, after = _simplified(text)
-    counts = _op_counts(after)
+    counts = op_counts(after)
     assert {name: counts[name] for name in expected_counts} == expected_counts, str(after)
     args = _random_inputs(before, np.random.default_rng(0))
-    _assert_same_bits(_eval(before, args), _eval(after, args))
+    _assert_same_bits(interpret(before, args), interpret(after, args))
     return after
 
 
@@ -150,7 +135,7 @@ func.func @main(%x: tensor<8xf32>) -> tensor<8xf32> {
 }"""
     after = _check(text, {"stablehlo.add": 1})
     [x] = _random_inputs(after, np.random.default_rng(0))
-    assert np.signbit(x[0]) and not np.signbit(_eval(after, [x])[0][0])  # -0.0 + 0.0 is +0.0
+    assert np.signbit(x[0]) and not np.signbit(interpret(after, [x])[0][0])  # -0.0 + 0.0 is +0.0
 
 
 def test_multiply_by_two_is_kept():
@@ -186,7 +171,7 @@ def test_lowered_jax_function():
 
     x = _random((16,), np.float32, np.random.default_rng(1))
     before, after = _simplified(jax.jit(f).lower(x).as_text())
-    counts = _op_counts(after)
+    counts = op_counts(after)
     assert counts["stablehlo.reshape"] == 1 and counts["stablehlo.transpose"] == 1, str(after)
     assert counts["stablehlo.multiply"] == 0 and counts["stablehlo.broadcast_in_dim"] == 0, str(after)
-    _assert_same_bits([np.asarray(f(x))], _eval(after, [x]))
+    _assert_same_bits([np.asarray(f(x))], interpret(after, [x]))

@@ -46,8 +46,15 @@ def compile_module(text: str, devices) -> "xc.LoadedExecutable":
     return backend.compile_and_load(text, xc.DeviceList(tuple(devices)), opts)
 
 
-def execute(executable, args, outputs) -> list:
-    """Run on global device arrays `args`; `outputs` gives (global shape, sharding or None) per result."""
-    per_device = executable.execute_sharded(args).disassemble_into_single_device_arrays()
-    return [shards[0] if sharding is None else jax.make_array_from_single_device_arrays(shape, sharding, shards)
-            for shards, (shape, sharding) in zip(per_device, outputs)]
+def result_handlers(outputs) -> list:
+    """C++ result handlers turning each executable result into a (global) jax Array.
+
+    `outputs` gives (global shape, dtype, sharding) per result.
+    """
+    return [xc.array_result_handler(jax.core.ShapedArray(shape, dtype), sharding, committed=True,
+                                    _skip_checks=True) for shape, dtype, sharding in outputs]
+
+
+def execute(executable, args, handlers) -> list:
+    """Run on device arrays `args` (already placed); results come back through `handlers`."""
+    return executable.execute_sharded(args).consume_with_handlers(handlers)

@@ -24,7 +24,7 @@ class Executable:
     traced: Traced
     executable: Any
     results: list                  # flat output index of each executable result
-    outputs: list                  # (global shape, sharding or None) of each executable result
+    handlers: list                 # result handler of each executable result (makes the jax Array)
     arg_targets: list              # sharding of each executable argument
     key_args: list                 # argument positions that hold typed PRNG keys (passed as raw data)
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
@@ -114,11 +114,14 @@ class Step:
             n_args = len(main.type.inputs)
         if traced.arg_shardings is None:
             device = jax.sharding.SingleDeviceSharding(self._device())
-            return results, [(s, None) for s in shapes], [device] * n_args
-        n_state = len(traced.state_paths)
-        outputs = [(s, traced.arg_shardings[j] if j < n_state else self.placement.replicated)
-                   for j, s in zip(results, shapes)]
-        return results, outputs, traced.arg_shardings
+            arg_targets, out_shardings = [device] * n_args, [device] * len(results)
+        else:
+            n_state = len(traced.state_paths)
+            arg_targets = traced.arg_shardings
+            out_shardings = [arg_targets[j] if j < n_state else self.placement.replicated for j in results]
+        handlers = runtime.result_handlers(
+            [(s, traced.out_dtypes[j], sh) for j, s, sh in zip(results, shapes, out_shardings)])
+        return results, handlers, arg_targets
 
     def _dump_name(self, traced: Traced) -> str:
         name = getattr(self.fn, "__name__", "step")
@@ -131,14 +134,12 @@ class Step:
 
     def compiled(self, state, batch, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached)."""
-        return self._lookup(state, batch, static)[0]
+        key, _ = self._signature(state, batch, static)
+        return self._cache.get(key) or self._cached_compile(key, state, batch, static)
 
-    def _lookup(self, state, batch, static):
-        key, leaves = self._signature(state, batch, static)
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._cache[key] = self._compile(state, batch, static)
-        return entry, leaves
+    def _cached_compile(self, key, state, batch, static) -> Executable:
+        entry = self._cache[key] = self._compile(state, batch, static)
+        return entry
 
     def lower(self, state, batch, **static) -> dict:
         """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}.
@@ -160,11 +161,13 @@ class Step:
         With a `Dataset` batch, `start` is the global step index of the first step (it picks the
         batch and the epoch). The caller's donated state arrays are consumed: use the returned state.
         """
-        _check_alive(state, batch)
+        key, leaves = self._signature(state, batch, static)
+        if any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves):
+            _raise_donated(state, batch)
         if isinstance(batch, Dataset):
             batch.validate()
-        entry, leaves = self._lookup(state, batch, static)
-        outs = runtime.execute(entry.executable, self._arguments(entry, leaves, start), entry.outputs)
+        entry = self._cache.get(key) or self._cached_compile(key, state, batch, static)
+        outs = runtime.execute(entry.executable, self._arguments(entry, leaves, start), entry.handlers)
         return self._unflatten(entry, outs)
 
     def _arguments(self, entry: Executable, leaves, start) -> list:
@@ -194,7 +197,7 @@ class Step:
                 jax.tree_util.tree_unflatten(t.aux_def, flat[n_state:]))
 
 
-def _check_alive(state, batch) -> None:
+def _raise_donated(state, batch) -> None:
     """Raise DonatedArrayError naming the first leaf whose buffer an earlier donation deleted."""
     for what, tree in (("state", state), ("batch", batch)):
         for x in jax.tree_util.tree_leaves(tree):

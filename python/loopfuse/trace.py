@@ -64,6 +64,7 @@ class Traced:
     aux_kept: list
     has_step_index: bool
     arg_shardings: list | None     # per argument, under a Placement (None: one device)
+    out_dtypes: list               # per flat output (typed keys as their raw uint32 data)
 
 
 def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) -> Traced:
@@ -110,11 +111,13 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]
         jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh),
                          out_shardings=(state_sh, placement.replicated))
-    text = jitted.lower(*specs).as_text()
+    lowered = jitted.lower(*specs)
+    text = lowered.as_text()
+    out_dtypes = [x.dtype for x in jax.tree_util.tree_leaves(lowered.out_info)]
     aux_kept = [_keep(p, keep_aux) for p in out_info["aux_paths"]]
     module = _tag(text, state_paths, aux_kept, has_step)
     return Traced(module, state_paths, state_def, key_leaves, out_info["aux_def"], out_info["aux_paths"],
-                  aux_kept, has_step, in_sh)
+                  aux_kept, has_step, in_sh, out_dtypes)
 
 
 def _raw(leaves) -> list:

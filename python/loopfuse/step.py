@@ -11,10 +11,10 @@ from jaxlib.mlir import ir
 
 from . import pipeline, runtime
 from .data import Dataset
-from .errors import DonatedArrayError, StateMismatchError
+from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
 from .sharding import Placement
-from .trace import RESULT, Traced, leaf_spec, trace
+from .trace import RESULT, Traced, trace
 
 
 @dataclass
@@ -162,7 +162,7 @@ class Step:
         batch and the epoch). The caller's donated state arrays are consumed: use the returned state.
         """
         key, leaves = self._signature(state, batch, static)
-        if any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves):
+        if any(map(_deleted, leaves)):
             _raise_donated(state, batch)
         if isinstance(batch, Dataset):
             batch.validate()
@@ -175,8 +175,7 @@ class Step:
             leaves = leaves + [np.int32(start)]
         for i in entry.key_args:
             leaves[i] = jax.random.key_data(leaves[i])
-        args = [x if isinstance(x, jax.Array) and x.sharding == t else jax.device_put(x, t)
-                for x, t in zip(leaves, entry.arg_targets)]
+        args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(leaves, entry.arg_targets)]
         if self.donate and len(set(map(id, args))) < len(args):  # one buffer cannot be donated twice
             seen = set()
             for i, x in enumerate(args):
@@ -208,6 +207,20 @@ def _raise_donated(state, batch) -> None:
                     f"{what} leaf {path} was donated to an earlier loopfuse call and its buffer is gone; pass "
                     "the state that call returned (state, aux = step(state, batch)), or compile with "
                     "donate=False to keep inputs alive")
+
+
+def _deleted(x) -> bool:
+    try:
+        return x.is_deleted()
+    except AttributeError:  # numpy arrays and Python scalars
+        return False
+
+
+def _place(x, sharding):
+    """`x` as a device array with `sharding` (no copy when it already has an equal one)."""
+    if isinstance(x, jax.Array) and x.sharding == sharding:
+        return x
+    return jax.device_put(x, sharding)
 
 
 def _aval(x):

@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jaxlib.mlir import ir
 
 import loopfuse
 from loopfuse.mlir_context import parse_module

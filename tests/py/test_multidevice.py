@@ -86,6 +86,26 @@ def test_data_parallel_final_ir(facts):
     assert [(r["type"], r["sharding"]) for r in aux] == [(f"tensor<{K}xf32>", "#sdy.sharding<@mesh, [{}]>")]
 
 
+DATA_PARALLEL_CHECKS = """\
+CHECK: sdy.mesh @mesh = <["data"=4]>
+CHECK-LABEL: func.func public @main
+CHECK-SAME: loopfuse.state = "['params']['w1']", sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>, tf.aliasing_output
+CHECK-SAME: %arg{{[0-9]+}}: tensor<16x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"data"}, {}]>}
+CHECK-SAME: %arg{{[0-9]+}}: tensor<16x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"data"}, {}]>}
+CHECK-SAME: tensor<4xf32> {{{.*}}sdy.sharding = #sdy.sharding<@mesh, [{}]>}
+CHECK: stablehlo.while
+CHECK-NOT: stablehlo.while
+"""
+
+
+def test_data_parallel_final_ir_filecheck(facts, tmp_path):
+    checks = tmp_path / "checks.txt"
+    checks.write_text(DATA_PARALLEL_CHECKS)
+    run = subprocess.run([sys.executable, "-m", "filecheck", str(checks)], input=section(facts, "data")["signature"]["text"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
 # ---- sharding="params" -------------------------------------------------------------------------
 def test_params_sharding_splits_large_leaves(facts):
     p = section(facts, "params")

@@ -5,7 +5,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
-from jaxlib.mlir import ir
 
 from loopfuse import pipeline
 from loopfuse.mlir_context import parse_module

@@ -17,7 +17,7 @@ written once each. Result attributes stay on the results so the runtime maps the
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
-from ._func import STATE, STEP_INDEX, arg_attrs, main_func, result_attrs, return_op, set_result_attrs, string_attr
+from ._func import STATE, STEP_INDEX, arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
 
 BODY = "loopfuse_step"
 SDY_SHARDING = "sdy.sharding"

@@ -84,8 +84,9 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         share = f"{r['passes_s']:.3f} ({100 * r['passes_s'] / r['compile_s']:.1f}%)" if "passes_s" in r else "-"
+        trace_s, xla_s = (f"{r[k]:.2f}" if k in r else "-" for k in ("trace_s", "xla_s"))
         lines.append(f"| {name} | {r['compile_s']:.2f} | {r['compile_s'] / base['compile_s']:.2f}x | "
-                     f"{r.get('trace_s', float('nan')):.2f} | {share} | {r.get('xla_s', float('nan')):.2f} | "
+                     f"{trace_s} | {share} | {xla_s} | "
                      f"{r['steps_per_s']:.1f} | {r['steps_per_s'] / base['steps_per_s']:.2f}x |")
     lines += ["", "Per pass (seconds): " + "; ".join(
         f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in r["per_pass_s"].items())

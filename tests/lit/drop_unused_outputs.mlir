@@ -42,3 +42,25 @@ func.func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
   %c = stablehlo.cosine %x : tensor<4xf32>
   return %x, %c : tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// A dead call to an effect-free private function goes; a dead call to one with a custom call
+// stays (the callee itself is never erased here).
+// CHECK-LABEL: func.func @main
+// CHECK-NOT: call @pure
+// CHECK: call @effectful
+// CHECK: return
+func.func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32> {loopfuse.unused}, tensor<4xf32> {loopfuse.unused}) {
+  %p = call @pure(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  %e = call @effectful(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return %x, %p, %e : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+func.func private @pure(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.sine %a : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+func.func private @effectful(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.custom_call @print(%a) {has_side_effect = true} : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

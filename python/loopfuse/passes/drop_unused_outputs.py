@@ -2,9 +2,8 @@
 
 Rewrites: results of ``@main`` tagged ``loopfuse.unused`` (for example gradients or metrics the
 caller did not request) are removed from the signature, then every side-effect-free op whose
-values are no longer used is erased (calls too, when the callee is free of effects), so the work that only fed those
-results disappears.
-``tf.aliasing_output`` indices on arguments are renumbered to the surviving results; an alias
+values are no longer used is erased (calls too, when the callee is free of effects), so the
+work that only fed those results disappears. ``tf.aliasing_output`` indices on arguments are renumbered to the surviving results; an alias
 to a removed result becomes ``jax.buffer_donor``.
 
 Why it is safe: the remaining results are computed by the same ops as before; only ops with no

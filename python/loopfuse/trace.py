@@ -33,6 +33,19 @@ def leaf_spec(x) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(np.shape(x), x.dtype)
 
 
+def _input_spec(what: str, path, x) -> jax.ShapeDtypeStruct:
+    """leaf_spec of an input leaf, or a StateMismatchError naming the leaf that is no array."""
+    try:
+        spec = leaf_spec(x)
+        ok = jnp.issubdtype(spec.dtype, jnp.number) or jnp.issubdtype(spec.dtype, jnp.bool_)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise StateMismatchError(f"{what} leaf {jax.tree_util.keystr(path)} is {type(x).__name__} "
+                                 f"{x!r:.60}, not a numeric array or scalar")
+    return spec
+
+
 def _keep(path: str, keep_aux) -> bool:
     return keep_aux is None or any(path == k or path.startswith(k + ".") or path.startswith(k + "[")
                                    for k in keep_aux)
@@ -94,8 +107,8 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         out_info["aux_def"], out_info["aux_paths"] = aux_def, [dotted(p) for p, _ in aux_leaves]
         return _raw(jax.tree_util.tree_leaves(new_state)), _raw(x for _, x in aux_leaves)
 
-    state_specs = [leaf_spec(x) for _, x in state_leaves]
-    specs = state_specs + [leaf_spec(x) for x in batch_leaves]
+    state_specs = [_input_spec("state", p, x) for p, x in state_leaves]
+    specs = state_specs + [_input_spec("batch", p, x) for p, x in jax.tree_util.tree_flatten_with_path(batch)[0]]
     if has_step:
         specs.append(jax.ShapeDtypeStruct((), jnp.int32))
     state_paths = [jax.tree_util.keystr(p) for p, _ in state_leaves]

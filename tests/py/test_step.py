@@ -210,3 +210,11 @@ def test_mlp_loss_decreases_with_adam():
         losses.append(float(aux["loss"]))
     assert losses[-1] < 0.7 * losses[0]
     assert mlp_loss(state[0], batch()) == pytest.approx(losses[-1], rel=0.05)
+
+
+def test_non_array_leaf_is_named():
+    step = loopfuse.compile_step(lambda s, b: (s, 0.0))
+    with pytest.raises(StateMismatchError, match=r"state leaf \['name'\] is str 'abc', not a numeric array"):
+        step({"w": jnp.ones(2), "name": "abc"}, None)
+    with pytest.raises(StateMismatchError, match=r"batch leaf \['x'\] is object"):
+        step({"w": jnp.ones(2)}, {"x": object()})

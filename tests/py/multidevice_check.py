@@ -252,8 +252,23 @@ def check_scalar_and_dataset_batch_size() -> dict:
     return {"scalar_out": np.asarray(out).tolist(), "dataset_error": message}
 
 
+def check_minimize() -> dict:
+    """minimize with CompiledLoop(devices=..., sharding="data") reaches the single-device params."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(32, 5)).astype(np.float32)
+    data = {"a": a, "y": a @ rng.normal(size=(5,)).astype(np.float32)}
+    loss = lambda w, b: jnp.mean((b["a"] @ w - b["y"]) ** 2)
+    w0 = jnp.zeros(5)
+    one = loopfuse.minimize(loss, w0, data, optax.adam(0.05), steps=30, backend=loopfuse.CompiledLoop(steps=10))
+    four = loopfuse.minimize(loss, w0, data, optax.adam(0.05), steps=30,
+                             backend=loopfuse.CompiledLoop(steps=10, devices=jax.devices(), sharding="data"))
+    return {"rel_diff": max_rel_diff(four.params, one.params),
+            "history_diff": float(np.max(np.abs(four.loss_history - one.loss_history))),
+            "num_devices": len(four.params.sharding.device_set)}
+
+
 CHECKS = {"data": check_data, "params": check_params, "bad_batch": check_bad_batch, "dataset": check_dataset,
-          "scalars": check_scalar_and_dataset_batch_size}
+          "scalars": check_scalar_and_dataset_batch_size, "minimize": check_minimize}
 
 
 def main(names) -> None:

@@ -159,3 +159,9 @@ def test_scalar_batch_leaf_is_replicated_and_dataset_batch_size_must_divide(fact
     d = section(facts, "scalars")
     np.testing.assert_allclose(d["scalar_out"], [0.5, 0.5, 0.5])
     assert d["dataset_error"] and "batch_size=6" in d["dataset_error"] and "4 devices" in d["dataset_error"]
+
+
+def test_minimize_with_a_sharded_compiled_loop_matches_one_device(facts):
+    d = section(facts, "minimize")
+    assert d["num_devices"] == 4
+    assert d["rel_diff"] < TOL and d["history_diff"] < 1e-5

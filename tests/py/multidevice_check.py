@@ -42,14 +42,20 @@ def mlp_state(seed=0):
     return {"params": params, "opt": OPT.init(params)}
 
 
-def mlp_step(state, batch):
-    def loss_fn(p):
-        h = jnp.tanh(batch["x"] @ p["w1"] + p["b1"])
-        return jnp.mean((h @ p["w2"] - batch["y"]) ** 2)
+def tanh_mlp_step(opt, w: str, b: str, v: str):
+    """An optax step on mean((tanh(x @ p[w] + p[b]) @ p[v] - y) ** 2) over state {"params", "opt"}."""
+    def step(state, batch):
+        def loss_fn(p):
+            h = jnp.tanh(batch["x"] @ p[w] + p[b])
+            return jnp.mean((h @ p[v] - batch["y"]) ** 2)
 
-    loss, grads = jax.value_and_grad(loss_fn)(state["params"])
-    updates, opt_state = OPT.update(grads, state["opt"], state["params"])
-    return {"params": optax.apply_updates(state["params"], updates), "opt": opt_state}, {"loss": loss}
+        loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+        updates, opt_state = opt.update(grads, state["opt"], state["params"])
+        return {"params": optax.apply_updates(state["params"], updates), "opt": opt_state}, {"loss": loss}
+    return step
+
+
+mlp_step = tanh_mlp_step(OPT, "w1", "b1", "w2")
 
 
 def wide_state(seed=0):
@@ -60,14 +66,7 @@ def wide_state(seed=0):
     return {"params": params, "opt": WIDE_OPT.init(params)}
 
 
-def wide_step(state, batch):
-    def loss_fn(p):
-        h = jnp.tanh(batch["x"] @ p["w"] + p["b"])
-        return jnp.mean((h @ p["v"] - batch["y"]) ** 2)
-
-    loss, grads = jax.value_and_grad(loss_fn)(state["params"])
-    updates, opt_state = WIDE_OPT.update(grads, state["opt"], state["params"])
-    return {"params": optax.apply_updates(state["params"], updates), "opt": opt_state}, {"loss": loss}
+wide_step = tanh_mlp_step(WIDE_OPT, "w", "b", "v")
 
 
 def mlp_batch(n=16):

@@ -224,11 +224,13 @@ def _place(x, sharding):
 
 
 def _aval(x):
+    """The abstract value of a leaf for the cache key (weak types traced as strong ones)."""
     try:
-        return x.shape, x.dtype
-    except AttributeError:
+        aval = x.aval
+        return aval.strip_weak_type() if aval.weak_type else aval
+    except AttributeError:  # numpy arrays and Python scalars
         x = np.asarray(x)
-        return x.shape, x.dtype
+        return jax.core.ShapedArray(x.shape, jax.dtypes.canonicalize_dtype(x.dtype))
 
 
 def _is_key(x) -> bool:

@@ -30,7 +30,7 @@ def leaf_spec(x) -> jax.ShapeDtypeStruct:
         x = np.asarray(x)
     if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
         return jax.ShapeDtypeStruct(jax.random.key_data(x).shape, jnp.uint32)
-    return jax.ShapeDtypeStruct(np.shape(x), x.dtype)
+    return jax.ShapeDtypeStruct(np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype))
 
 
 def _input_spec(what: str, path, x) -> jax.ShapeDtypeStruct:
@@ -170,7 +170,7 @@ def _check_same_state(state, new_state) -> None:
         sa, sb = leaf_spec(a), leaf_spec(b)
         if sa.shape != sb.shape or sa.dtype != sb.dtype:
             raise StateMismatchError(
-                f"state leaf {jax.tree_util.keystr(path)} enters the step as {sa.dtype}{list(sa.shape)} "
+                f"state leaf {jax.tree_util.keystr(path) or '(the whole state)'} enters the step as {sa.dtype}{list(sa.shape)} "
                 f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
 
 

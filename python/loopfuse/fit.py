@@ -29,15 +29,13 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     """
     if num_steps < 1 or chunk < 1:
         raise ValueError(f"num_steps ({num_steps}) and chunk ({chunk}) must be positive")
-    loops = {}
     history, done, interrupted = [], 0, False
     bar = _bar(num_steps, progress)
     try:
         while done < num_steps:
             k = min(chunk, num_steps - done)
-            loop = loops.get(k) or loops.setdefault(k, step.loop(k))
             start = done if isinstance(batch, Dataset) else 0
-            new_state, aux = loop(state, batch, start=start)
+            new_state, aux = step.loop(k)(state, batch, start=start)
             jax.block_until_ready(new_state)
             state, done = new_state, done + k
             aux = jax.tree_util.tree_map(np.asarray, aux)

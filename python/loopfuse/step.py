@@ -51,12 +51,16 @@ class Step:
         self.placement = Placement(devices, sharding or "data") if devices is not None else None
         self.compile_count = 0
         self._cache: dict = {}
+        self._loops: dict = {}
 
     def loop(self, steps: int) -> "Step":
-        """The same step run `steps` times per call inside one device loop."""
-        return Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
-                    keep_aux=self.keep_aux, steps=steps, device=self.device, devices=self.devices,
-                    sharding=self.sharding)
+        """The same step run `steps` times per call inside one device loop (one Step per `steps`,
+        so its executables are reused by every caller)."""
+        if steps not in self._loops:
+            self._loops[steps] = Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
+                                      keep_aux=self.keep_aux, steps=steps, device=self.device,
+                                      devices=self.devices, sharding=self.sharding)
+        return self._loops[steps]
 
     # ---- compiling -------------------------------------------------------------------------
     @staticmethod

@@ -65,3 +65,11 @@ def test_fit_progress_bar_and_bad_arguments(capsys):
     assert "4/4" in capsys.readouterr().err
     with pytest.raises(ValueError, match="must be positive"):
         loopfuse.fit(_step(opt), init_state(opt), batch(), 0)
+
+
+def test_a_second_fit_reuses_the_compiled_loops():
+    opt = optax.sgd(0.1)
+    step = _step(opt)
+    first = loopfuse.fit(step, fresh(init_state(opt)), batch(), 12, chunk=5, progress=False)
+    loopfuse.fit(step, first.state, batch(), 12, chunk=5, progress=False)
+    assert step.loop(5).compile_count == 1 and step.loop(2).compile_count == 1

@@ -14,7 +14,7 @@ from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
 from .sharding import Placement
-from .trace import RESULT, Traced, trace
+from .trace import RESULT, Traced, is_key, trace, wrap_keys
 
 
 @dataclass
@@ -106,7 +106,7 @@ class Step:
         executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()])
         seconds["xla"] = time.perf_counter() - t0
         self.compile_count += 1
-        key_args = [i for i, x in enumerate(jax.tree_util.tree_leaves((state, batch))) if _is_key(x)]
+        key_args = [i for i, x in enumerate(jax.tree_util.tree_leaves((state, batch))) if is_key(x)]
         return Executable(traced, executable, *self._layout(traced), key_args, seconds)
 
     def _layout(self, traced: Traced):
@@ -194,9 +194,7 @@ class Step:
         flat = [None] * (n_state + len(t.aux_paths))
         for j, value in zip(entry.results, outs):
             flat[j] = value
-        state_leaves = [jax.random.wrap_key_data(v, impl=jax.random.key_impl(k)) if k is not None else v
-                        for v, k in zip(flat[:n_state], t.key_leaves)]
-        return (jax.tree_util.tree_unflatten(t.state_def, state_leaves),
+        return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.key_leaves)),
                 jax.tree_util.tree_unflatten(t.aux_def, flat[n_state:]))
 
 
@@ -235,10 +233,6 @@ def _aval(x):
     except AttributeError:  # numpy arrays and Python scalars
         x = np.asarray(x)
         return jax.core.ShapedArray(x.shape, jax.dtypes.canonicalize_dtype(x.dtype))
-
-
-def _is_key(x) -> bool:
-    return hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,

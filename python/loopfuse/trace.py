@@ -86,17 +86,16 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
     With a `sharding.Placement`, arguments and results carry its shardings (SPMD over a mesh).
     """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
-    batch_leaves, batch_def = jax.tree_util.tree_flatten(batch)
-    key_leaves = [x if _is_key(x) else None for _, x in state_leaves]
+    batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
+    state_values, batch_values = [x for _, x in state_leaves], [x for _, x in batch_leaves]
+    key_leaves = [x if is_key(x) else None for x in state_values]
     has_step = isinstance(batch, Dataset)
     n_state, n_batch = len(state_leaves), len(batch_leaves)
     out_info = {}
 
     def flat(*args):
-        s = jax.tree_util.tree_unflatten(state_def, [
-            jax.random.wrap_key_data(a, impl=jax.random.key_impl(k)) if k is not None else a
-            for a, k in zip(args[:n_state], key_leaves)])
-        b = jax.tree_util.tree_unflatten(batch_def, _wrap_keys(args[n_state:n_state + n_batch], batch_leaves))
+        s = jax.tree_util.tree_unflatten(state_def, wrap_keys(args[:n_state], state_values))
+        b = jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[n_state:n_state + n_batch], batch_values))
         if has_step:
             b = b.batch(args[-1])
             if placement is not None:
@@ -108,7 +107,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         return _raw(jax.tree_util.tree_leaves(new_state)), _raw(x for _, x in aux_leaves)
 
     state_specs = [_input_spec("state", p, x) for p, x in state_leaves]
-    specs = state_specs + [_input_spec("batch", p, x) for p, x in jax.tree_util.tree_flatten_with_path(batch)[0]]
+    specs = state_specs + [_input_spec("batch", p, x) for p, x in batch_leaves]
     if has_step:
         specs.append(jax.ShapeDtypeStruct((), jnp.int32))
     state_paths = [jax.tree_util.keystr(p) for p, _ in state_leaves]
@@ -117,9 +116,8 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         jitted = jax.jit(flat, keep_unused=True)
     else:
         state_sh = [placement.state(x) for x in state_specs]
-        batch_paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(batch)[0]]
         batch_sh = ([placement.replicated] * (len(specs) - n_state) if has_step else
-                    [placement.batch(p, x) for p, x in zip(batch_paths, specs[n_state:])])
+                    [placement.batch(jax.tree_util.keystr(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])])
         in_sh = state_sh + batch_sh
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]
         jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh),
@@ -134,15 +132,17 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
 
 
 def _raw(leaves) -> list:
-    return [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+    return [jax.random.key_data(x) if is_key(x) else x for x in leaves]
 
 
-def _is_key(x) -> bool:
+def is_key(x) -> bool:
+    """Whether `x` is a typed PRNG key array (it crosses the executable boundary as raw data)."""
     return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def _wrap_keys(raw, templates):
-    return [jax.random.wrap_key_data(a, impl=jax.random.key_impl(t)) if _is_key(t) else a
+def wrap_keys(raw, templates) -> list:
+    """Raw uint32 key data back to typed keys where the template leaf is a typed key."""
+    return [jax.random.wrap_key_data(a, impl=jax.random.key_impl(t)) if is_key(t) else a
             for a, t in zip(raw, templates)]
 
 

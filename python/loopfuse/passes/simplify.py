@@ -73,28 +73,26 @@ def _forward(rewriter, op, value: ir.Value):
     return None
 
 
-def _mul_one(op, rewriter):
-    """x * 1 -> x, 1 * x -> x."""
+def _identity_operand(op, rewriter, is_identity):
+    """op(x, e) -> x and op(e, x) -> x for a commutative op whose identity `is_identity` recognizes."""
     lhs, rhs = op.operands
     if not _static(op):
         return NO_MATCH
-    if _is_one(rhs):
+    if is_identity(rhs):
         return _forward(rewriter, op, lhs)
-    if _is_one(lhs):
+    if is_identity(lhs):
         return _forward(rewriter, op, rhs)
     return NO_MATCH
+
+
+def _mul_one(op, rewriter):
+    """x * 1 -> x, 1 * x -> x."""
+    return _identity_operand(op, rewriter, _is_one)
 
 
 def _add_zero(op, rewriter):
     """x + 0 -> x, 0 + x -> x (integers); the same with -0.0 (floats)."""
-    lhs, rhs = op.operands
-    if not _static(op):
-        return NO_MATCH
-    if _is_zero(rhs, negative=True):
-        return _forward(rewriter, op, lhs)
-    if _is_zero(lhs, negative=True):
-        return _forward(rewriter, op, rhs)
-    return NO_MATCH
+    return _identity_operand(op, rewriter, lambda v: _is_zero(v, negative=True))
 
 
 def _sub_zero(op, rewriter):

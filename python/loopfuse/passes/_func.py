@@ -101,6 +101,11 @@ def pure_callees(module_op: ir.Operation) -> frozenset:
     return frozenset(pure)
 
 
+def is_dead(op: ir.Operation, pure=frozenset()) -> bool:
+    """No result of `op` is used and erasing it has no effect (see `has_side_effects`)."""
+    return not has_side_effects(op, pure) and not any(True for r in op.results for _ in r.uses)
+
+
 def erase_dead_ops(block: ir.Block, pure=frozenset()) -> int:
     """Erase side-effect-free ops whose results are unused, back to front; returns how many.
 
@@ -109,7 +114,7 @@ def erase_dead_ops(block: ir.Block, pure=frozenset()) -> int:
     erased = 0
     for op in reversed(list(block.operations)):
         op = op.operation
-        if has_side_effects(op, pure) or any(True for r in op.results for _ in r.uses):
+        if not is_dead(op, pure):
             continue
         op.erase()
         erased += 1

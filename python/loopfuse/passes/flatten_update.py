@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ._func import has_side_effects, main_func
+from ._func import is_dead, main_func
 
 ELEMENTWISE = frozenset("stablehlo." + name for name in (
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "sqrt", "rsqrt", "negate", "abs",
@@ -291,7 +291,7 @@ class _Flattener:
         ops = self.maybe_dead
         while ops:
             op, _ = ops.popitem()
-            if has_side_effects(op) or any(_has_uses(r) for r in op.results):
+            if not is_dead(op):
                 continue
             for v in op.operands:
                 d = _producer(v)
@@ -323,16 +323,18 @@ def _in_block(op: ir.Operation, block: ir.Block) -> ir.Operation:
 
 
 def _latest(ops):
-    latest = None
-    for op in ops:
-        if op is not None and (latest is None or latest.is_before_in_block(op)):
-            latest = op
-    return latest
+    """The op among `ops` (Nones skipped) that comes last in their block."""
+    return _extreme(ops, lambda a, b: a.is_before_in_block(b))
 
 
 def _earliest(ops):
-    earliest = None
+    """The op among `ops` (Nones skipped) that comes first in their block."""
+    return _extreme(ops, lambda a, b: b.is_before_in_block(a))
+
+
+def _extreme(ops, replaced_by):
+    best = None
     for op in ops:
-        if op is not None and (earliest is None or op.is_before_in_block(earliest)):
-            earliest = op
-    return earliest
+        if op is not None and (best is None or replaced_by(best, op)):
+            best = op
+    return best

@@ -103,28 +103,30 @@ def _sub_zero(op, rewriter):
     return _forward(rewriter, op, lhs)
 
 
-def _broadcast_broadcast(op, rewriter):
-    """broadcast_in_dim(broadcast_in_dim(x, d1), d2) -> broadcast_in_dim(x, d2[d1])."""
-    inner = _producer(op.operand, "stablehlo.broadcast_in_dim")
+def _fold_into_producer(op, rewriter, producer_name: str, build):
+    """op(producer(x)) -> build(producer): one op of the same kind straight on x."""
+    inner = _producer(op.operand, producer_name)
     if inner is None or not _static(op) or not _static(inner):
         return NO_MATCH
-    outer_dims = list(op.broadcast_dimensions)
-    dims = [outer_dims[d] for d in inner.broadcast_dimensions]
     with ir.InsertionPoint(op), op.location:
-        new = stablehlo.BroadcastInDimOp(op.result.type, inner.operand, dims)
+        new = build(inner)
     rewriter.replace_op(op, [new.result])
     return None
+
+
+def _broadcast_broadcast(op, rewriter):
+    """broadcast_in_dim(broadcast_in_dim(x, d1), d2) -> broadcast_in_dim(x, d2[d1])."""
+    def build(inner):
+        outer_dims = list(op.broadcast_dimensions)
+        dims = [outer_dims[d] for d in inner.broadcast_dimensions]
+        return stablehlo.BroadcastInDimOp(op.result.type, inner.operand, dims)
+    return _fold_into_producer(op, rewriter, "stablehlo.broadcast_in_dim", build)
 
 
 def _reshape_reshape(op, rewriter):
     """reshape(reshape(x)) -> reshape(x)."""
-    inner = _producer(op.operand, "stablehlo.reshape")
-    if inner is None or not _static(op) or not _static(inner):
-        return NO_MATCH
-    with ir.InsertionPoint(op), op.location:
-        new = stablehlo.ReshapeOp(op.result.type, inner.operand)
-    rewriter.replace_op(op, [new.result])
-    return None
+    return _fold_into_producer(op, rewriter, "stablehlo.reshape",
+                               lambda inner: stablehlo.ReshapeOp(op.result.type, inner.operand))
 
 
 def _same_type(op, rewriter):
@@ -136,15 +138,11 @@ def _same_type(op, rewriter):
 
 def _transpose_transpose(op, rewriter):
     """transpose(transpose(x, p1), p2) -> transpose(x, p1[p2])."""
-    inner = _producer(op.operand, "stablehlo.transpose")
-    if inner is None or not _static(op) or not _static(inner):
-        return NO_MATCH
-    inner_perm = list(inner.permutation)
-    perm = [inner_perm[p] for p in op.permutation]
-    with ir.InsertionPoint(op), op.location:
-        new = stablehlo.TransposeOp(inner.operand, perm, results=[op.result.type])
-    rewriter.replace_op(op, [new.result])
-    return None
+    def build(inner):
+        inner_perm = list(inner.permutation)
+        perm = [inner_perm[p] for p in op.permutation]
+        return stablehlo.TransposeOp(inner.operand, perm, results=[op.result.type])
+    return _fold_into_producer(op, rewriter, "stablehlo.transpose", build)
 
 
 def _transpose_identity(op, rewriter):

@@ -75,12 +75,6 @@ def run(module: ir.Module, specs, on_stage=None, repro_dir: Path | None = None) 
     return timings
 
 
-def dump_to(folder: Path):
-    """An `on_stage` callback writing each stage to `folder/<stage>.mlir`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    return lambda name, module: (folder / f"{name}.mlir").write_text(str(module))
-
-
 def _reproducer(text: str, specs, folder: Path | None) -> Path:
     folder = folder if folder is not None else Path(tempfile.mkdtemp(prefix="loopfuse-repro-"))
     path = folder / "reproducer.mlir"

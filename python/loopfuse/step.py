@@ -88,11 +88,18 @@ class Step:
         specs = pipeline.build(self.passes, steps=self.steps, donate=self.donate)
         dump = pipeline.dump_dir(self.dump_ir)
         folder = dump / self._dump_name(traced) if dump is not None else None
-        writers = [pipeline.dump_to(folder)] if folder else []
-        if stages is not None:
-            writers.append(lambda name, m: stages.__setitem__(name, str(m)))
-        on_stage = (lambda name, m: [w(name, m) for w in writers]) if writers else None
-        seconds.update(pipeline.run(traced.module, specs, on_stage, repro_dir=folder))
+        if folder:
+            folder.mkdir(parents=True, exist_ok=True)
+
+        def on_stage(name: str, module) -> None:  # each stage printed once, for the dump and `stages`
+            text = str(module)
+            if folder:
+                (folder / f"{name}.mlir").write_text(text)
+            if stages is not None:
+                stages[name] = text
+
+        seconds.update(pipeline.run(traced.module, specs, on_stage if folder or stages is not None else None,
+                                    repro_dir=folder))
         text = str(traced.module)
         if folder:
             (folder / f"{len(specs) + 1:02d}-final.mlir").write_text(text)

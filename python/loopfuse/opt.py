@@ -13,7 +13,7 @@ from jaxlib.mlir import ir
 
 from .mlir_context import make_context
 from .passes import PASSES
-from .passes.manager import PassFailure, PassSpec, parse_pipeline, run_pass
+from .pass_manager import PassFailure, PassSpec, parse_pipeline, run_pass
 
 SPLIT = re.compile(r"^// -----\s*$", re.M)
 REPRODUCER_PIPELINE = re.compile(r"^// loopfuse-pipeline: (.*)$", re.M)

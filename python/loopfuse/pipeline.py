@@ -8,7 +8,7 @@ from pathlib import Path
 from jaxlib.mlir import ir
 
 from .errors import LoopfuseError
-from .passes.manager import PassFailure, PassSpec, parse_pipeline, run_pass
+from .pass_manager import PassFailure, PassSpec, parse_pipeline, run_pass
 
 DUMP_ENV = "LOOPFUSE_DUMP_IR"
 DEFAULT_PASSES = ("simplify",)

@@ -8,7 +8,7 @@ import pytest
 
 import loopfuse
 from loopfuse.mlir_context import parse_module
-from loopfuse.passes.manager import PassFailure, PassSpec, run_pass
+from loopfuse.pass_manager import PassFailure, PassSpec, run_pass
 from loopfuse.trace import trace
 from ir_helpers import interpret, op_counts
 

@@ -8,7 +8,7 @@ from jaxlib.mlir import ir
 
 from loopfuse import runtime
 from loopfuse.passes._func import main_func
-from loopfuse.passes.manager import PassSpec, run_pass
+from loopfuse.pass_manager import PassSpec, run_pass
 from loopfuse.trace import trace
 from ir_helpers import interpret
 from problems import batch, init_state, mlp_params, train_step

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from loopfuse import pipeline
 from loopfuse.mlir_context import parse_module
-from loopfuse.passes.manager import run_pass
+from loopfuse.pass_manager import run_pass
 from ir_helpers import interpret
 
 SHAPES = [(), (2,), (3,), (2, 3), (3, 2), (1, 4), (2, 2, 2)]

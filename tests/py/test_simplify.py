@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from jaxlib.mlir import ir
 
 from loopfuse.mlir_context import parse_module
-from loopfuse.passes.manager import PassSpec, run_pass
+from loopfuse.pass_manager import PassSpec, run_pass
 from ir_helpers import interpret, op_counts
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32}

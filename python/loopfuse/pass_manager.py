@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir, passmanager
 
-from . import PASSES
+from .passes import PASSES
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ TOKEN_PATH = "<effect token {}>"   # loopfuse.state of the N-th ordered-effect t
 def is_weak(x) -> bool:
     """Whether jax.jit traces `x` as a weakly typed value (Python scalars, `jnp.asarray(0.1)`)."""
     aval = getattr(x, "aval", None)
-    return aval.weak_type if aval is not None else getattr(x, "weak_type", type(x) in (int, float, complex))
+    return aval.weak_type if aval is not None else type(x) in (int, float, complex)
 
 
 def leaf_spec(x) -> jax.ShapeDtypeStruct:
@@ -138,14 +138,14 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
     """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
     batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
-    state_values, batch_values = [x for _, x in state_leaves], [x for _, x in batch_leaves]
+    state_keys, batch_keys = key_impls(x for _, x in state_leaves), key_impls(x for _, x in batch_leaves)
     has_step = isinstance(batch, Dataset)
     n_state, n_batch = len(state_leaves), len(batch_leaves)
     out_info = {}
 
     def flat(*args):
-        s = jax.tree_util.tree_unflatten(state_def, wrap_keys(args[:n_state], key_impls(state_values)))
-        b = jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[n_state:n_state + n_batch], key_impls(batch_values)))
+        s = jax.tree_util.tree_unflatten(state_def, wrap_keys(args[:n_state], state_keys))
+        b = jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[n_state:n_state + n_batch], batch_keys))
         if has_step:
             b = b.batch(args[-1])
             if placement is not None:
@@ -181,7 +181,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
     effects = _effects(lowered)
     module = _tag(lowered.as_text(), state_paths, aux_kept, has_step, len(effects.ordered))
-    return Traced(module, state_paths, state_def, key_impls(state_values), out_info["aux_def"],
+    return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], aux_kept, has_step, in_sh, out_specs, effects)
 
 
@@ -200,8 +200,9 @@ def key_impls(leaves) -> list:
 
 
 def wrap_keys(raw, impls) -> list:
-    """Raw uint32 key data back to typed keys where `impls` (see `key_impls`) names an implementation."""
-    return [a if impl is None else jax.random.wrap_key_data(a, impl=impl) for a, impl in zip(raw, impls)]
+    """Raw uint32 key data back to typed keys where `impls` (see `key_impls`) names an implementation
+    (None, an aux leaf the caller did not keep, stays None)."""
+    return [a if impl is None or a is None else jax.random.wrap_key_data(a, impl=impl) for a, impl in zip(raw, impls)]
 
 
 def _split_output(out):

@@ -135,6 +135,6 @@ def test_callbacks_on_four_devices():
     assert proc.returncode == 0, f"{SCRIPT.name} failed:\n{proc.stderr[-6000:]}"
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert facts["devices"] == 4
-    for name in ("step", "loop"):
+    for name in ("step", "loop", "ordered_step", "ordered_loop"):
         assert facts[name]["log"] == facts[name]["ref_log"] and facts[name]["log"], name
         assert facts[name]["same_state"], name

@@ -91,6 +91,11 @@ def test_typed_key_history_of_a_loop():
     assert_same(aux, {"sub": jnp.stack(subs), "pair": jnp.stack(pairs)})
 
 
+def test_a_dropped_key_aux_stays_none():
+    state, aux = loopfuse.compile_step(key_step, keep_aux=("pair",))(key_state(), None)
+    assert aux["sub"] is None and jnp.issubdtype(aux["pair"].dtype, jax.dtypes.prng_key)
+
+
 def test_keep_aux_typo_names_the_path_and_keeps_the_state():
     step = loopfuse.compile_step(ema_step, keep_aux=("scaled_lr", "lost"))
     state = ema_state()

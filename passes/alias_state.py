@@ -9,7 +9,8 @@ matching result becomes a ``jax.buffer_donor`` so XLA may reuse it for any outpu
 Why it is safe: aliasing never changes values. XLA's copy insertion adds a copy whenever the
 argument is still read after the aliased result is written, and the runtime donates only
 arguments the caller handed over (``donate=True``) and never reads them again.
-Arguments that already carry an alias or donor attribute are left alone.
+Arguments that already carry an alias or donor attribute, and non-tensor ones (effect tokens),
+are left alone.
 """
 from jaxlib.mlir import ir
 
@@ -29,8 +30,8 @@ def run(module_op: ir.Operation) -> None:
     in_types, out_types = list(f.type.inputs), list(f.type.results)
     for i, attrs in enumerate(args):
         path = string_attr(attrs, STATE)
-        if path is None or ALIAS in attrs or DONOR in attrs:
-            continue
+        if path is None or ALIAS in attrs or DONOR in attrs or not isinstance(in_types[i], ir.RankedTensorType):
+            continue  # (an effect token is carried state but has no buffer to reuse)
         j = outputs.get(path)
         if j is not None and j not in taken and in_types[i] == out_types[j]:
             attrs[ALIAS] = ir.IntegerAttr.get(i32, j)

@@ -11,3 +11,7 @@ class StateMismatchError(LoopfuseError, ValueError):
 
 class DonatedArrayError(LoopfuseError, RuntimeError):
     """An array that an earlier call donated (and so deleted) was passed again."""
+
+
+class AuxPathError(LoopfuseError, ValueError):
+    """A `keep_aux` entry names no leaf or subtree of the step's aux."""

@@ -6,6 +6,8 @@ import jax.extend.backend as jeb
 import jaxlib._jax as xc
 import numpy as np
 
+from .mlir_context import parse_module
+
 
 @dataclass(frozen=True)
 class MemoryStats:
@@ -39,22 +41,63 @@ def compile_options(devices, shardy: bool) -> xc.CompileOptions:
     return opts
 
 
-def compile_module(text: str, devices) -> "xc.LoadedExecutable":
-    """Compile MLIR text for `devices` (one device, or an SPMD mesh of several)."""
+def compile_module(text: str, devices, host_callbacks=()) -> "xc.LoadedExecutable":
+    """Compile MLIR text for `devices` (one device, or an SPMD mesh of several).
+
+    `host_callbacks` are the Python callbacks the module's callback custom calls index into (from
+    jax's lowering); the caller keeps them alive as long as the executable.
+    """
     backend = jeb.get_backend(devices[0].platform)
     opts = compile_options(devices, shardy="sdy.mesh" in text)
+    if host_callbacks:  # only the ir.Module overload takes callbacks
+        return backend.compile_and_load(parse_module(text), xc.DeviceList(tuple(devices)), opts,
+                                        host_callbacks=list(host_callbacks))
     return backend.compile_and_load(text, xc.DeviceList(tuple(devices)), opts)
 
 
 def result_handlers(outputs) -> list:
     """C++ result handlers turning each executable result into a (global) jax Array.
 
-    `outputs` gives (global shape, dtype, sharding) per result.
+    `outputs` gives (global shape, dtype, weak type, sharding) per result.
     """
-    return [xc.array_result_handler(jax.core.ShapedArray(shape, dtype), sharding, committed=True,
-                                    _skip_checks=True) for shape, dtype, sharding in outputs]
+    return [xc.array_result_handler(jax.core.ShapedArray(shape, dtype, weak_type=weak), sharding, committed=True,
+                                    _skip_checks=True) for shape, dtype, weak, sharding in outputs]
 
 
-def execute(executable, args, handlers) -> list:
-    """Run on device arrays `args` (already placed); results come back through `handlers`."""
-    return executable.execute_sharded(args).consume_with_handlers(handlers)
+def execute(executable, args, handlers, effects=None) -> list:
+    """Run on device arrays `args` (already placed); results come back through `handlers`.
+
+    With `effects` (a `trace.Effects`), the call joins jax's effect ordering as a jax.jit call
+    does: it takes the current token of each ordered effect as its leading arguments, returns
+    the new ones, and registers its runtime tokens (so `jax.effects_barrier()` waits for it).
+    """
+    if effects is None or not effects.any:
+        return executable.execute_sharded(args).consume_with_handlers(handlers)
+    tokens = _runtime_tokens()
+    devices = executable.local_devices()
+    ordered = effects.ordered
+    token_args = [tokens.get_token_input(e, devices)._buf for e in ordered]
+    results = executable.execute_sharded([*token_args, *args], with_tokens=True)
+    token_results = results.consume_with_handlers([lambda bufs: bufs] * len(ordered), strict=False)
+    runtime_token = results.consume_token()
+    for i, device in enumerate(devices):
+        tokens.set_output_runtime_token(device, runtime_token.get_token(i))
+    for e, bufs in zip(ordered, token_results):
+        tokens.set_token_result(e, _token(bufs))
+    return results.consume_with_handlers(handlers)
+
+
+def _runtime_tokens():
+    """Private jax API: the per-thread tokens that order effectful computations (jax's own)."""
+    from jax._src import dispatch
+    return dispatch.runtime_tokens
+
+
+def _token(bufs):
+    """Private jax API: one effect's output token buffers (one per device) as a jax Token."""
+    from jax._src import core
+    if len(bufs) == 1:
+        return core.Token(bufs[0])
+    devices = [next(iter(b.sharding.device_set)) for b in bufs]
+    sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(devices, "x"), jax.sharding.PartitionSpec("x"))
+    return core.Token(jax.make_array_from_single_device_arrays((0,), sharding, bufs))

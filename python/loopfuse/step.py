@@ -14,7 +14,7 @@ from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
 from .sharding import Placement
-from .trace import RESULT, Traced, is_key, trace, wrap_keys
+from .trace import RESULT, Traced, is_key, is_weak, trace, wrap_keys
 
 
 @dataclass
@@ -110,7 +110,8 @@ class Step:
     def _compile(self, state, batch, static) -> Executable:
         traced, text, seconds = self._lower(state, batch, static)
         t0 = time.perf_counter()
-        executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()])
+        executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()],
+                                            traced.effects.host_callbacks)
         seconds["xla"] = time.perf_counter() - t0
         self.compile_count += 1
         key_args = [i for i, x in enumerate(jax.tree_util.tree_leaves((state, batch))) if is_key(x)]
@@ -120,9 +121,10 @@ class Step:
         """Which flat output each result is, where results land, where arguments must be."""
         with traced.module.context:
             main = main_func(traced.module.operation)
-            results = [ir.IntegerAttr(a[RESULT]).value for a in result_attrs(main)]
-            shapes = [tuple(ir.RankedTensorType(t).shape) for t in main.type.results]
-            n_args = len(main.type.inputs)
+            tagged = [(a[RESULT], t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
+            results = [ir.IntegerAttr(a).value for a, _ in tagged]  # effect tokens have no RESULT
+            shapes = [tuple(ir.RankedTensorType(t).shape) for _, t in tagged]
+            n_args = len(main.type.inputs) - len(traced.effects.ordered)
         if traced.arg_shardings is None:
             device = jax.sharding.SingleDeviceSharding(self._device())
             arg_targets, out_shardings = [device] * n_args, [device] * len(results)
@@ -131,7 +133,8 @@ class Step:
             arg_targets = traced.arg_shardings
             out_shardings = [arg_targets[j] if j < n_state else self.placement.replicated for j in results]
         handlers = runtime.result_handlers(
-            [(s, traced.out_dtypes[j], sh) for j, s, sh in zip(results, shapes, out_shardings)])
+            [(s, traced.out_specs[j].dtype, traced.out_specs[j].weak_type, sh)
+             for j, s, sh in zip(results, shapes, out_shardings)])
         return results, handlers, arg_targets
 
     def _dump_name(self, traced: Traced) -> str:
@@ -178,7 +181,8 @@ class Step:
         if isinstance(batch, Dataset):
             batch.validate()
         entry = self._cache.get(key) or self._cached_compile(key, state, batch, static)
-        outs = runtime.execute(entry.executable, self._arguments(entry, leaves, start), entry.handlers)
+        outs = runtime.execute(entry.executable, self._arguments(entry, leaves, start), entry.handlers,
+                               entry.traced.effects)
         return self._unflatten(entry, outs)
 
     def _arguments(self, entry: Executable, leaves, start) -> list:
@@ -201,8 +205,8 @@ class Step:
         flat = [None] * (n_state + len(t.aux_paths))
         for j, value in zip(entry.results, outs):
             flat[j] = value
-        return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.key_leaves)),
-                jax.tree_util.tree_unflatten(t.aux_def, flat[n_state:]))
+        return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.state_keys)),
+                jax.tree_util.tree_unflatten(t.aux_def, wrap_keys(flat[n_state:], t.aux_keys)))
 
 
 def _raise_donated(state, batch) -> None:
@@ -233,13 +237,13 @@ def _place(x, sharding):
 
 
 def _aval(x):
-    """The abstract value of a leaf for the cache key (weak types traced as strong ones)."""
+    """The abstract value of a leaf for the cache key (weak types included: they trace differently)."""
     try:
-        aval = x.aval
-        return aval.strip_weak_type() if aval.weak_type else aval
+        return x.aval
     except AttributeError:  # numpy arrays and Python scalars
+        weak = is_weak(x)
         x = np.asarray(x)
-        return jax.core.ShapedArray(x.shape, jax.dtypes.canonicalize_dtype(x.dtype))
+        return jax.core.ShapedArray(x.shape, jax.dtypes.canonicalize_dtype(x.dtype), weak_type=weak)
 
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,

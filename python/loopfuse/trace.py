@@ -5,6 +5,12 @@ The traced ``@main`` takes the flat state leaves, then the flat batch leaves, th
 leaves. Tags: state arguments and results carry ``loopfuse.state = "<leaf path>"``, every
 result carries ``loopfuse.result = <flat output index>``, aux results the caller did not keep
 carry ``loopfuse.unused``, and the step index carries ``loopfuse.step_index``.
+
+A step with ordered effects (``jax.debug.print(..., ordered=True)``, ordered ``io_callback``)
+follows jax's calling convention: one ``!stablehlo.token`` argument and result per effect come
+first; they are tagged as state (``loopfuse.state = "<effect token N>"``, no
+``loopfuse.result``) so a loop carries the token from one iteration to the next. The host
+callbacks the module calls travel with the trace: the executable must be compiled with them.
 """
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -15,22 +21,30 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from .data import Dataset
-from .errors import StateMismatchError
+from .errors import AuxPathError, StateMismatchError
 from .mlir_context import make_context
 from .passes._func import STATE, STEP_INDEX, UNUSED, arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
 
 RESULT = "loopfuse.result"
+TOKEN_PATH = "<effect token {}>"   # loopfuse.state of the N-th ordered-effect token
+
+
+def is_weak(x) -> bool:
+    """Whether jax.jit traces `x` as a weakly typed value (Python scalars, `jnp.asarray(0.1)`)."""
+    aval = getattr(x, "aval", None)
+    return aval.weak_type if aval is not None else type(x) in (int, float, complex)
 
 
 def leaf_spec(x) -> jax.ShapeDtypeStruct:
-    """The abstract value of one leaf (typed PRNG keys travel as their raw uint32 data)."""
+    """The abstract value of one leaf, weak type included (typed PRNG keys travel as their raw uint32 data)."""
     if isinstance(x, jax.ShapeDtypeStruct):
         return x
+    weak = is_weak(x)
     if not hasattr(x, "shape") or not hasattr(x, "dtype"):
         x = np.asarray(x)
     if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
         return jax.ShapeDtypeStruct(jax.random.key_data(x).shape, jnp.uint32)
-    return jax.ShapeDtypeStruct(np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype))
+    return jax.ShapeDtypeStruct(np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype), weak_type=weak)
 
 
 def _input_spec(what: str, path, x) -> jax.ShapeDtypeStruct:
@@ -46,9 +60,19 @@ def _input_spec(what: str, path, x) -> jax.ShapeDtypeStruct:
     return spec
 
 
-def _keep(path: str, keep_aux) -> bool:
-    return keep_aux is None or any(path == k or path.startswith(k + ".") or path.startswith(k + "[")
-                                   for k in keep_aux)
+def _under(path: str, k: str) -> bool:
+    return path == k or path.startswith(k + ".") or path.startswith(k + "[")
+
+
+def _aux_kept(aux_paths: list, keep_aux) -> list:
+    """Per aux leaf: whether `keep_aux` asks for it; an entry naming no aux leaf is an AuxPathError."""
+    if keep_aux is None:
+        return [True] * len(aux_paths)
+    unknown = [k for k in keep_aux if not any(_under(p, k) for p in aux_paths)]
+    if unknown:
+        raise AuxPathError(f"keep_aux names {', '.join(map(repr, unknown))}, which is no aux leaf or subtree; "
+                           f"the step's aux leaves are {aux_paths}")
+    return [any(_under(p, k) for k in keep_aux) for p in aux_paths]
 
 
 def dotted(path) -> str:
@@ -65,19 +89,46 @@ def dotted(path) -> str:
 
 
 @dataclass
+class Effects:
+    """The side effects of a traced step, as jax's lowering reports them.
+
+    ``host_callbacks`` must be handed to the compiler (the module's callback custom calls index
+    into them) and, with ``keepalive``, kept alive as long as the executable.
+    """
+
+    host_callbacks: list
+    keepalive: Any
+    ordered: list                  # the ordered effects, one token argument and result each
+    unordered: list
+
+    @property
+    def any(self) -> bool:
+        return bool(self.host_callbacks or self.ordered or self.unordered)
+
+
+def _effects(lowered) -> Effects:
+    """Private jax API: the host callbacks and effects jax's own compile of `lowered` would use."""
+    args = lowered._lowering.compile_args
+    return Effects(list(args["host_callbacks"]), args["keepalive"], list(args["ordered_effects"]),
+                   list(args["unordered_effects"]))
+
+
+@dataclass
 class Traced:
     """A traced step: its tagged module and what is needed to map flat values back to pytrees."""
 
     module: ir.Module
     state_paths: list
     state_def: Any
-    key_leaves: list          # per state leaf: the typed-key template, or None
+    state_keys: list               # per state leaf: its PRNG key implementation if a typed key, else None
     aux_def: Any
     aux_paths: list
+    aux_keys: list                 # per aux leaf: as state_keys
     aux_kept: list
     has_step_index: bool
-    arg_shardings: list | None     # per argument, under a Placement (None: one device)
-    out_dtypes: list               # per flat output (typed keys as their raw uint32 data)
+    arg_shardings: list | None     # per non-token argument, under a Placement (None: one device)
+    out_specs: list                # per flat output: dtype and weak type (typed keys as raw uint32 data)
+    effects: "Effects"
 
 
 def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) -> Traced:
@@ -87,15 +138,14 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
     """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
     batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
-    state_values, batch_values = [x for _, x in state_leaves], [x for _, x in batch_leaves]
-    key_leaves = [x if is_key(x) else None for x in state_values]
+    state_keys, batch_keys = key_impls(x for _, x in state_leaves), key_impls(x for _, x in batch_leaves)
     has_step = isinstance(batch, Dataset)
     n_state, n_batch = len(state_leaves), len(batch_leaves)
     out_info = {}
 
     def flat(*args):
-        s = jax.tree_util.tree_unflatten(state_def, wrap_keys(args[:n_state], state_values))
-        b = jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[n_state:n_state + n_batch], batch_values))
+        s = jax.tree_util.tree_unflatten(state_def, wrap_keys(args[:n_state], state_keys))
+        b = jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[n_state:n_state + n_batch], batch_keys))
         if has_step:
             b = b.batch(args[-1])
             if placement is not None:
@@ -104,7 +154,10 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         _check_same_state(state, new_state)
         aux_leaves, aux_def = jax.tree_util.tree_flatten_with_path(aux)
         out_info["aux_def"], out_info["aux_paths"] = aux_def, [dotted(p) for p, _ in aux_leaves]
-        return _raw(jax.tree_util.tree_leaves(new_state)), _raw(x for _, x in aux_leaves)
+        out_info["aux_keys"] = key_impls(x for _, x in aux_leaves)
+        outs = _raw(jax.tree_util.tree_leaves(new_state)), _raw(x for _, x in aux_leaves)
+        out_info["weak"] = [is_weak(x) for x in jax.tree_util.tree_leaves(outs)]  # lowered.out_info drops it
+        return outs
 
     state_specs = [_input_spec("state", p, x) for p, x in state_leaves]
     specs = state_specs + [_input_spec("batch", p, x) for p, x in batch_leaves]
@@ -123,12 +176,13 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh),
                          out_shardings=(state_sh, placement.replicated))
     lowered = jitted.lower(*specs)
-    text = lowered.as_text()
-    out_dtypes = [x.dtype for x in jax.tree_util.tree_leaves(lowered.out_info)]
-    aux_kept = [_keep(p, keep_aux) for p in out_info["aux_paths"]]
-    module = _tag(text, state_paths, aux_kept, has_step)
-    return Traced(module, state_paths, state_def, key_leaves, out_info["aux_def"], out_info["aux_paths"],
-                  aux_kept, has_step, in_sh, out_dtypes)
+    aux_kept = _aux_kept(out_info["aux_paths"], keep_aux)
+    out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
+                 for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
+    effects = _effects(lowered)
+    module = _tag(lowered.as_text(), state_paths, aux_kept, has_step, len(effects.ordered))
+    return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
+                  out_info["aux_paths"], out_info["aux_keys"], aux_kept, has_step, in_sh, out_specs, effects)
 
 
 def _raw(leaves) -> list:
@@ -140,10 +194,15 @@ def is_key(x) -> bool:
     return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def wrap_keys(raw, templates) -> list:
-    """Raw uint32 key data back to typed keys where the template leaf is a typed key."""
-    return [jax.random.wrap_key_data(a, impl=jax.random.key_impl(t)) if is_key(t) else a
-            for a, t in zip(raw, templates)]
+def key_impls(leaves) -> list:
+    """Per leaf: its PRNG key implementation if it is a typed key, else None."""
+    return [jax.random.key_impl(x) if is_key(x) else None for x in leaves]
+
+
+def wrap_keys(raw, impls) -> list:
+    """Raw uint32 key data back to typed keys where `impls` (see `key_impls`) names an implementation
+    (None, an aux leaf the caller did not keep, stays None)."""
+    return [a if impl is None or a is None else jax.random.wrap_key_data(a, impl=impl) for a, impl in zip(raw, impls)]
 
 
 def _split_output(out):
@@ -174,20 +233,23 @@ def _check_same_state(state, new_state) -> None:
                 f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
 
 
-def _tag(text: str, state_paths, aux_kept, has_step: bool) -> ir.Module:
+def _tag(text: str, state_paths, aux_kept, has_step: bool, n_tokens: int) -> ir.Module:
     ctx = make_context()
     with ctx:
         module = ir.Module.parse(text)
         f = main_func(module.operation)
         args = arg_attrs(f)
-        for i, path in enumerate(state_paths):
+        tokens = [TOKEN_PATH.format(t) for t in range(n_tokens)]
+        for i, path in enumerate(tokens + state_paths):
             args[i][STATE] = ir.StringAttr.get(path)
         if has_step:
             args[-1][STEP_INDEX] = ir.UnitAttr.get()
         set_arg_attrs(f, args)
         results = result_attrs(f)
         i32 = ir.IntegerType.get_signless(32)
-        for j, attrs in enumerate(results):
+        for t, attrs in enumerate(results[:n_tokens]):
+            attrs[STATE] = ir.StringAttr.get(tokens[t])
+        for j, attrs in enumerate(results[n_tokens:]):
             attrs[RESULT] = ir.IntegerAttr.get(i32, j)
             if j < len(state_paths):
                 attrs[STATE] = ir.StringAttr.get(state_paths[j])

@@ -27,3 +27,16 @@ func.func @main(%w: tensor<4xf32> {loopfuse.state = "['w']"}, %v: tensor<4xf32> 
   %0 = stablehlo.convert %w : (tensor<4xf32>) -> tensor<4xbf16>
   return %x, %0 : tensor<4xf32>, tensor<4xbf16>
 }
+
+// -----
+
+// Negative: an effect token is carried state (the same path in and out) but has no buffer: it
+// gets neither an alias nor a donor attribute; the tensor state after it is still aliased.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: %arg0: !stablehlo.token {loopfuse.state = "<effect token 0>"}
+// CHECK-SAME: %arg1: tensor<4xf32> {loopfuse.state = "['w']", tf.aliasing_output = 1 : i32}
+func.func @main(%t: !stablehlo.token {loopfuse.state = "<effect token 0>"}, %w: tensor<4xf32> {loopfuse.state = "['w']"})
+    -> (!stablehlo.token {loopfuse.state = "<effect token 0>"}, tensor<4xf32> {loopfuse.state = "['w']"}) {
+  %0 = stablehlo.custom_call @xla_ffi_python_cpu_callback(%t, %w) {has_side_effect = true} : (!stablehlo.token, tensor<4xf32>) -> !stablehlo.token
+  return %0, %w : !stablehlo.token, tensor<4xf32>
+}

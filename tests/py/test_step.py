@@ -222,7 +222,7 @@ def test_non_array_leaf_is_named():
 
 def test_float64_host_state_is_canonicalized_and_shares_the_cache():
     step = loopfuse.compile_step(lambda s, b: (s * b, 0.0))
-    x, _ = step(np.ones(3), 2.0)           # float64 numpy in, float32 (x64 off) out
+    x, _ = step(np.ones(3), np.float64(2))  # float64 numpy in, float32 (x64 off) out
     x, _ = step(x, jnp.float32(3.0))
     assert x.dtype == jnp.float32 and step.compile_count == 1
     np.testing.assert_allclose(x, 6 * np.ones(3))

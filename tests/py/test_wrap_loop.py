@@ -42,7 +42,7 @@ def init_params(seed: int = 0) -> dict:
     return {
         "layers": [
             {"w": jax.random.normal(k[0], (4, 8)) * 0.5, "b": jnp.zeros(8)},
-            {"w": jax.random.normal(k[1], (8, 8)) * 0.3, "b": jnp.full(8, 0.1)},
+            {"w": jax.random.normal(k[1], (8, 8)) * 0.3, "b": jnp.full(8, 0.1, jnp.float32)},
         ],
         "head": (jax.random.normal(k[2], (8, 2)) * 0.3, jnp.zeros(2)),
     }

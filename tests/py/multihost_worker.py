@@ -9,14 +9,15 @@ through loopfuse and through `jax.jit` with the same shardings. ``train`` prints
 facts: per check and leaf, whether this process's shards of the two results are bitwise equal
 (the two processes together cover every shard), and the loss history and (replicated) params for
 the test to compare with a single-process run. Nothing here asserts. ``hold`` prints ``running``
-after its first loop call and keeps training until a peer dies (test_multihost kills one).
-Exit status 77 with ``SKIP: <reason>`` on stdout: this platform has no gloo CPU collectives.
+after its first loop call and keeps training until a peer dies (test_multihost kills one), or
+exits after HOLD_S. Exit status 77 with ``SKIP: <reason>`` on stdout: this platform has no gloo CPU collectives.
 
 The training problem is defined at module level (importing this module touches no device), so
 the test builds its single-process reference from the same definitions.
 """
 import json
 import sys
+import time
 import traceback
 
 import jax
@@ -27,6 +28,7 @@ import optax
 HEARTBEAT_S = 5           # a peer silent this long is declared dead (jax's default: 100 s)
 SHUTDOWN_S = 5            # how long exit waits for the other processes (default: 300 s)
 INIT_S = 60               # how long initialize waits for every process to join (default: 300 s)
+HOLD_S = 300              # `hold` gives up (exit status 1) if no peer has died by then: no orphans
 SKIP_STATUS = 77
 
 K = 3                     # steps per loop call
@@ -183,9 +185,11 @@ def hold(run: Run) -> None:
     state, _ = loop(state, batch)
     jax.block_until_ready(state)
     print("running", flush=True)
-    while True:
+    deadline = time.monotonic() + HOLD_S
+    while time.monotonic() < deadline:
         state, _ = loop(state, batch)
         jax.block_until_ready(state)
+    sys.exit(f"no peer died within {HOLD_S} s")
 
 
 def main(process_id: int, num_processes: int, port: int, mode: str) -> None:

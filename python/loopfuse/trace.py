@@ -17,9 +17,8 @@ from jaxlib.mlir import ir
 from .data import Dataset
 from .errors import StateMismatchError
 from .mlir_context import make_context
-from .passes._func import STATE, STEP_INDEX, UNUSED, arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
-
-RESULT = "loopfuse.result"
+from .passes._func import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
+from .passes.vocabulary import RESULT, STATE, STEP_INDEX, UNUSED
 
 
 def leaf_spec(x) -> jax.ShapeDtypeStruct:

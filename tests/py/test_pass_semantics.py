@@ -8,7 +8,8 @@ from jaxlib.mlir import ir
 
 from loopfuse import runtime
 from loopfuse.passes._func import main_func
-from loopfuse.pass_manager import PassSpec, run_pass
+from loopfuse.pass_manager import run_pass
+from loopfuse.passes import AliasState, DropUnusedOutputs, WrapLoop
 from loopfuse.trace import trace
 from ir_helpers import interpret
 from problems import batch, init_state, mlp_params, train_step
@@ -51,7 +52,7 @@ def test_alias_state_preserves_results(run):
     t = _traced()
     arrays = _inputs(t.module)
     before = run(t.module, arrays)
-    run_pass(t.module, PassSpec("alias-state"))
+    run_pass(t.module, AliasState())
     assert "tf.aliasing_output" in str(t.module)
     after = run(t.module, arrays)
     for a, b in zip(before, after):
@@ -64,7 +65,7 @@ def test_drop_unused_outputs_keeps_the_requested_results_exactly(run):
     arrays = _inputs(t.module)
     before = run(t.module, arrays)
     n_ops_before = str(t.module).count(" = stablehlo.")
-    run_pass(t.module, PassSpec("drop-unused-outputs"))
+    run_pass(t.module, DropUnusedOutputs())
     after = run(t.module, arrays)
     kept = [j for j in range(len(before)) if j < len(t.state_paths) or t.aux_kept[j - len(t.state_paths)]]
     assert len(after) == len(kept) < len(before)
@@ -75,13 +76,13 @@ def test_drop_unused_outputs_keeps_the_requested_results_exactly(run):
 
 def test_wrap_loop_equals_k_interpreted_steps():
     t = _traced(keep_aux=("loss",))
-    run_pass(t.module, PassSpec("drop-unused-outputs"))
+    run_pass(t.module, DropUnusedOutputs())
     arrays, n_state, k = _inputs(t.module), len(t.state_paths), 3
     state, losses = arrays[:n_state], []
     for _ in range(k):
         outs = interpret(t.module, state + arrays[n_state:])
         state, losses = outs[:n_state], losses + [outs[n_state]]
-    run_pass(t.module, PassSpec("wrap-loop", {"steps": str(k)}))
+    run_pass(t.module, WrapLoop(steps=k))
     looped = interpret(t.module, arrays)
     for a, b in zip(looped[:n_state], state):
         np.testing.assert_array_equal(a, b)

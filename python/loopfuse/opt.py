@@ -11,6 +11,7 @@ the exit status is 1; loopfuse-opt prints no traceback.
 import argparse
 import re
 import sys
+import textwrap
 
 from jaxlib.mlir import ir
 
@@ -31,8 +32,16 @@ class OptError(Exception):
     """A problem with the command's input or output; the message is ready to print."""
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps help at spaces only, so pass and option names (wrap-loop, min-group) stay whole."""
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def _args(argv):
     p = argparse.ArgumentParser(prog="loopfuse-opt", description=__doc__.splitlines()[0],
+                                formatter_class=_HelpFormatter,
                                 epilog="--pass-pipeline also takes MLIR's own passes (canonicalize, cse, ...).")
     p.add_argument("input", nargs="?", default="-", help="input .mlir file, '-' for stdin")
     p.add_argument("-o", dest="output", default="-", help="output file (default stdout)")

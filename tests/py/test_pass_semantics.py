@@ -1,11 +1,13 @@
 """Each structural pass preserves results: reference interpreter (bit-exact) and PJRT (XLA may
 fuse a smaller graph differently, so 1e-6 relative) before vs after."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 from jaxlib.mlir import ir
 
+import loopfuse
 from loopfuse import runtime
 from loopfuse.passes._func import main_func
 from loopfuse.pass_manager import run_pass
@@ -87,3 +89,23 @@ def test_wrap_loop_equals_k_interpreted_steps():
     for a, b in zip(looped[:n_state], state):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(looped[n_state], np.stack(losses))
+
+
+def test_wrap_loop_complex_aux_history_equals_k_jit_steps():
+    """A complex (and a boolean) aux leaf gets a [K] history of its own dtype (issue: a float zero was
+    built for the complex history), equal to the aux of K separate jax.jit calls."""
+    def step(w, x):
+        z = jnp.exp(1j * w) * (x + 2j)
+        return w * 0.5 + x, {"z": z, "positive": jnp.all(w > 0)}
+
+    k, w0, x = 4, np.linspace(-1.0, 1.0, 3, dtype=np.float32), np.float32(0.25)
+    w, expected = jnp.asarray(w0), []
+    jitted = jax.jit(step)
+    for _ in range(k):
+        w, aux = jitted(w, x)
+        expected.append(aux)
+    final, history = loopfuse.compile_step(step).loop(k)(jnp.asarray(w0), x)
+    assert history["z"].dtype == jnp.complex64 and history["z"].shape == (k, 3)
+    np.testing.assert_array_equal(np.asarray(final), np.asarray(w))
+    np.testing.assert_allclose(np.asarray(history["z"]), np.stack([a["z"] for a in expected]), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(np.asarray(history["positive"]), np.stack([a["positive"] for a in expected]))

@@ -8,7 +8,7 @@ from pathlib import Path
 from jaxlib.mlir import ir
 
 from .errors import LoopfuseError
-from .pass_manager import Pass, PassFailure, make_pass, parse_pipeline, run_pass
+from .pass_manager import Pass, PassFailure, parse_pipeline, run_pass
 from .passes import AliasState, DropUnusedOutputs, WrapLoop
 
 DUMP_ENV = "LOOPFUSE_DUMP_IR"
@@ -18,13 +18,12 @@ DEFAULT_PASSES = ("simplify",)
 def build(passes=None, *, steps: int | None = None, donate: bool = True) -> list[Pass]:
     """Structural passes around the optimization passes (default ``DEFAULT_PASSES``).
 
-    `passes` is a pipeline string or a sequence of pass names / pass objects. drop-unused-outputs
-    always runs first (it removes work), wrap-loop next to last for ``steps``, alias-state last.
+    `passes` is a pipeline string or a sequence of pass objects and pipeline strings (``"simplify"``,
+    ``"flatten-update{min-group=3}"``). drop-unused-outputs always runs first (it removes work),
+    wrap-loop next to last for ``steps``, alias-state last.
     """
-    if isinstance(passes, str):
-        chosen = parse_pipeline(passes)
-    else:
-        chosen = [make_pass(p) if isinstance(p, str) else p for p in (DEFAULT_PASSES if passes is None else passes)]
+    items = [passes] if isinstance(passes, str) else DEFAULT_PASSES if passes is None else passes
+    chosen = [q for p in items for q in (parse_pipeline(p) if isinstance(p, str) else [p])]
     specs = [DropUnusedOutputs(), *chosen]
     if steps is not None:
         specs.append(WrapLoop(steps=steps))

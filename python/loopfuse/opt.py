@@ -120,12 +120,13 @@ def _located(diagnostics, name: str, first_line: int, prefix: str = "") -> str:
     """Diagnostics as ``file:line:col: error: ...``, lines counted in the whole input file.
 
     A location in the parsed text itself (MLIR names it "-") is mapped into `name`; an explicit
-    ``loc("other.py":3:1)`` is printed as written; a location without a file names the chunk's first line.
+    ``loc("other.py":3:1)`` is printed as written; a location without a file or line (an implicit
+    module's is "-":0:0) names the chunk's first line.
     """
     lines = []
     for loc, message in diagnostics:
         m = _FILE_LOC.search(str(loc))
-        if m is None:
+        if m is None or m.group(1) == "-" and m.group(2) == "0":
             where = f"{name}:{first_line}"
         elif m.group(1) == "-":
             where = f"{name}:{int(m.group(2)) + first_line - 1}:{m.group(3)}"

@@ -1,15 +1,15 @@
 """The loopfuse pass library: StableHLO module in, StableHLO module out.
 
-Each pass lives in its own module and exposes ``run(module_op, **options)``. A pipeline is
-the mlir-opt textual form, ``builtin.module(alias-state,wrap-loop{steps=8},canonicalize)``;
+Each pass is a `ModulePass` (a frozen dataclass whose fields are its typed options) in its own
+module. A pipeline is the mlir-opt textual form, ``builtin.module(alias-state,wrap-loop{steps=8},cse)``;
 names not in ``PASSES`` are handed to MLIR's own pass registry (canonicalize, cse, inline ...).
 """
-from . import alias_state, drop_unused_outputs, flatten_update, simplify, wrap_loop
+from .alias_state import AliasState
+from .drop_unused_outputs import DropUnusedOutputs
+from .flatten_update import FlattenUpdate
+from .module_pass import ModulePass, PassError, PassOptionError
+from .simplify import Simplify
+from .wrap_loop import WrapLoop
 
-PASSES = {
-    "alias-state": alias_state.run,
-    "drop-unused-outputs": drop_unused_outputs.run,
-    "flatten-update": flatten_update.run,
-    "simplify": simplify.run,
-    "wrap-loop": wrap_loop.run,
-}
+PASSES: dict[str, type[ModulePass]] = {p.name: p for p in (
+    AliasState, DropUnusedOutputs, FlattenUpdate, Simplify, WrapLoop)}

@@ -1,12 +1,8 @@
 """Small helpers over func.func signatures shared by the passes (no rewriting logic here)."""
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import func
+from jaxlib.mlir.dialects import func, sdy, stablehlo
 
-STATE = "loopfuse.state"        # arg/result attr: key path of a state leaf (pairs inputs with outputs)
-UNUSED = "loopfuse.unused"      # result attr: the caller did not ask for this output
-STEP_INDEX = "loopfuse.step_index"  # arg attr: scalar integer step counter
-ALIAS = "tf.aliasing_output"    # arg attr XLA reads: result index this argument's buffer is reused for
-DONOR = "jax.buffer_donor"      # arg attr XLA reads: buffer may be reused by any output
+from .module_pass import PassError
 
 
 def main_func(module_op: ir.Operation) -> func.FuncOp:
@@ -14,7 +10,7 @@ def main_func(module_op: ir.Operation) -> func.FuncOp:
     for op in module_op.regions[0].blocks[0].operations:
         if isinstance(op, func.FuncOp) and op.sym_name.value == "main":
             return op
-    raise ValueError("module has no func.func @main")
+    raise PassError(module_op, "module has no func.func @main")
 
 
 def _dicts(array_attr, n: int) -> list[dict]:
@@ -67,18 +63,20 @@ def string_attr(d: dict, name: str) -> str | None:
     return ir.StringAttr(a).value if a is not None else None
 
 
-_EFFECTFUL = frozenset([
-    "func.return", "stablehlo.return", "stablehlo.custom_call", "stablehlo.send", "stablehlo.recv",
-    "stablehlo.outfeed", "stablehlo.infeed", "stablehlo.after_all", "stablehlo.all_reduce",
-    "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
-    "stablehlo.reduce_scatter", "stablehlo.rng_bit_generator", "sdy.sharding_constraint"])
+_EFFECTFUL = (
+    func.ReturnOp, stablehlo.ReturnOp, stablehlo.CustomCallOp, stablehlo.SendOp, stablehlo.RecvOp,
+    stablehlo.OutfeedOp, stablehlo.InfeedOp, stablehlo.AfterAllOp, stablehlo.AllReduceOp,
+    stablehlo.AllGatherOp, stablehlo.AllToAllOp, stablehlo.CollectivePermuteOp,
+    stablehlo.ReduceScatterOp, stablehlo.RngBitGeneratorOp, sdy.ShardingConstraintOp)
+_PURE_DIALECTS = ("stablehlo", "chlo")  # apart from _EFFECTFUL, their ops only compute their results
 
 
 def has_side_effects(op: ir.Operation, pure_callees=frozenset()) -> bool:
     """Conservative: ops that must survive even when their results are unused."""
-    if op.name == "func.call":
-        return ir.FlatSymbolRefAttr(op.attributes["callee"]).value not in pure_callees
-    return op.name in _EFFECTFUL or not op.name.startswith(("stablehlo.", "chlo."))
+    view = op.opview
+    if isinstance(view, func.CallOp):
+        return view.callee.value not in pure_callees
+    return isinstance(view, _EFFECTFUL) or op.name.split(".", 1)[0] not in _PURE_DIALECTS
 
 
 def pure_callees(module_op: ir.Operation) -> frozenset:
@@ -90,7 +88,7 @@ def pure_callees(module_op: ir.Operation) -> frozenset:
         effectful = []
 
         def visit(op):
-            if op.name not in ("func.func", "func.return") and has_side_effects(op.operation):
+            if not isinstance(op.opview, (func.FuncOp, func.ReturnOp)) and has_side_effects(op.operation):
                 effectful.append(op.name)
                 return ir.WalkResult.INTERRUPT
             return ir.WalkResult.ADVANCE

@@ -12,30 +12,39 @@ arguments the caller handed over (``donate=True``) and never reads them again.
 Arguments that already carry an alias or donor attribute, and non-tensor ones (effect tokens),
 are left alone.
 """
+from dataclasses import dataclass
+
 from jaxlib.mlir import ir
 
-from ._func import ALIAS, DONOR, STATE, arg_attrs, main_func, result_attrs, set_arg_attrs, string_attr
+from ._func import arg_attrs, main_func, result_attrs, set_arg_attrs, string_attr
+from .module_pass import ModulePass
+from .vocabulary import ALIAS, DONOR, STATE
 
 
-def run(module_op: ir.Operation) -> None:
-    f = main_func(module_op)
-    args, results = arg_attrs(f), result_attrs(f)
-    outputs = {}
-    for j, attrs in enumerate(results):
-        path = string_attr(attrs, STATE)
-        if path is not None:
-            outputs[path] = j
-    taken = {ir.IntegerAttr(a[ALIAS]).value for a in args if ALIAS in a}
-    i32 = ir.IntegerType.get_signless(32)
-    in_types, out_types = list(f.type.inputs), list(f.type.results)
-    for i, attrs in enumerate(args):
-        path = string_attr(attrs, STATE)
-        if path is None or ALIAS in attrs or DONOR in attrs or not isinstance(in_types[i], ir.RankedTensorType):
-            continue  # (an effect token is carried state but has no buffer to reuse)
-        j = outputs.get(path)
-        if j is not None and j not in taken and in_types[i] == out_types[j]:
-            attrs[ALIAS] = ir.IntegerAttr.get(i32, j)
-            taken.add(j)
-        else:
-            attrs[DONOR] = ir.BoolAttr.get(True)
-    set_arg_attrs(f, args)
+@dataclass(frozen=True)
+class AliasState(ModulePass):
+    name = "alias-state"
+    summary = "Update the state in place: alias each state argument to its result, donate the rest"
+
+    def apply(self, module_op: ir.Operation) -> None:
+        f = main_func(module_op)
+        args, results = arg_attrs(f), result_attrs(f)
+        outputs = {}
+        for j, attrs in enumerate(results):
+            path = string_attr(attrs, STATE)
+            if path is not None:
+                outputs[path] = j
+        taken = {ir.IntegerAttr(a[ALIAS]).value for a in args if ALIAS in a}
+        i32 = ir.IntegerType.get_signless(32)
+        in_types, out_types = list(f.type.inputs), list(f.type.results)
+        for i, attrs in enumerate(args):
+            path = string_attr(attrs, STATE)
+            if path is None or ALIAS in attrs or DONOR in attrs or not isinstance(in_types[i], ir.RankedTensorType):
+                continue  # (an effect token is carried state but has no buffer to reuse)
+            j = outputs.get(path)
+            if j is not None and j not in taken and in_types[i] == out_types[j]:
+                attrs[ALIAS] = ir.IntegerAttr.get(i32, j)
+                taken.add(j)
+            else:
+                attrs[DONOR] = ir.BoolAttr.get(True)
+        set_arg_attrs(f, args)

@@ -10,29 +10,38 @@ Why it is safe: the remaining results are computed by the same ops as before; on
 remaining users and no side effects (no custom calls, collectives, I/O, calls to effectful
 functions) are erased.
 """
+from dataclasses import dataclass
+
 from jaxlib.mlir import ir
 
-from ._func import (ALIAS, DONOR, UNUSED, arg_attrs, erase_dead_ops, main_func, pure_callees, result_attrs,
-                    return_op, set_arg_attrs, set_signature)
+from ._func import (arg_attrs, erase_dead_ops, main_func, pure_callees, result_attrs, return_op, set_arg_attrs,
+                    set_signature)
+from .module_pass import ModulePass
+from .vocabulary import ALIAS, DONOR, UNUSED
 
 
-def run(module_op: ir.Operation) -> None:
-    f = main_func(module_op)
-    attrs = result_attrs(f)
-    keep = [j for j, a in enumerate(attrs) if UNUSED not in a]
-    if len(keep) == len(attrs):
-        return
-    values = list(return_op(f).operands)
-    set_signature(f, [values[j] for j in keep], [attrs[j] for j in keep])
-    renumber = {old: new for new, old in enumerate(keep)}
-    args = arg_attrs(f)
-    i32 = ir.IntegerType.get_signless(32)
-    for a in args:
-        if ALIAS in a:
-            old = ir.IntegerAttr(a.pop(ALIAS)).value
-            if old in renumber:
-                a[ALIAS] = ir.IntegerAttr.get(i32, renumber[old])
-            else:
-                a[DONOR] = ir.BoolAttr.get(True)
-    set_arg_attrs(f, args)
-    erase_dead_ops(f.body.blocks[0], pure_callees(module_op))
+@dataclass(frozen=True)
+class DropUnusedOutputs(ModulePass):
+    name = "drop-unused-outputs"
+    summary = "Remove the results tagged loopfuse.unused and the work that only fed them"
+
+    def apply(self, module_op: ir.Operation) -> None:
+        f = main_func(module_op)
+        attrs = result_attrs(f)
+        keep = [j for j, a in enumerate(attrs) if UNUSED not in a]
+        if len(keep) == len(attrs):
+            return
+        values = list(return_op(f).operands)
+        set_signature(f, [values[j] for j in keep], [attrs[j] for j in keep])
+        renumber = {old: new for new, old in enumerate(keep)}
+        args = arg_attrs(f)
+        i32 = ir.IntegerType.get_signless(32)
+        for a in args:
+            if ALIAS in a:
+                old = ir.IntegerAttr(a.pop(ALIAS)).value
+                if old in renumber:
+                    a[ALIAS] = ir.IntegerAttr.get(i32, renumber[old])
+                else:
+                    a[DONOR] = ir.BoolAttr.get(True)
+        set_arg_attrs(f, args)
+        erase_dead_ops(f.body.blocks[0], pure_callees(module_op))

@@ -40,10 +40,13 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from ._func import is_dead, main_func
+from .matchers import producer, splat
+from .module_pass import ModulePass, option
 
-ELEMENTWISE = frozenset("stablehlo." + name for name in (
-    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "sqrt", "rsqrt", "negate", "abs",
-    "exponential", "log", "compare", "select", "convert"))
+ELEMENTWISE = (
+    stablehlo.AddOp, stablehlo.SubtractOp, stablehlo.MulOp, stablehlo.DivOp, stablehlo.MaxOp, stablehlo.MinOp,
+    stablehlo.PowOp, stablehlo.SqrtOp, stablehlo.RsqrtOp, stablehlo.NegOp, stablehlo.AbsOp, stablehlo.ExpOp,
+    stablehlo.LogOp, stablehlo.CompareOp, stablehlo.SelectOp, stablehlo.ConvertOp)
 
 
 @dataclass
@@ -66,30 +69,31 @@ class Tree:
         return [op.operands[i] for op, i in self.slots]
 
 
-def run(module_op: ir.Operation, **options: str) -> None:
-    unknown = set(options) - {"min-group"}
-    if unknown:
-        raise ValueError(f"flatten-update has no option {sorted(unknown)}; it takes min-group")
-    min_group = int(options.get("min-group", 2))
-    if min_group < 2:
-        raise ValueError(f"flatten-update needs min-group >= 2, got {min_group}")
-    block = main_func(module_op).body.blocks[0]
-    groups: dict[tuple, list[Tree]] = {}
-    for tree in _trees(block):
-        groups.setdefault(tree.signature, []).append(tree)
-    flattener = _Flattener(block)
-    for trees in groups.values():
-        trees = [t for t in trees if _has_uses(t.root)]  # earlier groups may have consumed some
-        if len(trees) < min_group:
-            continue
-        scalars = [_producer(ref[2]) for *_, refs in trees[0].signature for ref in refs
-                   if ref[:2] == ("scalar", "value")]
-        while len(trees) >= min_group:
-            n, anchor = flattener.batch(trees, scalars)
-            if n >= min_group and anchor is not None:
-                flattener.rewrite(trees[:n], anchor)
-            trees = trees[n:]
-    flattener.erase_unused()
+@dataclass(frozen=True)
+class FlattenUpdate(ModulePass):
+    name = "flatten-update"
+    summary = "Compute an elementwise update repeated over many leaves once, on one flat vector"
+
+    min_group: int = option(2, "rewrite a group of alike trees only when it has at least this many", minimum=2)
+
+    def apply(self, module_op: ir.Operation) -> None:
+        block = main_func(module_op).body.blocks[0]
+        groups: dict[tuple, list[Tree]] = {}
+        for tree in _trees(block):
+            groups.setdefault(tree.signature, []).append(tree)
+        flattener = _Flattener(block)
+        for trees in groups.values():
+            trees = [t for t in trees if _has_uses(t.root)]  # earlier groups may have consumed some
+            if len(trees) < self.min_group:
+                continue
+            scalars = [producer(ref[2]) for *_, refs in trees[0].signature for ref in refs
+                       if ref[:2] == ("scalar", "value")]
+            while len(trees) >= self.min_group:
+                n, anchor = flattener.batch(trees, scalars)
+                if n >= self.min_group and anchor is not None:
+                    flattener.rewrite(trees[:n], anchor)
+                trees = trees[n:]
+        flattener.erase_unused()
 
 
 def _trees(block: ir.Block):
@@ -108,7 +112,7 @@ def _trees(block: ir.Block):
 
 def _elementwise(op: ir.Operation) -> bool:
     """A supported elementwise op whose operands and result share one static shape of rank >= 1."""
-    if op.name not in ELEMENTWISE or len(op.results) != 1:
+    if not isinstance(op.opview, ELEMENTWISE) or len(op.results) != 1:
         return False
     t = op.result.type
     if not (isinstance(t, ir.RankedTensorType) and t.has_static_shape and t.rank >= 1):
@@ -124,11 +128,11 @@ def _tree(root: ir.Operation, inner: set) -> Tree:
         op, ready = stack.pop()
         if not ready:
             stack.append((op, True))
-            stack.extend((d, False) for d in reversed([_producer(v) for v in op.operands]) if d in inner)
+            stack.extend((d, False) for d in reversed([producer(v) for v in op.operands]) if d in inner)
             continue
         refs = []
         for i, v in enumerate(op.operands):
-            d = _producer(v)
+            d = producer(v)
             if d in inner:
                 refs.append(("node", index[d]))
             elif (scalar := _shared_scalar(v)) is not None:
@@ -149,25 +153,15 @@ def _tree(root: ir.Operation, inner: set) -> Tree:
 def _shared_scalar(value: ir.Value):
     """("splat", scalar attribute) for a splat constant (possibly broadcast), ("value", v) for a broadcast
     0-d value v, else None."""
-    op = _producer(value)
-    if op is not None and op.name == "stablehlo.broadcast_in_dim":
+    op = producer(value, stablehlo.BroadcastInDimOp)
+    if op is not None:
         scalar = op.operands[0]
         if not (isinstance(scalar.type, ir.RankedTensorType) and scalar.type.rank == 0):
             return None
-        return _splat(scalar) or ("value", scalar)
-    return _splat(value)
-
-
-def _splat(value: ir.Value):
-    """("splat", scalar attribute) for an integer or float splat constant, else None."""
-    op = _producer(value)
-    if op is None or op.name != "stablehlo.constant":
-        return None
-    attr = op.attributes["value"]  # may be a dense_resource blob, which is never read here
-    if not (isinstance(attr, ir.DenseElementsAttr) and attr.is_splat
-            and isinstance(value.type.element_type, (ir.IntegerType, ir.FloatType))):
-        return None
-    return ("splat", attr.get_splat_value())
+        attr = splat(scalar)
+        return ("value", scalar) if attr is None else ("splat", attr)
+    attr = splat(value)
+    return None if attr is None else ("splat", attr)
 
 
 class _Flattener:
@@ -187,7 +181,7 @@ class _Flattener:
             operands = tree.operands()
             if any(v in roots for v in operands):
                 return n, first
-            last_input = _latest([latest, *map(_producer, operands)])
+            last_input = _latest([latest, *map(producer, operands)])
             first_use = _earliest([first, *(_in_block(u.owner.operation, self.block) for u in tree.root.uses)])
             if last_input is not None and first_use is not None and not last_input.is_before_in_block(first_use):
                 return n, first
@@ -231,7 +225,7 @@ class _Flattener:
             for op in reversed(tree.nodes):
                 self.maybe_dead.pop(op, None)
                 for v in op.operands:
-                    d = _producer(v)
+                    d = producer(v)
                     if d is not None and d not in members:
                         self.maybe_dead[d] = None
                 op.erase()
@@ -280,9 +274,8 @@ class _Flattener:
         if known is None or not known.owner.operation.is_before_in_block(anchor):
             return None
         for piece, v in zip(known.owner.operands, values):
-            reshape = _producer(piece)
-            if piece != v and not (reshape is not None and reshape.name == "stablehlo.reshape"
-                                   and reshape.operands[0] == v):
+            reshape = producer(piece, stablehlo.ReshapeOp)
+            if piece != v and not (reshape is not None and reshape.operands[0] == v):
                 return None
         return known
 
@@ -294,7 +287,7 @@ class _Flattener:
             if not is_dead(op):
                 continue
             for v in op.operands:
-                d = _producer(v)
+                d = producer(v)
                 if d is not None:
                     ops[d] = None
             op.erase()
@@ -306,10 +299,6 @@ def _broadcast(scalar: tuple, size: int) -> ir.Value:
     if kind == "splat":
         return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([size], x.type), x)).result
     return stablehlo.BroadcastInDimOp(ir.RankedTensorType.get([size], x.type.element_type), x, []).result
-
-
-def _producer(value: ir.Value):
-    return value.owner.operation if isinstance(value, ir.OpResult) else None
 
 
 def _has_uses(value: ir.Value) -> bool:

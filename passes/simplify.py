@@ -18,10 +18,14 @@ Only ops whose operands and results are statically shaped ranked tensors are tou
 value is only replaced by one of the same type. Inner ops with other users are kept.
 """
 import math
+from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 from jaxlib.mlir._mlir_libs._mlir import rewrite
 from jaxlib.mlir.dialects import stablehlo
+
+from .matchers import producer, splat
+from .module_pass import ModulePass
 
 NO_MATCH = True  # pattern callbacks return a falsy value iff they rewrote
 
@@ -31,24 +35,12 @@ def _static(op) -> bool:
                for v in [*op.operands, *op.results])
 
 
-def _producer(value: ir.Value, name: str):
-    """The op named `name` that defines `value`, or None."""
-    if isinstance(value, ir.OpResult) and value.owner.name == name:
-        return value.owner
-    return None
-
-
 def _splat(value: ir.Value):
-    """The scalar an integer/float splat constant (possibly broadcast) is filled with, else None."""
-    while (bcast := _producer(value, "stablehlo.broadcast_in_dim")) is not None:
-        value = bcast.operand
-    const = _producer(value, "stablehlo.constant")
-    if const is None or not isinstance(value.type.element_type, (ir.IntegerType, ir.FloatType)):
-        return None
-    attr = const.attributes["value"]  # may be a dense_resource blob, which is never read here
-    if not isinstance(attr, ir.DenseElementsAttr) or not attr.is_splat:
-        return None
-    return attr.get_splat_value().value
+    """The number an integer/float splat constant (possibly broadcast) is filled with, else None."""
+    while (bcast := producer(value, stablehlo.BroadcastInDimOp)) is not None:
+        value = bcast.operands[0]
+    attr = splat(value)
+    return None if attr is None else attr.value
 
 
 def _is_int(value: ir.Value) -> bool:
@@ -103,13 +95,13 @@ def _sub_zero(op, rewriter):
     return _forward(rewriter, op, lhs)
 
 
-def _fold_into_producer(op, rewriter, producer_name: str, build):
+def _fold_into_producer(op, rewriter, build):
     """op(producer(x)) -> build(producer): one op of the same kind straight on x."""
-    inner = _producer(op.operand, producer_name)
+    inner = producer(op.operand, type(op))
     if inner is None or not _static(op) or not _static(inner):
         return NO_MATCH
     with ir.InsertionPoint(op), op.location:
-        new = build(inner)
+        new = build(inner.opview)
     rewriter.replace_op(op, [new.result])
     return None
 
@@ -120,13 +112,12 @@ def _broadcast_broadcast(op, rewriter):
         outer_dims = list(op.broadcast_dimensions)
         dims = [outer_dims[d] for d in inner.broadcast_dimensions]
         return stablehlo.BroadcastInDimOp(op.result.type, inner.operand, dims)
-    return _fold_into_producer(op, rewriter, "stablehlo.broadcast_in_dim", build)
+    return _fold_into_producer(op, rewriter, build)
 
 
 def _reshape_reshape(op, rewriter):
     """reshape(reshape(x)) -> reshape(x)."""
-    return _fold_into_producer(op, rewriter, "stablehlo.reshape",
-                               lambda inner: stablehlo.ReshapeOp(op.result.type, inner.operand))
+    return _fold_into_producer(op, rewriter, lambda inner: stablehlo.ReshapeOp(op.result.type, inner.operand))
 
 
 def _same_type(op, rewriter):
@@ -142,7 +133,7 @@ def _transpose_transpose(op, rewriter):
         inner_perm = list(inner.permutation)
         perm = [inner_perm[p] for p in op.permutation]
         return stablehlo.TransposeOp(inner.operand, perm, results=[op.result.type])
-    return _fold_into_producer(op, rewriter, "stablehlo.transpose", build)
+    return _fold_into_producer(op, rewriter, build)
 
 
 def _transpose_identity(op, rewriter):
@@ -153,20 +144,25 @@ def _transpose_identity(op, rewriter):
 
 
 PATTERNS = [
-    ("stablehlo.multiply", _mul_one),
-    ("stablehlo.add", _add_zero),
-    ("stablehlo.subtract", _sub_zero),
-    ("stablehlo.broadcast_in_dim", _broadcast_broadcast),
-    ("stablehlo.reshape", _reshape_reshape),
-    ("stablehlo.reshape", _same_type),
-    ("stablehlo.convert", _same_type),
-    ("stablehlo.transpose", _transpose_transpose),
-    ("stablehlo.transpose", _transpose_identity),
+    (stablehlo.MulOp, _mul_one),
+    (stablehlo.AddOp, _add_zero),
+    (stablehlo.SubtractOp, _sub_zero),
+    (stablehlo.BroadcastInDimOp, _broadcast_broadcast),
+    (stablehlo.ReshapeOp, _reshape_reshape),
+    (stablehlo.ReshapeOp, _same_type),
+    (stablehlo.ConvertOp, _same_type),
+    (stablehlo.TransposeOp, _transpose_transpose),
+    (stablehlo.TransposeOp, _transpose_identity),
 ]
 
 
-def run(module_op: ir.Operation) -> None:
-    patterns = rewrite.RewritePatternSet()
-    for name, fn in PATTERNS:
-        patterns.add(name, fn)
-    rewrite.apply_patterns_and_fold_greedily(module_op, patterns.freeze())
+@dataclass(frozen=True)
+class Simplify(ModulePass):
+    name = "simplify"
+    summary = "Exact algebraic simplification (x*1, x+(-0.0), reshape/transpose/broadcast chains)"
+
+    def apply(self, module_op: ir.Operation) -> None:
+        patterns = rewrite.RewritePatternSet()
+        for root, fn in PATTERNS:
+            patterns.add(root, fn)
+        rewrite.apply_patterns_and_fold_greedily(module_op, patterns.freeze())

@@ -14,20 +14,31 @@ the previous iteration produced; invariant arguments are passed unchanged; the h
 written once each. Result attributes stay on the results so the runtime maps them as before (an
 ``sdy.sharding`` of an aux result gains an unsharded leading axis for its history).
 """
+from dataclasses import dataclass
+
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
-from ._func import STATE, STEP_INDEX, arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
+from ._func import arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
+from .module_pass import ModulePass, PassError, option
+from .vocabulary import STATE, STEP_INDEX
 
 BODY = "loopfuse_step"
 SDY_SHARDING = "sdy.sharding"
 
 
-def run(module_op: ir.Operation, steps: str) -> None:
-    k = int(steps)
-    if k < 1:
-        raise ValueError(f"wrap-loop needs steps >= 1, got {k}")
-    f = main_func(module_op)
+@dataclass(frozen=True)
+class WrapLoop(ModulePass):
+    name = "wrap-loop"
+    summary = "Run K steps of the update in one device call (a stablehlo.while around the step)"
+
+    steps: int = option(1, "iterations of the step per call (K)", minimum=1, maximum=2**31 - 1)  # an i32 counter
+
+    def apply(self, module_op: ir.Operation) -> None:
+        _wrap(main_func(module_op), self.steps)
+
+
+def _wrap(f: func.FuncOp, k: int) -> None:
     args, results = arg_attrs(f), result_attrs(f)
     in_types, out_types = list(f.type.inputs), list(f.type.results)
     state_arg = {string_attr(a, STATE): i for i, a in enumerate(args) if STATE in a}
@@ -37,20 +48,20 @@ def run(module_op: ir.Operation, steps: str) -> None:
         if path is None:
             continue
         if state_arg.get(path) in carried.values():
-            raise ValueError(f"state path {path} tags more than one result (result {j} again)")
+            raise PassError(f, f"state path {path} tags more than one result (result {j} again)")
         i = state_arg.get(path)
         if i is None or in_types[i] != out_types[j]:
-            raise ValueError(f"state result {j} ({path}) has no argument of the same path and type "
-                             f"to carry it around the loop")
+            raise PassError(f, f"state result {j} ({path}) has no argument of the same path and type "
+                               f"to carry it around the loop")
         carried[j] = i
     if len(carried) != len(state_arg):
         missing = sorted(set(state_arg) - {string_attr(results[j], STATE) for j in carried})
-        raise ValueError(f"state arguments {missing} have no matching result: the loop cannot carry them")
+        raise PassError(f, f"state arguments {missing} have no matching result: the loop cannot carry them")
     step_args = [i for i, a in enumerate(args) if STEP_INDEX in a]
     i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
     for s in step_args:
         if in_types[s] != i32:
-            raise ValueError(f"step index argument {s} must be tensor<i32>, not {in_types[s]}")
+            raise PassError(f, f"step index argument {s} must be tensor<i32>, not {in_types[s]}")
     aux = [j for j in range(len(out_types)) if j not in carried]
 
     _clone_as_body(f)
@@ -118,11 +129,16 @@ def _scalar(value: int, t: ir.RankedTensorType) -> ir.Value:
 
 
 def _zeros(t: ir.RankedTensorType) -> ir.Value:
-    scalar = ir.RankedTensorType.get([], t.element_type)
-    et = t.element_type
-    zero = ir.FloatAttr.get(et, 0.0) if not isinstance(et, ir.IntegerType) else ir.IntegerAttr.get(et, 0)
-    c = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, zero)).result
-    return stablehlo.BroadcastInDimOp(t, c, []).result
+    return stablehlo.BroadcastInDimOp(t, _zero(t.element_type), []).result
+
+
+def _zero(et: ir.Type) -> ir.Value:
+    """A 0-d zero of element type `et`: integer, float, or complex (built from two real zeros)."""
+    if isinstance(et, ir.ComplexType):
+        real = _zero(et.element_type)
+        return stablehlo.ComplexOp(real, real).result
+    zero = ir.IntegerAttr.get(et, 0) if isinstance(et, ir.IntegerType) else ir.FloatAttr.get(et, 0.0)
+    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([], et), zero)).result
 
 
 def _write_row(hist: ir.Value, value: ir.Value, i: ir.Value) -> ir.Value:

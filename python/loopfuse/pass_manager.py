@@ -1,84 +1,114 @@
-"""Parse and build mlir-opt style pipelines that mix loopfuse (Python) and upstream MLIR passes."""
+"""Parse and run mlir-opt style pipelines that mix loopfuse (Python) and upstream MLIR passes.
+
+A loopfuse pass is a `ModulePass` object; an upstream one (canonicalize, cse ...) an `UpstreamPass`
+handed to MLIR's registry. Running either reports failures as MLIR error diagnostics: a loopfuse
+pass's `PassError` at the offending op, the verifier's at the invalid op.
+"""
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from jaxlib.mlir import ir, passmanager
 
-from .passes import PASSES
+from .passes import PASSES, ModulePass, PassError, PassOptionError
 
 
 @dataclass(frozen=True)
-class PassSpec:
+class UpstreamPass:
+    """A pass from MLIR's own registry, its options as MLIR's pipeline text (checked by MLIR)."""
+
     name: str
-    options: dict = field(default_factory=dict)
+    options: str = ""
 
     def __str__(self) -> str:
-        if not self.options:
-            return self.name
-        return self.name + "{" + " ".join(f"{k}={v}" for k, v in self.options.items()) + "}"
+        return self.name + ("{" + self.options + "}" if self.options else "")
 
+
+Pass = ModulePass | UpstreamPass
 
 _ITEM = re.compile(r"\s*([A-Za-z0-9_.-]+)\s*(?:\{([^}]*)\})?\s*(?:,|$)")
 
 
-def parse_pipeline(text: str) -> list[PassSpec]:
-    """`builtin.module(a,b{k=v w=1})` or `a,b{k=v}` -> [PassSpec]. Raises ValueError on bad syntax."""
+def parse_pipeline(text: str) -> list[Pass]:
+    """`builtin.module(a,b{k=v w=1})` or `a,b{k=v}` -> pass objects.
+
+    Raises ValueError on bad syntax and `PassOptionError` (a ValueError) on a bad loopfuse option.
+    """
     text = text.strip()
     m = re.fullmatch(r"builtin\.module\((.*)\)", text, re.S)
     body = m.group(1) if m else text
-    specs, pos = [], 0
+    passes, pos = [], 0
     while pos < len(body.rstrip()):
         item = _ITEM.match(body, pos)
         if not item or item.end() == pos:
             raise ValueError(f"cannot parse pass pipeline at {body[pos:]!r}")
-        opts = {}
-        for kv in (item.group(2) or "").split():
-            if "=" not in kv:
-                raise ValueError(f"pass option {kv!r} of {item.group(1)} is not key=value")
-            k, v = kv.split("=", 1)
-            opts[k] = v
-        specs.append(PassSpec(item.group(1), opts))
+        passes.append(make_pass(item.group(1), item.group(2) or ""))
         pos = item.end()
-    return specs
+    return passes
 
 
-def _python_pass(spec: PassSpec, errors: list):
-    run = PASSES[spec.name]
+def make_pass(name: str, options: str = "") -> Pass:
+    """The pass `name` with `options` in pipeline text (``k=v k2=v2``)."""
+    cls = PASSES.get(name)
+    if cls is None:
+        return UpstreamPass(name, options.strip())
+    values = {}
+    for kv in options.split():
+        key, eq, value = kv.partition("=")
+        if not eq:
+            raise PassOptionError(name, key, "is not key=value")
+        values[key] = value
+    return cls.from_text(values)
+
+
+class PassFailure(RuntimeError):
+    """A pass failed or produced IR that does not verify; `diagnostics` are MLIR's error diagnostics
+    (location, message), `spec` the pass."""
+
+    def __init__(self, spec: Pass, message: str, cause: BaseException | None = None, diagnostics=()):
+        super().__init__(f"pass '{spec}' failed: {message}")
+        self.spec, self.message, self.cause, self.diagnostics = spec, message, cause, list(diagnostics)
+
+
+def run_pass(module: ir.Module, spec: Pass) -> None:
+    """Run one pass on `module` in place, with the MLIR verifier after it; raise `PassFailure`."""
+    errors: list = []
+    with module.context:
+        pm = passmanager.PassManager("builtin.module")
+        pm.enable_verifier(True)
+        if isinstance(spec, ModulePass):
+            pm.add(_callback(spec, errors), name=spec.name, argument=spec.name)
+        else:
+            try:
+                pm.add(str(spec))
+            except ValueError as e:
+                raise PassFailure(spec, _upstream_error(str(e)), e) from None
+        try:
+            pm.run(module.operation)
+        except ir.MLIRError as e:
+            diagnostics = [(d.location, d.message) for d in e.error_diagnostics or []]
+            message = "; ".join(m for _, m in diagnostics) or str(e)
+            cause = errors[0] if errors else e
+            raise PassFailure(spec, message, cause, diagnostics) from cause
+
+
+def _callback(spec: ModulePass, errors: list):
+    """`spec` as an MLIR pass: a failure becomes an error diagnostic (a `PassError` at its op; any
+    other exception, a bug, at the module) and the exception is kept for `PassFailure.cause`."""
 
     def callback(op, pass_):
         try:
             with op.context, ir.Location.unknown():
-                run(op, **spec.options)
-        except Exception as e:  # surfaced by run_pass with the pass name
+                spec.apply(op)
+        except Exception as e:
+            at = e.op if isinstance(e, PassError) and e.op is not None else op
+            at.location.emit_error(str(e))
             errors.append(e)
             pass_.signal_pass_failure()
 
     return callback
 
 
-class PassFailure(RuntimeError):
-    """A pass failed or produced IR that does not verify."""
-
-    def __init__(self, spec: PassSpec, message: str, cause: BaseException | None = None):
-        super().__init__(f"pass '{spec}' failed: {message}")
-        self.spec, self.cause = spec, cause
-
-
-def run_pass(module: ir.Module, spec: PassSpec) -> None:
-    """Run one pass on `module` in place, with the MLIR verifier after it."""
-    errors: list = []
-    with module.context:
-        pm = passmanager.PassManager("builtin.module")
-        pm.enable_verifier(True)
-        if spec.name in PASSES:
-            pm.add(_python_pass(spec, errors), name=spec.name, argument=spec.name)
-        else:
-            try:
-                pm.add(str(spec))
-            except ValueError as e:
-                raise PassFailure(spec, f"unknown pass (loopfuse passes: {', '.join(PASSES)})", e) from None
-        try:
-            pm.run(module.operation)
-        except ir.MLIRError as e:
-            cause = errors[0] if errors else e
-            raise PassFailure(spec, str(cause), cause) from cause
+def _upstream_error(mlir_message: str) -> str:
+    if "does not refer to a registered pass" in mlir_message:
+        return f"unknown pass (loopfuse passes: {', '.join(PASSES)}; others come from MLIR's registry)"
+    return " ".join(mlir_message.split())

@@ -8,27 +8,27 @@ from pathlib import Path
 from jaxlib.mlir import ir
 
 from .errors import LoopfuseError
-from .pass_manager import PassFailure, PassSpec, parse_pipeline, run_pass
+from .pass_manager import Pass, PassFailure, parse_pipeline, run_pass
+from .passes import AliasState, DropUnusedOutputs, WrapLoop
 
 DUMP_ENV = "LOOPFUSE_DUMP_IR"
 DEFAULT_PASSES = ("simplify",)
 
 
-def build(passes=None, *, steps: int | None = None, donate: bool = True) -> list[PassSpec]:
+def build(passes=None, *, steps: int | None = None, donate: bool = True) -> list[Pass]:
     """Structural passes around the optimization passes (default ``DEFAULT_PASSES``).
 
-    `passes` is a pipeline string or a sequence of pass names / PassSpecs. drop-unused-outputs
-    always runs first (it removes work), wrap-loop next to last for ``steps``, alias-state last.
+    `passes` is a pipeline string or a sequence of pass objects and pipeline strings (``"simplify"``,
+    ``"flatten-update{min-group=3}"``). drop-unused-outputs always runs first (it removes work),
+    wrap-loop next to last for ``steps``, alias-state last.
     """
-    if isinstance(passes, str):
-        chosen = parse_pipeline(passes)
-    else:
-        chosen = [p if isinstance(p, PassSpec) else PassSpec(p) for p in (DEFAULT_PASSES if passes is None else passes)]
-    specs = [PassSpec("drop-unused-outputs"), *chosen]
+    items = [passes] if isinstance(passes, str) else DEFAULT_PASSES if passes is None else passes
+    chosen = [q for p in items for q in (parse_pipeline(p) if isinstance(p, str) else [p])]
+    specs = [DropUnusedOutputs(), *chosen]
     if steps is not None:
-        specs.append(PassSpec("wrap-loop", {"steps": str(steps)}))
+        specs.append(WrapLoop(steps=steps))
     if donate:
-        specs.append(PassSpec("alias-state"))
+        specs.append(AliasState())
     return specs
 
 

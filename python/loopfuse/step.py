@@ -14,7 +14,8 @@ from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
 from .sharding import Placement
-from .trace import RESULT, Traced, is_key, is_weak, trace, wrap_keys
+from .passes.vocabulary import RESULT
+from .trace import Traced, is_key, is_weak, trace, wrap_keys
 
 
 @dataclass

@@ -23,9 +23,9 @@ from jaxlib.mlir import ir
 from .data import Dataset
 from .errors import AuxPathError, StateMismatchError
 from .mlir_context import make_context
-from .passes._func import STATE, STEP_INDEX, UNUSED, arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
+from .passes._func import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
+from .passes.vocabulary import RESULT, STATE, STEP_INDEX, UNUSED
 
-RESULT = "loopfuse.result"
 TOKEN_PATH = "<effect token {}>"   # loopfuse.state of the N-th ordered-effect token
 
 

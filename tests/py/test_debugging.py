@@ -10,7 +10,7 @@ import pytest
 import loopfuse
 from loopfuse import pipeline
 from loopfuse.mlir_context import parse_module
-from loopfuse.passes import PASSES
+from loopfuse.passes import Simplify
 from problems import batch, init_state, train_step
 
 EXPECTED = ["00-traced", "01-after-drop-unused-outputs", "02-after-simplify", "03-after-wrap-loop",
@@ -40,12 +40,12 @@ def test_dump_ir_environment_variable(tmp_path, monkeypatch):
     _check_dump(tmp_path)
 
 
-def _broken(module_op):
+def _broken(self, module_op):
     raise RuntimeError("deliberately broken")
 
 
 def test_pass_failure_names_the_pass_and_writes_a_replayable_reproducer(tmp_path, monkeypatch):
-    monkeypatch.setitem(PASSES, "simplify", _broken)
+    monkeypatch.setattr(Simplify, "apply", _broken)
     state = init_state(optax.sgd(0.1))
     with pytest.raises(pipeline.PipelineError, match="pass 'simplify' failed: deliberately broken") as err:
         loopfuse.compile_step(train_step(optax.sgd(0.1)), dump_ir=tmp_path)(state, batch())
@@ -63,7 +63,7 @@ def test_pass_failure_names_the_pass_and_writes_a_replayable_reproducer(tmp_path
 
 
 def test_failure_without_dump_dir_still_writes_a_reproducer(monkeypatch):
-    monkeypatch.setitem(PASSES, "simplify", _broken)
+    monkeypatch.setattr(Simplify, "apply", _broken)
     with pytest.raises(pipeline.PipelineError) as err:
         loopfuse.compile_step(lambda s, b: (s + b, 0.0))(jnp.ones(2), jnp.ones(2))
     assert err.value.reproducer.exists()

@@ -8,7 +8,8 @@ import pytest
 
 import loopfuse
 from loopfuse.mlir_context import parse_module
-from loopfuse.pass_manager import PassFailure, PassSpec, run_pass
+from loopfuse.pass_manager import make_pass, run_pass
+from loopfuse.passes import FlattenUpdate, PassOptionError
 from loopfuse.trace import trace
 from ir_helpers import interpret, op_counts
 
@@ -69,7 +70,7 @@ def test_optax_step_bits(make_opt):
     traced = trace(_optax_step(opt), state, batch, {}, None)
     text = str(traced.module)
     before, after = parse_module(text), parse_module(text)
-    run_pass(after, PassSpec("flatten-update"))
+    run_pass(after, FlattenUpdate())
     assert after.operation.verify()
 
     counts, old = op_counts(after), op_counts(before)
@@ -109,7 +110,7 @@ def test_many_leaves_are_one_update():
         return {"params": optax.apply_updates(state["params"], updates), "opt": opt_state}, {}
 
     module = trace(step, state, params, {}, None).module
-    run_pass(module, PassSpec("flatten-update"))
+    run_pass(module, FlattenUpdate())
     counts = op_counts(module)
     assert counts["stablehlo.concatenate"] == 4, counts   # gradients, mu, nu, params
     assert counts["stablehlo.sqrt"] == 1 and counts["stablehlo.divide"] == 3, counts
@@ -123,10 +124,13 @@ func.func @main(%a: tensor<2xf32>, %b: tensor<3xf32>) -> (tensor<2xf32>, tensor<
   return %x, %y : tensor<2xf32>, tensor<3xf32>
 }"""
     module = parse_module(text)
-    run_pass(module, PassSpec("flatten-update", {"min-group": "3"}))
+    run_pass(module, FlattenUpdate(min_group=3))
     assert op_counts(module)["stablehlo.concatenate"] == 0
-    run_pass(module, PassSpec("flatten-update", {"min-group": "2"}))
+    run_pass(module, FlattenUpdate(min_group=2))
     assert op_counts(module)["stablehlo.concatenate"] == 1
-    for options in ({"min-group": "1"}, {"min_group": "2"}):
-        with pytest.raises(PassFailure, match="min-group"):
-            run_pass(module, PassSpec("flatten-update", options))
+    with pytest.raises(PassOptionError, match="pass 'flatten-update' option 'min-group': must be >= 2, got 1"):
+        FlattenUpdate(min_group=1)
+    with pytest.raises(PassOptionError, match="pass 'flatten-update' option 'min-group': expects int, got True"):
+        FlattenUpdate(min_group=True)
+    with pytest.raises(PassOptionError, match="option 'min_group': no such option .*: min-group"):
+        make_pass("flatten-update", "min_group=2")

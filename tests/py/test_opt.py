@@ -1,9 +1,13 @@
 """loopfuse-opt: pipelines, single-pass flags, stdin, -o, split input, diagnostics with lines."""
+import io
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from loopfuse.opt import main
+from loopfuse.passes import PASSES
 
 MODULE = textwrap.dedent("""\
     func.func @main(%w: tensor<4xf32> {loopfuse.state = "w"}, %x: tensor<4xf32>)
@@ -59,3 +63,104 @@ def test_bad_pipeline_and_unknown_pass_fail():
 def test_upstream_passes_mix_with_loopfuse_passes():
     r = opt("-", "--pass-pipeline=builtin.module(cse,alias-state)", stdin=MODULE)
     assert r.returncode == 0 and "tf.aliasing_output" in r.stdout
+
+
+
+def opt_in_process(capsys, monkeypatch, *args, stdin: bytes = b""):
+    """loopfuse-opt's main() in this process: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse: --help
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_help_lists_every_pass_with_summary_and_options(capsys, monkeypatch):
+    code, out, _ = opt_in_process(capsys, monkeypatch, "--help")
+    assert code == 0
+    text = " ".join(out.split())  # argparse rewraps lines
+    for name, cls in PASSES.items():
+        assert f"--{name}" in text and " ".join(cls.summary.split()) in text
+        for f in cls.options():
+            assert f"{f.name.replace('_', '-')}=<{f.type.__name__}> (default {f.default}" in text
+            assert " ".join(f.metadata["help"].split()) in text
+
+
+def test_pass_failure_in_a_chunk_without_location_names_the_chunks_first_line(capsys, monkeypatch):
+    text = MODULE + "// -----\n\n" + MODULE
+    code, _, err = opt_in_process(capsys, monkeypatch, "-", "--split-input-file",
+                                  "--pass-pipeline=builtin.module(no-such-pass)", stdin=text.encode())
+    second = len(MODULE.splitlines()) + 2  # the line after the marker
+    assert code == 1
+    assert err.splitlines() == [f"<stdin>:{n}: error: pass 'no-such-pass' failed: unknown pass (loopfuse passes: "
+                                "alias-state, drop-unused-outputs, flatten-update, simplify, wrap-loop; others "
+                                "come from MLIR's registry)" for n in (1, second)]
+
+
+BAD_UTF8 = MODULE.encode().replace(b"tensor<4xf32>", b"tensor<4xf32\xff>", 1)
+
+
+@pytest.mark.parametrize("case", ["missing-input", "utf8-file", "utf8-stdin", "utf8-reproducer", "unwritable-output"])
+def test_bad_files_are_one_error_line_and_exit_1(case, tmp_path, capsys, monkeypatch):
+    path, stdin, args = tmp_path / "in.mlir", b"", ["--alias-state"]
+    if case == "missing-input":
+        expected = f"{path}: error: cannot read the input: No such file or directory"
+    elif case == "unwritable-output":
+        path.write_text(MODULE)
+        args += ["-o", str(tmp_path / "no-such-dir" / "out.mlir")]
+        expected = f"{tmp_path / 'no-such-dir' / 'out.mlir'}: error: cannot write the output: No such file or directory"
+    else:
+        header = b"// loopfuse-pipeline: builtin.module(alias-state)\n" if case == "utf8-reproducer" else b""
+        args = ["--reproducer"] if case == "utf8-reproducer" else args
+        if case == "utf8-stdin":
+            path, stdin = "-", BAD_UTF8
+        else:
+            path.write_bytes(header + BAD_UTF8)
+        expected = f"{'<stdin>' if stdin else path}:{1 + bool(header)}:33: error: the input is not UTF-8 text (byte 0xff)"
+    code, out, err = opt_in_process(capsys, monkeypatch, str(path), *args, stdin=stdin)
+    assert (code, out, err.splitlines()) == (1, "", [expected])
+
+
+@pytest.mark.parametrize("depth, opener", [(10_000, "module {"), (100_000, "module {"), (100_000, "tuple<")])
+def test_deep_nesting_is_refused_not_a_crash(depth, opener):
+    """Run as a process: the MLIR parser overflows its stack (SIGSEGV) from ~4,000 nested modules."""
+    if opener == "module {":
+        text = opener * depth + "}" * depth
+    else:
+        text = "func.func @main(%a: " + opener * depth + "tensor<f32>" + ">" * depth + ") {\n  return\n}\n"
+    r = subprocess.run([sys.executable, "-m", "loopfuse.opt", "-", "--alias-state"], input=text, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1, r.returncode  # a crash would be a negative signal number
+    assert r.stderr.splitlines() == ["<stdin>:1: error: nesting deeper than 1000 levels of brackets (regions, types, "
+                                     "attributes): refused before parsing"]
+
+
+def test_nesting_within_the_limit_still_parses(capsys, monkeypatch):
+    text = "module {" * 900 + "}" * 900
+    code, out, err = opt_in_process(capsys, monkeypatch, "-", "--pass-pipeline=builtin.module(cse)",
+                                    stdin=text.encode())
+    assert code == 0 and out.count("module {") == 900, err
+
+
+@pytest.mark.parametrize("pipeline", ["snapshot-op-locations{{filename={out}}}", "inline{{default-pipeline=cse}}"])
+def test_reproducer_replays_no_pass_with_effects_outside_the_module(pipeline, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    repro = tmp_path / "reproducer.mlir"
+    repro.write_text(f"// loopfuse-pipeline: builtin.module(alias-state,{pipeline.format(out=tmp_path / 'x.mlir')})\n"
+                     + MODULE)
+    code, out, err = opt_in_process(capsys, monkeypatch, "--reproducer", str(repro))
+    assert (code, out) == (1, "")
+    [line] = err.splitlines()
+    assert line.startswith(f"{repro}: error: the reproducer's pipeline names '{pipeline.split('{{')[0]}")
+    assert "--reproducer does not replay" in line
+    assert list(tmp_path.iterdir()) == [repro]  # nothing written
+
+
+def test_reproducer_replays_loopfuse_and_allowlisted_upstream_passes(tmp_path, capsys, monkeypatch):
+    repro = tmp_path / "reproducer.mlir"
+    repro.write_text(f"// loopfuse-pipeline: builtin.module(drop-unused-outputs,canonicalize,cse,alias-state)\n{MODULE}")
+    code, out, err = opt_in_process(capsys, monkeypatch, "--reproducer", str(repro))
+    assert code == 0, err
+    assert "tf.aliasing_output = 0" in out and "cosine" not in out

@@ -1,14 +1,17 @@
 """Each structural pass preserves results: reference interpreter (bit-exact) and PJRT (XLA may
 fuse a smaller graph differently, so 1e-6 relative) before vs after."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 from jaxlib.mlir import ir
 
+import loopfuse
 from loopfuse import runtime
 from loopfuse.passes._func import main_func
-from loopfuse.pass_manager import PassSpec, run_pass
+from loopfuse.pass_manager import run_pass
+from loopfuse.passes import AliasState, DropUnusedOutputs, WrapLoop
 from loopfuse.trace import trace
 from ir_helpers import interpret
 from problems import batch, init_state, mlp_params, train_step
@@ -51,7 +54,7 @@ def test_alias_state_preserves_results(run):
     t = _traced()
     arrays = _inputs(t.module)
     before = run(t.module, arrays)
-    run_pass(t.module, PassSpec("alias-state"))
+    run_pass(t.module, AliasState())
     assert "tf.aliasing_output" in str(t.module)
     after = run(t.module, arrays)
     for a, b in zip(before, after):
@@ -64,7 +67,7 @@ def test_drop_unused_outputs_keeps_the_requested_results_exactly(run):
     arrays = _inputs(t.module)
     before = run(t.module, arrays)
     n_ops_before = str(t.module).count(" = stablehlo.")
-    run_pass(t.module, PassSpec("drop-unused-outputs"))
+    run_pass(t.module, DropUnusedOutputs())
     after = run(t.module, arrays)
     kept = [j for j in range(len(before)) if j < len(t.state_paths) or t.aux_kept[j - len(t.state_paths)]]
     assert len(after) == len(kept) < len(before)
@@ -75,14 +78,34 @@ def test_drop_unused_outputs_keeps_the_requested_results_exactly(run):
 
 def test_wrap_loop_equals_k_interpreted_steps():
     t = _traced(keep_aux=("loss",))
-    run_pass(t.module, PassSpec("drop-unused-outputs"))
+    run_pass(t.module, DropUnusedOutputs())
     arrays, n_state, k = _inputs(t.module), len(t.state_paths), 3
     state, losses = arrays[:n_state], []
     for _ in range(k):
         outs = interpret(t.module, state + arrays[n_state:])
         state, losses = outs[:n_state], losses + [outs[n_state]]
-    run_pass(t.module, PassSpec("wrap-loop", {"steps": str(k)}))
+    run_pass(t.module, WrapLoop(steps=k))
     looped = interpret(t.module, arrays)
     for a, b in zip(looped[:n_state], state):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(looped[n_state], np.stack(losses))
+
+
+def test_wrap_loop_complex_aux_history_equals_k_jit_steps():
+    """A complex (and a boolean) aux leaf gets a [K] history of its own dtype (issue: a float zero was
+    built for the complex history), equal to the aux of K separate jax.jit calls."""
+    def step(w, x):
+        z = jnp.exp(1j * w) * (x + 2j)
+        return w * 0.5 + x, {"z": z, "positive": jnp.all(w > 0)}
+
+    k, w0, x = 4, np.linspace(-1.0, 1.0, 3, dtype=np.float32), np.float32(0.25)
+    w, expected = jnp.asarray(w0), []
+    jitted = jax.jit(step)
+    for _ in range(k):
+        w, aux = jitted(w, x)
+        expected.append(aux)
+    final, history = loopfuse.compile_step(step).loop(k)(jnp.asarray(w0), x)
+    assert history["z"].dtype == jnp.complex64 and history["z"].shape == (k, 3)
+    np.testing.assert_array_equal(np.asarray(final), np.asarray(w))
+    np.testing.assert_allclose(np.asarray(history["z"]), np.stack([a["z"] for a in expected]), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(np.asarray(history["positive"]), np.stack([a["positive"] for a in expected]))

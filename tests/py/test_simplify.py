@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 from jaxlib.mlir import ir
 
 from loopfuse.mlir_context import parse_module
-from loopfuse.pass_manager import PassSpec, run_pass
+from loopfuse.pass_manager import run_pass
+from loopfuse.passes import Simplify
 from ir_helpers import interpret, op_counts
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
@@ -37,7 +38,7 @@ def _random(shape, dtype, rng: np.random.Generator) -> np.ndarray:
 def _simplified(text: str) -> tuple[ir.Module, ir.Module]:
     """(original, simplified) copies of `text`; the simplified one has been verified."""
     before, after = parse_module(text), parse_module(text)
-    run_pass(after, PassSpec("simplify"))
+    run_pass(after, Simplify())
     assert after.operation.verify()
     return before, after
 

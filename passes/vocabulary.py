@@ -1,0 +1,25 @@
+"""The names and formats loopfuse writes into IR and files and reads back: defined here only.
+
+The tracer writes the attributes, the passes read and rewrite them, the runtime reads them back;
+the pipeline names its IR stages and reproducers with the formats below, and loopfuse-opt reads
+them again.
+"""
+
+# ---- attributes on @main's arguments and results --------------------------------------------
+STATE = "loopfuse.state"            # arg/result, string: key path of a state leaf (pairs inputs with outputs)
+RESULT = "loopfuse.result"          # result, i32: the flat output index (state leaves, then aux leaves)
+UNUSED = "loopfuse.unused"          # result, unit: the caller did not ask for this output
+STEP_INDEX = "loopfuse.step_index"  # arg, unit: the scalar i32 global step counter
+ALIAS = "tf.aliasing_output"        # arg, i32 (read by XLA): result index this argument's buffer is reused for
+DONOR = "jax.buffer_donor"          # arg, bool (read by XLA): the buffer may be reused by any output
+
+# ---- files --------------------------------------------------------------------------------------
+PIPELINE_HEADER = "// loopfuse-pipeline: "  # first line of a reproducer, followed by the pipeline text
+SPLIT_MARKER = "// -----"                   # separates modules in one file (--split-input-file)
+TRACED_STAGE = "00-traced"                  # the IR as traced, before any pass
+FINAL_STAGE = "final"                       # the IR handed to XLA
+
+
+def after_pass_stage(n: int, pass_name: str) -> str:
+    """The name of the IR stage after the n-th pass (1-based): ``NN-after-<pass>``."""
+    return f"{n:02d}-after-{pass_name}"

@@ -5,6 +5,8 @@ from jaxlib.mlir.dialects import func
 STATE = "loopfuse.state"        # arg/result attr: key path of a state leaf (pairs inputs with outputs)
 UNUSED = "loopfuse.unused"      # result attr: the caller did not ask for this output
 STEP_INDEX = "loopfuse.step_index"  # arg attr: scalar integer step counter
+STOP = "loopfuse.stop"          # result attr: tensor<i1>, true = the loop stops after this step
+STEPS_RUN = "loopfuse.steps_run"  # result attr (wrap-loop puts it in place of STOP): tensor<i32> steps run
 ALIAS = "tf.aliasing_output"    # arg attr XLA reads: result index this argument's buffer is reused for
 DONOR = "jax.buffer_donor"      # arg attr XLA reads: buffer may be reused by any output
 

@@ -4,7 +4,8 @@ The traced ``@main`` takes the flat state leaves, then the flat batch leaves, th
 `Dataset` batch) an int32 step index, and returns the flat new-state leaves then the flat aux
 leaves. Tags: state arguments and results carry ``loopfuse.state = "<leaf path>"``, every
 result carries ``loopfuse.result = <flat output index>``, aux results the caller did not keep
-carry ``loopfuse.unused``, and the step index carries ``loopfuse.step_index``.
+carry ``loopfuse.unused``, and the step index carries ``loopfuse.step_index``. A step traced
+with a stop function (see `stopping`) returns its flag last, tagged ``loopfuse.stop``.
 """
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -17,7 +18,7 @@ from jaxlib.mlir import ir
 from .data import Dataset
 from .errors import StateMismatchError
 from .mlir_context import make_context
-from .passes._func import STATE, STEP_INDEX, UNUSED, arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
+from .passes._func import STATE, STEP_INDEX, STOP, UNUSED, arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
 
 RESULT = "loopfuse.result"
 
@@ -78,12 +79,14 @@ class Traced:
     has_step_index: bool
     arg_shardings: list | None     # per argument, under a Placement (None: one device)
     out_dtypes: list               # per flat output (typed keys as their raw uint32 data)
+    stops: bool = False            # a last flat output: the loop's stop flag (see `stopping`)
 
 
-def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) -> Traced:
+def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None) -> Traced:
     """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through).
 
     With a `sharding.Placement`, arguments and results carry its shardings (SPMD over a mesh).
+    With `stop` (from `stopping.flag`), ``stop(new_state, aux, kept aux leaves)`` is one more output.
     """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
     batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
@@ -104,7 +107,11 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         _check_same_state(state, new_state)
         aux_leaves, aux_def = jax.tree_util.tree_flatten_with_path(aux)
         out_info["aux_def"], out_info["aux_paths"] = aux_def, [dotted(p) for p, _ in aux_leaves]
-        return _raw(jax.tree_util.tree_leaves(new_state)), _raw(x for _, x in aux_leaves)
+        outs = _raw(jax.tree_util.tree_leaves(new_state)), _raw(x for _, x in aux_leaves)
+        if stop is None:
+            return outs
+        kept = {p: x for p, (_, x) in zip(out_info["aux_paths"], aux_leaves) if _keep(p, keep_aux)}
+        return *outs, stop(new_state, aux, kept)
 
     state_specs = [_input_spec("state", p, x) for p, x in state_leaves]
     specs = state_specs + [_input_spec("batch", p, x) for p, x in batch_leaves]
@@ -121,14 +128,14 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         in_sh = state_sh + batch_sh
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]
         jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh),
-                         out_shardings=(state_sh, placement.replicated))
+                         out_shardings=(state_sh, placement.replicated) + ((placement.replicated,) if stop else ()))
     lowered = jitted.lower(*specs)
     text = lowered.as_text()
     out_dtypes = [x.dtype for x in jax.tree_util.tree_leaves(lowered.out_info)]
     aux_kept = [_keep(p, keep_aux) for p in out_info["aux_paths"]]
-    module = _tag(text, state_paths, aux_kept, has_step)
+    module = _tag(text, state_paths, aux_kept, has_step, stop is not None)
     return Traced(module, state_paths, state_def, key_leaves, out_info["aux_def"], out_info["aux_paths"],
-                  aux_kept, has_step, in_sh, out_dtypes)
+                  aux_kept, has_step, in_sh, out_dtypes, stop is not None)
 
 
 def _raw(leaves) -> list:
@@ -174,7 +181,7 @@ def _check_same_state(state, new_state) -> None:
                 f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
 
 
-def _tag(text: str, state_paths, aux_kept, has_step: bool) -> ir.Module:
+def _tag(text: str, state_paths, aux_kept, has_step: bool, stops: bool) -> ir.Module:
     ctx = make_context()
     with ctx:
         module = ir.Module.parse(text)
@@ -191,6 +198,8 @@ def _tag(text: str, state_paths, aux_kept, has_step: bool) -> ir.Module:
             attrs[RESULT] = ir.IntegerAttr.get(i32, j)
             if j < len(state_paths):
                 attrs[STATE] = ir.StringAttr.get(state_paths[j])
+            elif stops and j == len(results) - 1:
+                attrs[STOP] = ir.UnitAttr.get()
             elif not aux_kept[j - len(state_paths)]:
                 attrs[UNUSED] = ir.UnitAttr.get()
         set_result_attrs(f, results)

@@ -4,6 +4,12 @@ References: the same step compiled without a loop, called once per step (bit for
 and, for the pass alone, the StableHLO reference interpreter running the unstopped loop of as
 many steps as the stopped one ran.
 """
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -189,3 +195,38 @@ def test_stopped_loop_equals_the_unstopped_loop_truncated_in_the_interpreter():
         np.testing.assert_array_equal(a, e)
     np.testing.assert_array_equal(out[n_state][:steps], unstopped[n_state])
     assert np.isnan(out[n_state][steps:]).all()
+
+
+SPMD_CHECK = """
+import json, sys
+import jax, numpy as np, optax
+from loopfuse import compile_step
+from problems import batch, fresh, init_state, train_step
+opt = optax.adam(1e-2)
+fn, b, out = train_step(opt), batch(), {"devices": jax.device_count()}
+for sharding in ("data", "params"):
+    single = compile_step(fn, keep_aux=("loss",), devices=jax.devices(), sharding=sharding)
+    state, losses = fresh(init_state(opt)), []
+    for _ in range(3):
+        state, aux = single(state, b)
+        losses.append(np.asarray(aux["loss"]).tolist())
+    loop = single.loop(8, until=lambda s, a: s[1][0].count >= 3)
+    s, aux, steps = loop(fresh(init_state(opt)), b)
+    same = all(np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(s), jax.tree_util.tree_leaves(state)))
+    out[sharding] = dict(steps=int(steps), same_state=same, history=np.asarray(aux["loss"]).tolist(), losses=losses)
+print(json.dumps(out))
+"""
+
+
+def test_until_over_four_devices_equals_the_steps_run_one_by_one():
+    """SPMD (data and params sharding) in a fresh interpreter with 4 CPU devices."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", SPMD_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    facts = json.loads(proc.stdout)
+    assert facts["devices"] == 4
+    for sharding in ("data", "params"):
+        f = facts[sharding]
+        assert f["steps"] == 3 and f["same_state"], (sharding, f)
+        assert f["history"][:3] == f["losses"] and np.isnan(f["history"][3:]).all()

@@ -127,8 +127,8 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
                     [placement.batch(jax.tree_util.keystr(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])])
         in_sh = state_sh + batch_sh
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]
-        jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh),
-                         out_shardings=(state_sh, placement.replicated) + ((placement.replicated,) if stop else ()))
+        out_sh = (state_sh, placement.replicated) + ((placement.replicated,) if stop is not None else ())
+        jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh), out_shardings=out_sh)
     lowered = jitted.lower(*specs)
     text = lowered.as_text()
     out_dtypes = [x.dtype for x in jax.tree_util.tree_leaves(lowered.out_info)]

@@ -10,6 +10,8 @@ STATE = "loopfuse.state"            # arg/result, string: key path of a state le
 RESULT = "loopfuse.result"          # result, i32: the flat output index (state leaves, then aux leaves)
 UNUSED = "loopfuse.unused"          # result, unit: the caller did not ask for this output
 STEP_INDEX = "loopfuse.step_index"  # arg, unit: the scalar i32 global step counter
+STOP = "loopfuse.stop"              # result, unit: a tensor<i1>, true = the loop stops after this step
+STEPS_RUN = "loopfuse.steps_run"    # result, unit (wrap-loop puts it in place of STOP): tensor<i32> steps run
 ALIAS = "tf.aliasing_output"        # arg, i32 (read by XLA): result index this argument's buffer is reused for
 DONOR = "jax.buffer_donor"          # arg, bool (read by XLA): the buffer may be reused by any output
 

@@ -13,6 +13,14 @@ Why it is safe: iteration i computes exactly what the i-th separate call would, 
 the previous iteration produced; invariant arguments are passed unchanged; the history rows are
 written once each. Result attributes stay on the results so the runtime maps them as before (an
 ``sdy.sharding`` of an aux result gains an unsharded leading axis for its history).
+
+Stopping early: a ``tensor<i1>`` result tagged ``loopfuse.stop`` (true = stop after this step) is
+carried as a "stopped" flag instead of getting a history. The condition becomes ``i < K and not
+stopped``; the histories start as NaN (floating and complex) or 0 (integer, bool), so the rows of
+steps that never ran read as such; ``@main`` returns the final counter, the number of steps run,
+as a ``tensor<i32>`` tagged ``loopfuse.steps_run`` in the stop result's place. Safe for the same
+reasons: the iterations that run are the same, and the flag only decides how many run. Without a
+``loopfuse.stop`` result the output is exactly the plain K-step loop.
 """
 from dataclasses import dataclass
 
@@ -21,7 +29,7 @@ from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from ._func import arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
 from .module_pass import ModulePass, PassError, option
-from .vocabulary import STATE, STEP_INDEX
+from .vocabulary import STATE, STEP_INDEX, STEPS_RUN, STOP
 
 BODY = "loopfuse_step"
 SDY_SHARDING = "sdy.sharding"
@@ -62,7 +70,8 @@ def _wrap(f: func.FuncOp, k: int) -> None:
     for s in step_args:
         if in_types[s] != i32:
             raise PassError(f, f"step index argument {s} must be tensor<i32>, not {in_types[s]}")
-    aux = [j for j in range(len(out_types)) if j not in carried]
+    stop = _stop_result(f, results, out_types, carried)
+    aux = [j for j in range(len(out_types)) if j not in carried and j != stop]
 
     _clone_as_body(f)
     block = f.body.blocks[0]
@@ -72,18 +81,22 @@ def _wrap(f: func.FuncOp, k: int) -> None:
                                           ir.RankedTensorType(out_types[j]).element_type) for j in aux]
     with ir.InsertionPoint(block), f.location:
         zero = _scalar(0, i32)
-        init = [zero, *block.arguments, *[_zeros(t) for t in hist_types]]
+        hist_init = _zeros if stop is None else _unwritten
+        init = [zero, *block.arguments, *[hist_init(t) for t in hist_types]]
+        if stop is not None:
+            init.append(_scalar(0, ir.RankedTensorType(out_types[stop])))  # the "stopped" flag, last
         loop = stablehlo.WhileOp([v.type for v in init], init)
         n_args = len(in_types)
 
         cond = loop.regions[0].blocks.append(*[v.type for v in init])
         with ir.InsertionPoint(cond):
             lt = stablehlo.CompareOp(cond.arguments[0], _scalar(k, i32), stablehlo.ComparisonDirectionAttr.get("LT"))
-            stablehlo.ReturnOp([lt.result])
+            stablehlo.ReturnOp([lt.result if stop is None else _and_not(lt.result, cond.arguments[-1])])
 
         body = loop.regions[1].blocks.append(*[v.type for v in init])
         with ir.InsertionPoint(body):
-            i, state, hist = body.arguments[0], list(body.arguments[1:1 + n_args]), list(body.arguments[1 + n_args:])
+            i, state = body.arguments[0], list(body.arguments[1:1 + n_args])
+            hist = list(body.arguments[1 + n_args:1 + n_args + len(aux)])
             call_args = list(state)
             for s in step_args:
                 call_args[s] = stablehlo.AddOp(state[s], i).result
@@ -92,18 +105,56 @@ def _wrap(f: func.FuncOp, k: int) -> None:
             for j, a in carried.items():
                 new_args[a] = outs[j]
             new_hist = [_write_row(h, outs[j], i) for h, j in zip(hist, aux)]
-            stablehlo.ReturnOp([stablehlo.AddOp(i, _scalar(1, i32)).result, *new_args, *new_hist])
+            flag = [] if stop is None else [outs[stop]]
+            stablehlo.ReturnOp([stablehlo.AddOp(i, _scalar(1, i32)).result, *new_args, *new_hist, *flag])
 
         final = loop.results
         new_results = [final[1 + carried[j]] if j in carried else None for j in range(len(out_types))]
         for h, j in enumerate(aux):
             new_results[j] = final[1 + n_args + h]
+        if stop is not None:
+            new_results[stop] = final[0]
+            del results[stop][STOP]
+            results[stop][STEPS_RUN] = ir.UnitAttr.get()
         func.ReturnOp(new_results)
     f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(in_types, [v.type for v in new_results]))
     for j in aux:
         if SDY_SHARDING in results[j]:
             results[j][SDY_SHARDING] = _prepend_unsharded_dim(results[j][SDY_SHARDING])
     set_result_attrs(f, results)
+
+
+def _stop_result(f: func.FuncOp, results: list[dict], out_types: list, carried: dict) -> int | None:
+    """The index of the one result tagged loopfuse.stop (a tensor<i1>, not state), or None."""
+    stops = [j for j, a in enumerate(results) if STOP in a]
+    if not stops:
+        return None
+    if len(stops) > 1:
+        raise PassError(f, f"results {stops} are all tagged {STOP}; a loop has one stop condition")
+    j = stops[0]
+    if j in carried:
+        raise PassError(f, f"stop result {j} is also a state result ({STATE}); the stop flag is not state")
+    if out_types[j] != ir.RankedTensorType.get([], ir.IntegerType.get_signless(1)):
+        raise PassError(f, f"stop result {j} must be tensor<i1>, not {out_types[j]}")
+    return j
+
+
+def _and_not(go: ir.Value, stopped: ir.Value) -> ir.Value:
+    return stablehlo.AndOp(go, stablehlo.NotOp(stopped).result).result
+
+
+def _unwritten(t: ir.RankedTensorType) -> ir.Value:
+    """The initial history of a stopping loop: NaN for floating elements, NaN + NaN i for complex
+    ones, else 0 (the rows of steps that do not run keep it)."""
+    et = t.element_type
+    if not isinstance(et, (ir.FloatType, ir.ComplexType)):
+        return _zeros(t)
+    part = ir.ComplexType(et).element_type if isinstance(et, ir.ComplexType) else et
+    scalar = ir.RankedTensorType.get([], part)
+    nan = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.FloatAttr.get(part, float("nan")))).result
+    if isinstance(et, ir.ComplexType):
+        nan = stablehlo.ComplexOp(nan, nan).result
+    return stablehlo.BroadcastInDimOp(t, nan, []).result
 
 
 def _prepend_unsharded_dim(sharding: ir.Attribute) -> ir.Attribute:

@@ -9,12 +9,12 @@ import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from . import pipeline, runtime
+from . import pipeline, runtime, stopping
 from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
 from .sharding import Placement
-from .passes.vocabulary import RESULT
+from .passes.vocabulary import RESULT, STEPS_RUN
 from .trace import Traced, is_key, is_weak, trace, wrap_keys
 
 
@@ -39,9 +39,11 @@ class Step:
     """A compiled ``fn(state, batch) -> (new_state, aux)``; see `compile_step`."""
 
     def __init__(self, fn: Callable, *, donate=True, dump_ir=None, passes=None, keep_aux=None, steps=None,
-                 device=None, devices=None, sharding=None):
+                 device=None, devices=None, sharding=None, until=None, stop_on_nonfinite=False):
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int, got {steps!r}")
+        stopping.check(until, stop_on_nonfinite, steps)
+        self.until, self.stop_on_nonfinite = until, stop_on_nonfinite
         self.fn, self.donate, self.dump_ir, self.passes, self.steps = fn, donate, dump_ir, passes, steps
         self.keep_aux = None if keep_aux is None else tuple(keep_aux)
         if device is not None and devices is not None:
@@ -54,14 +56,22 @@ class Step:
         self._cache: dict = {}
         self._loops: dict = {}
 
-    def loop(self, steps: int) -> "Step":
-        """The same step run `steps` times per call inside one device loop (one Step per `steps`,
-        so its executables are reused by every caller)."""
-        if steps not in self._loops:
-            self._loops[steps] = Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
-                                      keep_aux=self.keep_aux, steps=steps, device=self.device,
-                                      devices=self.devices, sharding=self.sharding)
-        return self._loops[steps]
+    def loop(self, steps: int, *, until=None, stop_on_nonfinite: bool = False) -> "Step":
+        """The same step run `steps` times per call inside one device loop (one Step per options,
+        so its executables are reused by every caller).
+
+        until: ``pred(new_state, aux) -> scalar bool``, evaluated on the device after every step;
+        stop_on_nonfinite: stop after a step whose floating aux leaves hold a NaN or Inf. With
+        either, the loop stops after the first step that asks it to and a call returns
+        ``(state, aux, steps_run)``; history rows of steps not run are NaN (0 for integers).
+        """
+        key = (steps, until, stop_on_nonfinite)
+        if key not in self._loops:
+            self._loops[key] = Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
+                                    keep_aux=self.keep_aux, steps=steps, device=self.device,
+                                    devices=self.devices, sharding=self.sharding, until=until,
+                                    stop_on_nonfinite=stop_on_nonfinite)
+        return self._loops[key]
 
     # ---- compiling -------------------------------------------------------------------------
     @staticmethod
@@ -84,7 +94,8 @@ class Step:
         """
         seconds = {}
         t0 = time.perf_counter()
-        traced = trace(self.fn, state, batch, static, self.keep_aux, self.placement)
+        traced = trace(self.fn, state, batch, static, self.keep_aux, self.placement,
+                       stopping.flag(self.until, self.stop_on_nonfinite))
         seconds["trace"] = time.perf_counter() - t0
         specs = pipeline.build(self.passes, steps=self.steps, donate=self.donate)
         dump = pipeline.dump_dir(self.dump_ir)
@@ -122,8 +133,10 @@ class Step:
         """Which flat output each result is, where results land, where arguments must be."""
         with traced.module.context:
             main = main_func(traced.module.operation)
-            tagged = [(a[RESULT], t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
-            results = [ir.IntegerAttr(a).value for a, _ in tagged]  # effect tokens have no RESULT
+            tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
+            results = [ir.IntegerAttr(a[RESULT]).value for a, _ in tagged]  # effect tokens have no RESULT
+            specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else traced.out_specs[j]
+                     for j, (a, _) in zip(results, tagged)]
             shapes = [tuple(ir.RankedTensorType(t).shape) for _, t in tagged]
             n_args = len(main.type.inputs) - len(traced.effects.ordered)
         if traced.arg_shardings is None:
@@ -134,8 +147,7 @@ class Step:
             arg_targets = traced.arg_shardings
             out_shardings = [arg_targets[j] if j < n_state else self.placement.replicated for j in results]
         handlers = runtime.result_handlers(
-            [(s, traced.out_specs[j].dtype, traced.out_specs[j].weak_type, sh)
-             for j, s, sh in zip(results, shapes, out_shardings)])
+            [(s, spec.dtype, spec.weak_type, sh) for spec, s, sh in zip(specs, shapes, out_shardings)])
         return results, handlers, arg_targets
 
     def _dump_name(self, traced: Traced) -> str:
@@ -171,7 +183,8 @@ class Step:
 
     # ---- running ---------------------------------------------------------------------------
     def __call__(self, state, batch, *, start: int = 0, **static):
-        """Run one step (or `steps` steps) and return ``(new_state, aux)``.
+        """Run one step (or `steps` steps) and return ``(new_state, aux)`` (and the steps run, for
+        a loop with `until` or `stop_on_nonfinite`).
 
         With a `Dataset` batch, `start` is the global step index of the first step (it picks the
         batch and the epoch). The caller's donated state arrays are consumed: use the returned state.
@@ -203,11 +216,12 @@ class Step:
     def _unflatten(self, entry: Executable, outs):
         t = entry.traced
         n_state = len(t.state_paths)
-        flat = [None] * (n_state + len(t.aux_paths))
+        n_out = n_state + len(t.aux_paths)
+        flat = [None] * (n_out + t.stops)
         for j, value in zip(entry.results, outs):
             flat[j] = value
         return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.state_keys)),
-                jax.tree_util.tree_unflatten(t.aux_def, wrap_keys(flat[n_state:], t.aux_keys)))
+                jax.tree_util.tree_unflatten(t.aux_def, wrap_keys(flat[n_state:n_out], t.aux_keys)), *flat[n_out:])
 
 
 def _raise_donated(state, batch) -> None:

@@ -11,6 +11,7 @@ follows jax's calling convention: one ``!stablehlo.token`` argument and result p
 first; they are tagged as state (``loopfuse.state = "<effect token N>"``, no
 ``loopfuse.result``) so a loop carries the token from one iteration to the next. The host
 callbacks the module calls travel with the trace: the executable must be compiled with them.
+A step traced with a stop function (see `stopping`) returns its flag last, tagged ``loopfuse.stop``.
 """
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -24,7 +25,7 @@ from .data import Dataset
 from .errors import AuxPathError, StateMismatchError
 from .mlir_context import make_context
 from .passes._func import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
-from .passes.vocabulary import RESULT, STATE, STEP_INDEX, UNUSED
+from .passes.vocabulary import RESULT, STATE, STEP_INDEX, STOP, UNUSED
 
 TOKEN_PATH = "<effect token {}>"   # loopfuse.state of the N-th ordered-effect token
 
@@ -129,12 +130,14 @@ class Traced:
     arg_shardings: list | None     # per non-token argument, under a Placement (None: one device)
     out_specs: list                # per flat output: dtype and weak type (typed keys as raw uint32 data)
     effects: "Effects"
+    stops: bool = False            # a last flat output: the loop's stop flag (see `stopping`)
 
 
-def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) -> Traced:
+def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None) -> Traced:
     """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through).
 
     With a `sharding.Placement`, arguments and results carry its shardings (SPMD over a mesh).
+    With `stop` (from `stopping.flag`), ``stop(new_state, aux, kept aux leaves)`` is one more output.
     """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
     batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
@@ -157,7 +160,12 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         out_info["aux_keys"] = key_impls(x for _, x in aux_leaves)
         outs = _raw(jax.tree_util.tree_leaves(new_state)), _raw(x for _, x in aux_leaves)
         out_info["weak"] = [is_weak(x) for x in jax.tree_util.tree_leaves(outs)]  # lowered.out_info drops it
-        return outs
+        if stop is None:
+            return outs
+        kept = {p: x for p, (_, x), k in zip(out_info["aux_paths"], aux_leaves,
+                                             _aux_kept(out_info["aux_paths"], keep_aux)) if k}
+        out_info["weak"].append(False)
+        return *outs, stop(new_state, aux, kept)
 
     state_specs = [_input_spec("state", p, x) for p, x in state_leaves]
     specs = state_specs + [_input_spec("batch", p, x) for p, x in batch_leaves]
@@ -173,16 +181,17 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
                     [placement.batch(jax.tree_util.keystr(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])])
         in_sh = state_sh + batch_sh
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]
-        jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh),
-                         out_shardings=(state_sh, placement.replicated))
+        out_sh = (state_sh, placement.replicated) + ((placement.replicated,) if stop is not None else ())
+        jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh), out_shardings=out_sh)
     lowered = jitted.lower(*specs)
     aux_kept = _aux_kept(out_info["aux_paths"], keep_aux)
     out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
     effects = _effects(lowered)
-    module = _tag(lowered.as_text(), state_paths, aux_kept, has_step, len(effects.ordered))
+    module = _tag(lowered.as_text(), state_paths, aux_kept, has_step, len(effects.ordered), stop is not None)
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
-                  out_info["aux_paths"], out_info["aux_keys"], aux_kept, has_step, in_sh, out_specs, effects)
+                  out_info["aux_paths"], out_info["aux_keys"], aux_kept, has_step, in_sh, out_specs, effects,
+                  stop is not None)
 
 
 def _raw(leaves) -> list:
@@ -233,7 +242,7 @@ def _check_same_state(state, new_state) -> None:
                 f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
 
 
-def _tag(text: str, state_paths, aux_kept, has_step: bool, n_tokens: int) -> ir.Module:
+def _tag(text: str, state_paths, aux_kept, has_step: bool, n_tokens: int, stops: bool) -> ir.Module:
     ctx = make_context()
     with ctx:
         module = ir.Module.parse(text)
@@ -253,6 +262,8 @@ def _tag(text: str, state_paths, aux_kept, has_step: bool, n_tokens: int) -> ir.
             attrs[RESULT] = ir.IntegerAttr.get(i32, j)
             if j < len(state_paths):
                 attrs[STATE] = ir.StringAttr.get(state_paths[j])
+            elif stops and j == len(results) - n_tokens - 1:
+                attrs[STOP] = ir.UnitAttr.get()
             elif not aux_kept[j - len(state_paths)]:
                 attrs[UNUSED] = ir.UnitAttr.get()
         set_result_attrs(f, results)

@@ -1,15 +1,17 @@
 """compile_step: trace, run loopfuse's passes, compile with PJRT, and call the result."""
-import hashlib
+import inspect
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from . import pipeline, runtime
+from . import pipeline, runtime, validate
 from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
@@ -17,9 +19,41 @@ from .sharding import Placement
 from .trace import RESULT, Traced, is_key, trace, wrap_keys
 
 
+@dataclass(frozen=True)
+class StepOptions:
+    """Everything that changes the compiled program (each field as in `compile_step`).
+
+    `xla_options` are XLA compile options (``{"xla_cpu_...": value}``) passed to the compiler.
+    """
+
+    donate: bool = True
+    passes: str | tuple | None = None
+    keep_aux: tuple | None = None
+    steps: int | None = None
+    device: Any = None
+    devices: tuple | None = None
+    sharding: str | None = None
+    dump_ir: str | Path | None = None
+    xla_options: Mapping[str, Any] | None = None
+
+    def __post_init__(self):
+        if self.steps is not None:
+            validate.steps(self.steps)
+        if self.device is not None and self.devices is not None:
+            raise ValueError("pass either device= (one device) or devices= (an SPMD mesh), not both")
+        if self.sharding is not None and self.devices is None:
+            raise ValueError(f"sharding={self.sharding!r} needs devices=[...] to shard over")
+        for name, to in (("passes", tuple), ("keep_aux", tuple), ("devices", tuple),
+                         ("xla_options", lambda o: MappingProxyType(dict(o)))):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                object.__setattr__(self, name, to(value))
+
+
 @dataclass
 class Executable:
-    """One executable for one abstract signature, with what it took to build it."""
+    """One executable for one abstract signature and its calling convention: flat leaves in
+    (placed, keys as raw data, no buffer donated twice), pytrees out."""
 
     traced: Traced
     executable: Any
@@ -27,40 +61,78 @@ class Executable:
     handlers: list                 # result handler of each executable result (makes the jax Array)
     arg_targets: list              # sharding of each executable argument
     key_args: list                 # argument positions that hold typed PRNG keys (passed as raw data)
+    donate: bool
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
+
+    @classmethod
+    def build(cls, traced: Traced, executable, leaves, placement, device, donate: bool, seconds) -> "Executable":
+        """Which flat output each result is, where results land, where arguments must be."""
+        with traced.module.context:
+            main = main_func(traced.module.operation)
+            results = [ir.IntegerAttr(a[RESULT]).value for a in result_attrs(main)]
+            shapes = [tuple(ir.RankedTensorType(t).shape) for t in main.type.results]
+            n_args = len(main.type.inputs)
+        if traced.arg_shardings is None:
+            single = jax.sharding.SingleDeviceSharding(device)
+            arg_targets, out_shardings = [single] * n_args, [single] * len(results)
+        else:
+            n_state = len(traced.state_paths)
+            arg_targets = traced.arg_shardings
+            out_shardings = [arg_targets[j] if j < n_state else placement.replicated for j in results]
+        handlers = runtime.result_handlers(
+            [(s, traced.out_dtypes[j], sh) for j, s, sh in zip(results, shapes, out_shardings)])
+        key_args = [i for i, x in enumerate(leaves) if is_key(x)]
+        return cls(traced, executable, results, handlers, arg_targets, key_args, donate, seconds)
 
     @property
     def memory(self) -> runtime.MemoryStats:
         return runtime.MemoryStats.of(self.executable)
 
+    def __call__(self, leaves: list, start: int = 0):
+        """Run on the flat state+batch `leaves`; returns ``(new_state, aux)``."""
+        outs = runtime.execute(self.executable, self._arguments(leaves, start), self.handlers)
+        return self._unflatten(outs)
+
+    def _arguments(self, leaves, start) -> list:
+        leaves = leaves + [np.int32(start)] if self.traced.has_step_index else list(leaves)
+        for i in self.key_args:
+            leaves[i] = jax.random.key_data(leaves[i])
+        args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(leaves, self.arg_targets)]
+        if self.donate:
+            _unshare(args)
+        return args
+
+    def _unflatten(self, outs):
+        t = self.traced
+        n_state = len(t.state_paths)
+        flat = [None] * (n_state + len(t.aux_paths))
+        for j, value in zip(self.results, outs):
+            flat[j] = value
+        return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.key_leaves)),
+                jax.tree_util.tree_unflatten(t.aux_def, flat[n_state:]))
+
 
 class Step:
     """A compiled ``fn(state, batch) -> (new_state, aux)``; see `compile_step`."""
 
-    def __init__(self, fn: Callable, *, donate=True, dump_ir=None, passes=None, keep_aux=None, steps=None,
-                 device=None, devices=None, sharding=None):
-        if steps is not None and (not isinstance(steps, int) or steps < 1):
-            raise ValueError(f"steps must be a positive int, got {steps!r}")
-        self.fn, self.donate, self.dump_ir, self.passes, self.steps = fn, donate, dump_ir, passes, steps
-        self.keep_aux = None if keep_aux is None else tuple(keep_aux)
-        if device is not None and devices is not None:
-            raise ValueError("pass either device= (one device) or devices= (an SPMD mesh), not both")
-        if sharding is not None and devices is None:
-            raise ValueError(f"sharding={sharding!r} needs devices=[...] to shard over")
-        self.device, self.devices, self.sharding = device, devices, sharding
-        self.placement = Placement(devices, sharding or "data") if devices is not None else None
+    def __init__(self, fn: Callable, options: StepOptions = StepOptions()):
+        _check_start_is_free(fn)
+        self.fn, self.options = fn, options
+        self.placement = Placement(options.devices, options.sharding or "data") if options.devices is not None else None
         self.compile_count = 0
         self._cache: dict = {}
         self._loops: dict = {}
+        self._lock = threading.Lock()      # guards compile_count, _loops and _compiling
+        self._compiling: dict = {}         # signature -> lock held while it compiles
 
     def loop(self, steps: int) -> "Step":
         """The same step run `steps` times per call inside one device loop (one Step per `steps`,
         so its executables are reused by every caller)."""
-        if steps not in self._loops:
-            self._loops[steps] = Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
-                                      keep_aux=self.keep_aux, steps=steps, device=self.device,
-                                      devices=self.devices, sharding=self.sharding)
-        return self._loops[steps]
+        validate.steps(steps)
+        with self._lock:
+            if steps not in self._loops:
+                self._loops[steps] = Step(self.fn, replace(self.options, steps=steps))
+            return self._loops[steps]
 
     # ---- compiling -------------------------------------------------------------------------
     @staticmethod
@@ -81,30 +153,16 @@ class Step:
 
         Dumps every stage when a dump folder is set; `stages` (if given) collects their texts.
         """
-        seconds = {}
+        o = self.options
         t0 = time.perf_counter()
-        traced = trace(self.fn, state, batch, static, self.keep_aux, self.placement)
-        seconds["trace"] = time.perf_counter() - t0
-        specs = pipeline.build(self.passes, steps=self.steps, donate=self.donate)
-        dump = pipeline.dump_dir(self.dump_ir)
-        folder = dump / self._dump_name(traced) if dump is not None else None
-        if folder:
-            folder.mkdir(parents=True, exist_ok=True)
-
-        def on_stage(name: str, module) -> None:  # each stage printed once, for the dump and `stages`
-            text = str(module)
-            if folder:
-                (folder / f"{name}.mlir").write_text(text)
-            if stages is not None:
-                stages[name] = text
-
-        seconds.update(pipeline.run(traced.module, specs, on_stage if folder or stages is not None else None,
-                                    repro_dir=folder))
-        text = str(traced.module)
-        if folder:
-            (folder / f"{len(specs) + 1:02d}-final.mlir").write_text(text)
-        if stages is not None:
-            stages["final"] = text
+        traced = trace(self.fn, state, batch, static, o.keep_aux, self.placement)
+        seconds = {"trace": time.perf_counter() - t0}
+        specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate)
+        root = pipeline.dump_dir(o.dump_ir)
+        dump = None if root is None else pipeline.dump_folder(
+            root, getattr(self.fn, "__name__", "step"), traced.module, specs, (o.device, o.devices, o.xla_options))
+        text, timings = pipeline.lower(traced.module, specs, dump=dump, stages=stages)
+        seconds.update(timings)
         return traced, text, seconds
 
     def _compile(self, state, batch, static) -> Executable:
@@ -112,44 +170,32 @@ class Step:
         t0 = time.perf_counter()
         executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()])
         seconds["xla"] = time.perf_counter() - t0
-        self.compile_count += 1
-        key_args = [i for i, x in enumerate(jax.tree_util.tree_leaves((state, batch))) if is_key(x)]
-        return Executable(traced, executable, *self._layout(traced), key_args, seconds)
-
-    def _layout(self, traced: Traced):
-        """Which flat output each result is, where results land, where arguments must be."""
-        with traced.module.context:
-            main = main_func(traced.module.operation)
-            results = [ir.IntegerAttr(a[RESULT]).value for a in result_attrs(main)]
-            shapes = [tuple(ir.RankedTensorType(t).shape) for t in main.type.results]
-            n_args = len(main.type.inputs)
-        if traced.arg_shardings is None:
-            device = jax.sharding.SingleDeviceSharding(self._device())
-            arg_targets, out_shardings = [device] * n_args, [device] * len(results)
-        else:
-            n_state = len(traced.state_paths)
-            arg_targets = traced.arg_shardings
-            out_shardings = [arg_targets[j] if j < n_state else self.placement.replicated for j in results]
-        handlers = runtime.result_handlers(
-            [(s, traced.out_dtypes[j], sh) for j, s, sh in zip(results, shapes, out_shardings)])
-        return results, handlers, arg_targets
-
-    def _dump_name(self, traced: Traced) -> str:
-        name = getattr(self.fn, "__name__", "step")
-        with traced.module.context:
-            digest = hashlib.sha1(str(traced.module).encode()).hexdigest()[:8]
-        return f"{name}-{digest}"
+        with self._lock:
+            self.compile_count += 1
+        leaves = jax.tree_util.tree_leaves((state, batch))
+        return Executable.build(traced, executable, leaves, self.placement, self._device(), self.options.donate,
+                                seconds)
 
     def _device(self):
-        return self.device or jax.devices()[0]
+        return self.options.device or jax.devices()[0]
 
     def compiled(self, state, batch, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached)."""
         key, _ = self._signature(state, batch, static)
-        return self._cache.get(key) or self._cached_compile(key, state, batch, static)
+        return self._executable(key, state, batch, static)
 
-    def _cached_compile(self, key, state, batch, static) -> Executable:
-        entry = self._cache[key] = self._compile(state, batch, static)
+    def _executable(self, key, state, batch, static) -> Executable:
+        """The cached executable of `key`, compiled once however many threads ask at the same time."""
+        entry = self._cache.get(key)
+        if entry is None:
+            with self._lock:
+                lock = self._compiling.setdefault(key, threading.Lock())
+            with lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = self._cache[key] = self._compile(state, batch, static)
+            with self._lock:
+                self._compiling.pop(key, None)
         return entry
 
     def lower(self, state, batch, **static) -> dict:
@@ -170,39 +216,46 @@ class Step:
         """Run one step (or `steps` steps) and return ``(new_state, aux)``.
 
         With a `Dataset` batch, `start` is the global step index of the first step (it picks the
-        batch and the epoch). The caller's donated state arrays are consumed: use the returned state.
+        batch and the epoch); `start` is reserved, never passed to the step function. Other
+        keyword arguments are static arguments of the step function (part of the signature).
+        The caller's donated state arrays are consumed: use the returned state.
         """
         key, leaves = self._signature(state, batch, static)
         if any(map(_deleted, leaves)):
             _raise_donated(state, batch)
         if isinstance(batch, Dataset):
             batch.validate()
-        entry = self._cache.get(key) or self._cached_compile(key, state, batch, static)
-        outs = runtime.execute(entry.executable, self._arguments(entry, leaves, start), entry.handlers)
-        return self._unflatten(entry, outs)
+        return self._executable(key, state, batch, static)(leaves, start)
 
-    def _arguments(self, entry: Executable, leaves, start) -> list:
-        if entry.traced.has_step_index:
-            leaves = leaves + [np.int32(start)]
-        for i in entry.key_args:
-            leaves[i] = jax.random.key_data(leaves[i])
-        args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(leaves, entry.arg_targets)]
-        if self.donate and len(set(map(id, args))) < len(args):  # one buffer cannot be donated twice
-            seen = set()
-            for i, x in enumerate(args):
-                if id(x) in seen:
-                    args[i] = x.copy()
-                seen.add(id(x))
-        return args
 
-    def _unflatten(self, entry: Executable, outs):
-        t = entry.traced
-        n_state = len(t.state_paths)
-        flat = [None] * (n_state + len(t.aux_paths))
-        for j, value in zip(entry.results, outs):
-            flat[j] = value
-        return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.key_leaves)),
-                jax.tree_util.tree_unflatten(t.aux_def, flat[n_state:]))
+def _check_start_is_free(fn: Callable) -> None:
+    """Raise TypeError when `fn` takes a keyword argument named `start` (reserved by `Step.__call__`)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # not introspectable (some builtins and C callables)
+        return
+    named = [p for p in params[2:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if any(p.name == "start" for p in named):
+        raise TypeError(
+            f"{getattr(fn, '__name__', fn)!r} takes an argument named 'start', which loopfuse reserves for the "
+            "step index of a Dataset batch (step(state, batch, start=i)) and would never pass to it; rename it")
+
+
+def _unshare(args: list) -> None:
+    """Copy, in place, each argument whose buffer an earlier argument already holds: the same array
+    passed as two leaves (or two arrays viewing one buffer) cannot be donated twice."""
+    seen = set()
+    for i, x in enumerate(args):
+        if not seen.isdisjoint(_buffers(x)):
+            args[i] = jax.device_put(x, x.sharding, may_alias=False)
+        seen.update(_buffers(args[i]))
+
+
+def _buffers(x) -> list:
+    """(device id, buffer address) of each addressable shard of the device array `x`."""
+    if len(x.sharding.device_set) == 1:
+        return [(next(iter(x.sharding.device_set)).id, x.unsafe_buffer_pointer())]
+    return [(s.device.id, s.data.unsafe_buffer_pointer()) for s in x.addressable_shards]
 
 
 def _raise_donated(state, batch) -> None:
@@ -247,13 +300,17 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
-    dump_ir:  folder for the IR after tracing and after every pass (or $LOOPFUSE_DUMP_IR).
+    dump_ir:  folder for the IR after tracing and after every pass (or $LOOPFUSE_DUMP_IR); each
+              program gets its own subfolder ``<fn name>-<digest>`` (see `pipeline.dump_folder`).
     passes:   optimization passes (pipeline string or names), default ``pipeline.DEFAULT_PASSES``.
     keep_aux: aux leaf paths to return, e.g. ``("loss",)``; others are not computed (None: all).
     steps:    run that many updates per call in one device loop; aux gains a leading [steps] axis.
     device:   the one device to run on (default: the first).
     devices, sharding: run SPMD over a mesh of `devices`; "data" (default) splits the batch and
               replicates the state, "params" also splits large state leaves (see `sharding`).
+
+    Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
+    step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
     """
-    return Step(fn, donate=donate, dump_ir=dump_ir, passes=passes, keep_aux=keep_aux, steps=steps,
-                device=device, devices=devices, sharding=sharding)
+    return Step(fn, StepOptions(donate=donate, passes=passes, keep_aux=keep_aux, steps=steps, device=device,
+                                devices=devices, sharding=sharding, dump_ir=dump_ir))

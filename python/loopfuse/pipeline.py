@@ -57,7 +57,7 @@ def dump_folder(root: Path, name: str, module: ir.Module, specs, settings=()) ->
     `module` is the traced module (before any pass); `settings` whatever else changes the
     executable (devices, XLA options), hashed by its repr.
     """
-    safe = re.sub(r"[^A-Za-z0-9_-]+", "_", name)[:64].strip("_") or "step"
+    safe = re.sub(r"[^A-Za-z0-9_-]+", "_", name)[:64] or "step"
     key = "\n".join((str(module), pipeline_string(specs), repr(settings)))
     return root / f"{safe}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
 

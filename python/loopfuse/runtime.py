@@ -3,8 +3,9 @@ from dataclasses import dataclass
 
 import jax
 import jax.extend.backend as jeb
-import jaxlib._jax as xc
 import numpy as np
+
+from . import _jax_compat
 
 
 @dataclass(frozen=True)
@@ -26,24 +27,22 @@ class MemoryStats:
         return cls(s.argument_size_in_bytes, s.output_size_in_bytes, s.alias_size_in_bytes, s.temp_size_in_bytes)
 
 
-def compile_options(devices, shardy: bool) -> xc.CompileOptions:
-    """SPMD options over `devices` (one partition per device)."""
+def compile_options(devices, shardy: bool):
+    """SPMD options over `devices` (one partition per device), as jax.jit builds them."""
     n = len(devices)
-    opts = xc.CompileOptions()
-    opts.num_replicas, opts.num_partitions = 1, n
+    opts = jeb.get_compile_options(num_replicas=1, num_partitions=n,
+                                   device_assignment=np.array([[d.id for d in devices]]))
     build = opts.executable_build_options
-    build.num_replicas, build.num_partitions = 1, n
     build.use_spmd_partitioning = n > 1
     build.use_shardy_partitioner = shardy
-    opts.device_assignment = xc.DeviceAssignment.create(np.array([[d.id] for d in devices]).reshape(1, n))
     return opts
 
 
-def compile_module(text: str, devices) -> "xc.LoadedExecutable":
-    """Compile MLIR text for `devices` (one device, or an SPMD mesh of several)."""
+def compile_module(text: str, devices):
+    """Compile MLIR text for `devices` (one device, or an SPMD mesh of several): a LoadedExecutable."""
     backend = jeb.get_backend(devices[0].platform)
     opts = compile_options(devices, shardy="sdy.mesh" in text)
-    return backend.compile_and_load(text, xc.DeviceList(tuple(devices)), opts)
+    return backend.compile_and_load(text, list(devices), opts)
 
 
 def result_handlers(outputs) -> list:
@@ -51,8 +50,8 @@ def result_handlers(outputs) -> list:
 
     `outputs` gives (global shape, dtype, sharding) per result.
     """
-    return [xc.array_result_handler(jax.core.ShapedArray(shape, dtype), sharding, committed=True,
-                                    _skip_checks=True) for shape, dtype, sharding in outputs]
+    return [_jax_compat.result_handler(jax.core.ShapedArray(shape, dtype), sharding)
+            for shape, dtype, sharding in outputs]
 
 
 def execute(executable, args, handlers) -> list:

@@ -3,7 +3,7 @@ from collections import Counter
 
 import numpy as np
 from jaxlib.mlir import ir
-from jaxlib.mlir._mlir_libs._stablehlo import eval_module
+from jaxlib.mlir.dialects.stablehlo import eval_module
 
 
 def interpret(module: ir.Module, args: list) -> list[np.ndarray]:

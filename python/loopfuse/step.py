@@ -94,12 +94,12 @@ class Executable:
         return self._unflatten(outs)
 
     def _arguments(self, leaves, start) -> list:
-        leaves = leaves + [np.int32(start)] if self.traced.has_step_index else list(leaves)
+        args = leaves + [np.int32(start)] if self.traced.has_step_index else list(leaves)
         for i in self.key_args:
-            leaves[i] = jax.random.key_data(leaves[i])
-        args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(leaves, self.arg_targets)]
-        if self.donate:
-            _unshare(args)
+            args[i] = jax.random.key_data(args[i])
+        args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(args, self.arg_targets)]
+        if self.donate and len(set(map(id, leaves))) < len(leaves):
+            _unshare(args, leaves)
         return args
 
     def _unflatten(self, outs):
@@ -241,21 +241,14 @@ def _check_start_is_free(fn: Callable) -> None:
             "step index of a Dataset batch (step(state, batch, start=i)) and would never pass to it; rename it")
 
 
-def _unshare(args: list) -> None:
-    """Copy, in place, each argument whose buffer an earlier argument already holds: the same array
-    passed as two leaves (or two arrays viewing one buffer) cannot be donated twice."""
+def _unshare(args: list, leaves: list) -> None:
+    """Copy, in place, each argument whose leaf is an array an earlier leaf already is: one buffer
+    passed as two leaves cannot be donated twice (even when placing it made two Array objects)."""
     seen = set()
-    for i, x in enumerate(args):
-        if not seen.isdisjoint(_buffers(x)):
-            args[i] = jax.device_put(x, x.sharding, may_alias=False)
-        seen.update(_buffers(args[i]))
-
-
-def _buffers(x) -> list:
-    """(device id, buffer address) of each addressable shard of the device array `x`."""
-    if len(x.sharding.device_set) == 1:
-        return [(next(iter(x.sharding.device_set)).id, x.unsafe_buffer_pointer())]
-    return [(s.device.id, s.data.unsafe_buffer_pointer()) for s in x.addressable_shards]
+    for i, x in enumerate(leaves):
+        if id(x) in seen:
+            args[i] = jax.device_put(args[i], args[i].sharding, may_alias=False)
+        seen.add(id(x))
 
 
 def _raise_donated(state, batch) -> None:

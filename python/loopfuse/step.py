@@ -23,7 +23,8 @@ from .trace import RESULT, Traced, is_key, trace, wrap_keys
 class StepOptions:
     """Everything that changes the compiled program (each field as in `compile_step`).
 
-    `xla_options` are XLA compile options (``{"xla_cpu_...": value}``) passed to the compiler.
+    `xla_options`: XLA compile options (``{"xla_...": value}``); they key the dump folder, and
+    reach the compiler once runtime.compile_module takes them.
     """
 
     donate: bool = True
@@ -43,11 +44,13 @@ class StepOptions:
             raise ValueError("pass either device= (one device) or devices= (an SPMD mesh), not both")
         if self.sharding is not None and self.devices is None:
             raise ValueError(f"sharding={self.sharding!r} needs devices=[...] to shard over")
-        for name, to in (("passes", tuple), ("keep_aux", tuple), ("devices", tuple),
-                         ("xla_options", lambda o: MappingProxyType(dict(o)))):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                object.__setattr__(self, name, to(value))
+        if self.passes is not None and not isinstance(self.passes, str):
+            object.__setattr__(self, "passes", tuple(self.passes))
+        for name in ("keep_aux", "devices"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.xla_options is not None:
+            object.__setattr__(self, "xla_options", MappingProxyType(dict(self.xla_options)))
 
 
 @dataclass
@@ -66,7 +69,8 @@ class Executable:
 
     @classmethod
     def build(cls, traced: Traced, executable, leaves, placement, device, donate: bool, seconds) -> "Executable":
-        """Which flat output each result is, where results land, where arguments must be."""
+        """The calling convention of `executable` compiled from `traced` for the flat input `leaves`:
+        which flat output each result is, where results land, where arguments must be."""
         with traced.module.context:
             main = main_func(traced.module.operation)
             results = [ir.IntegerAttr(a[RESULT]).value for a in result_attrs(main)]

@@ -66,7 +66,8 @@ def test_the_installed_jax_is_inside_the_tested_bounds_of_pyproject():
     import jaxlib
     from packaging.requirements import Requirement
     pyproject = pathlib.Path(__file__).parents[2] / "pyproject.toml"
-    requirements = {r.name: r for r in map(Requirement, tomllib.loads(pyproject.read_text())["project"]["dependencies"])}
+    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    requirements = {r.name: r for r in map(Requirement, dependencies)}
     for name, version in (("jax", jax.__version__), ("jaxlib", jaxlib.__version__)):
         assert any(s.operator == "<" for s in requirements[name].specifier), f"{name} has no upper bound"
         assert requirements[name].specifier.contains(version), f"{name} {version} outside {requirements[name]}"

@@ -116,7 +116,8 @@ def test_a_full_disk_neither_masks_the_pass_failure_nor_leaves_an_empty_reproduc
     _disk_full(monkeypatch)
     state = jnp.ones(2)
     with pytest.warns(UserWarning, match="IR dump stopped.*No space left on device"):
-        with pytest.raises(pipeline.PipelineError, match="(?s)deliberately broken.*reproducer: not written.*No space") as err:
+        with pytest.raises(pipeline.PipelineError,
+                           match="(?s)deliberately broken.*reproducer: not written.*No space") as err:
             loopfuse.compile_step(_add, dump_ir=tmp_path)(state, jnp.ones(2))
     assert err.value.reproducer is None and err.value.write_error.errno == errno.ENOSPC
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # no empty or partial file left behind

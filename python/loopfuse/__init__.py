@@ -5,8 +5,8 @@ from .errors import DonatedArrayError, LoopfuseError, StateMismatchError
 from .fit import FitResult, fit
 from .runtime import MemoryStats
 from .solve import Solution, minimize
-from .step import Step, compile_step
+from .step import Step, StepOptions, compile_step
 
-__all__ = ["compile_step", "Step", "fit", "FitResult", "Dataset", "MemoryStats", "minimize", "Solution",
+__all__ = ["compile_step", "Step", "StepOptions", "fit", "FitResult", "Dataset", "MemoryStats", "minimize", "Solution",
            "GradOnly", "CompiledStep", "CompiledLoop", "Reverse", "Forward", "LoopfuseError",
            "StateMismatchError", "DonatedArrayError"]

@@ -16,6 +16,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from . import validate
+
 
 def _scalar_loss(loss: Callable) -> Callable:
     """`loss`, raising a clear error (while tracing) unless it returns a real scalar."""
@@ -109,9 +111,7 @@ class CompiledLoop:
 
     def __post_init__(self):
         _check_ad("CompiledLoop", self.ad)
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ValueError(f"CompiledLoop(steps=...) must be a positive int (steps per device loop), "
-                             f"got {self.steps!r}")
+        validate.steps(self.steps, "CompiledLoop(steps=...)")
         if self.devices is not None:
             if isinstance(self.devices, jax.Device) or not hasattr(self.devices, "__iter__"):
                 raise TypeError(f"CompiledLoop(devices=...) must be a list of jax devices, got {self.devices!r}")

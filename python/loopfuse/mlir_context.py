@@ -1,16 +1,13 @@
 """One MLIR context with every dialect a traced JAX module can contain."""
 from jaxlib.mlir import ir
-from jaxlib.mlir._mlir_libs import _jax_mlir_ext
 from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+
+from . import _jax_compat
 
 
 def make_context() -> ir.Context:
     """Return a fresh context with func/arith/... (upstream), stablehlo, chlo and sdy loaded."""
-    registry = ir.DialectRegistry()
-    _jax_mlir_ext.register_dialects(registry)
-    ctx = ir.Context()
-    ctx.append_dialect_registry(registry)
-    ctx.load_all_available_dialects()
+    ctx = _jax_compat.mlir_context()
     stablehlo.register_dialect(ctx)
     chlo.register_dialect(ctx)
     sdy.register_dialect(ctx)

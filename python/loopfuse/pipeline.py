@@ -1,8 +1,17 @@
 """The pass pipeline compile_step runs: dumps the IR after every pass, times each pass, and on a
-failure writes a reproducer that ``loopfuse-opt --reproducer`` replays."""
+failure writes a reproducer that ``loopfuse-opt --reproducer`` replays.
+
+Dumps go to ``<dump root>/<name>-<digest>/``: `name` is the step function's name reduced to
+``[A-Za-z0-9_-]``, `digest` hashes the traced module, the pass pipeline (passes, steps, donation)
+and the compile settings, so two programs never share a folder. Files are written atomically.
+"""
+import hashlib
 import os
+import re
 import tempfile
 import time
+import uuid
+import warnings
 from pathlib import Path
 
 from jaxlib.mlir import ir
@@ -10,6 +19,7 @@ from jaxlib.mlir import ir
 from .errors import LoopfuseError
 from .pass_manager import Pass, PassFailure, parse_pipeline, run_pass
 from .passes import AliasState, DropUnusedOutputs, WrapLoop
+from .passes.vocabulary import FINAL_STAGE, PIPELINE_HEADER, TRACED_STAGE, after_pass_stage
 
 DUMP_ENV = "LOOPFUSE_DUMP_IR"
 DEFAULT_PASSES = ("simplify",)
@@ -42,13 +52,38 @@ def dump_dir(explicit) -> Path | None:
     return Path(d) if d else None
 
 
-class PipelineError(PassFailure, LoopfuseError):
-    """A pass failed inside compile_step; `reproducer` is the file to replay with loopfuse-opt."""
+def dump_folder(root: Path, name: str, module: ir.Module, specs, settings=()) -> Path:
+    """The dump folder of one program: ``root/<name>-<digest>`` (see the module docstring).
 
-    def __init__(self, failure: PassFailure, reproducer: Path):
-        RuntimeError.__init__(self, f"{failure}\n  reproducer: {reproducer}\n"
-                                    f"  replay with: loopfuse-opt --reproducer {reproducer}")
-        self.spec, self.cause, self.reproducer = failure.spec, failure.cause, reproducer
+    `module` is the traced module (before any pass); `settings` whatever else changes the
+    executable (devices, XLA options), hashed by its repr.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_-]+", "_", name)[:64] or "step"
+    key = "\n".join((str(module), pipeline_string(specs), repr(settings)))
+    return root / f"{safe}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename: `path` is complete or absent."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class PipelineError(PassFailure, LoopfuseError):
+    """A pass failed inside compile_step; `reproducer` is the file to replay with loopfuse-opt
+    (None when it could not be written: `write_error` says why)."""
+
+    def __init__(self, failure: PassFailure, reproducer: Path | None, write_error: OSError | None = None):
+        where = (f"  reproducer: {reproducer}\n  replay with: loopfuse-opt --reproducer {reproducer}"
+                 if reproducer is not None else f"  reproducer: not written ({write_error})")
+        RuntimeError.__init__(self, f"{failure}\n{where}")
+        self.spec, self.cause = failure.spec, failure.cause
+        self.reproducer, self.write_error = reproducer, write_error
 
 
 def run(module: ir.Module, specs, on_stage=None, repro_dir: Path | None = None) -> dict:
@@ -58,7 +93,7 @@ def run(module: ir.Module, specs, on_stage=None, repro_dir: Path | None = None) 
     failure a reproducer goes to `repro_dir` (a fresh temporary folder when None).
     """
     if on_stage:
-        on_stage("00-traced", module)
+        on_stage(TRACED_STAGE, module)
     timings = {}
     for n, spec in enumerate(specs, start=1):
         snapshot = module.operation.clone()  # a failed pass may leave the IR half rewritten
@@ -66,17 +101,64 @@ def run(module: ir.Module, specs, on_stage=None, repro_dir: Path | None = None) 
         try:
             run_pass(module, spec)
         except PassFailure as e:
-            raise PipelineError(e, _reproducer(str(snapshot), specs[n - 1:], repro_dir)) from e.cause
+            raise PipelineError(e, *_reproducer(str(snapshot), specs[n - 1:], repro_dir)) from e.cause
         finally:
             timings[spec.name] = timings.get(spec.name, 0.0) + time.perf_counter() - t0
         snapshot.erase()
         if on_stage:
-            on_stage(f"{n:02d}-after-{spec.name}", module)
+            on_stage(after_pass_stage(n, spec.name), module)
     return timings
 
 
-def _reproducer(text: str, specs, folder: Path | None) -> Path:
-    folder = folder if folder is not None else Path(tempfile.mkdtemp(prefix="loopfuse-repro-"))
-    path = folder / "reproducer.mlir"
-    path.write_text(f"// loopfuse-pipeline: {pipeline_string(specs)}\n{text}")
-    return path
+def lower(module: ir.Module, specs, *, dump: Path | None = None, stages: dict | None = None) -> tuple[str, dict]:
+    """Run `specs` on `module` in place: (final MLIR text, {pass name: seconds}).
+
+    Each stage ("00-traced", "NN-after-<pass>", "final") is printed once, for the `dump` folder
+    (``<stage>.mlir``, the last one ``NN-final.mlir``) and for `stages` (when given). A dump that
+    cannot be written warns and stops; it never hides the pipeline's own result or failure.
+    """
+    writer = _DumpWriter(dump) if dump is not None else None
+
+    def on_stage(name: str, text: str) -> None:
+        if writer:
+            writer.write(name, text)
+        if stages is not None:
+            stages[name] = text
+
+    keep = writer is not None or stages is not None
+    timings = run(module, specs, (lambda name, m: on_stage(name, str(m))) if keep else None, repro_dir=dump)
+    text = str(module)
+    if writer:
+        writer.write(f"{len(specs) + 1:02d}-{FINAL_STAGE}", text)
+    if stages is not None:
+        stages[FINAL_STAGE] = text
+    return text, timings
+
+
+class _DumpWriter:
+    """Writes stages into one dump folder; the first OSError (e.g. a full disk) warns and stops it."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.failed = folder, False
+
+    def write(self, name: str, text: str) -> None:
+        if self.failed:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.folder / f"{name}.mlir", text)
+        except OSError as e:
+            self.failed = True
+            warnings.warn(f"loopfuse: IR dump stopped, cannot write {self.folder / name}.mlir: {e}", stacklevel=2)
+
+
+def _reproducer(text: str, specs, folder: Path | None) -> tuple[Path | None, OSError | None]:
+    """Write the reproducer: (its path, None), or (None, the OSError) when it cannot be written."""
+    try:
+        folder = folder if folder is not None else Path(tempfile.mkdtemp(prefix="loopfuse-repro-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "reproducer.mlir"
+        write_atomic(path, f"{PIPELINE_HEADER}{pipeline_string(specs)}\n{text}")
+        return path, None
+    except OSError as e:
+        return None, e

@@ -3,9 +3,9 @@ from dataclasses import dataclass
 
 import jax
 import jax.extend.backend as jeb
-import jaxlib._jax as xc
 import numpy as np
 
+from . import _jax_compat
 from .mlir_context import parse_module
 
 
@@ -28,21 +28,19 @@ class MemoryStats:
         return cls(s.argument_size_in_bytes, s.output_size_in_bytes, s.alias_size_in_bytes, s.temp_size_in_bytes)
 
 
-def compile_options(devices, shardy: bool) -> xc.CompileOptions:
-    """SPMD options over `devices` (one partition per device)."""
+def compile_options(devices, shardy: bool):
+    """SPMD options over `devices` (one partition per device), as jax.jit builds them."""
     n = len(devices)
-    opts = xc.CompileOptions()
-    opts.num_replicas, opts.num_partitions = 1, n
+    opts = jeb.get_compile_options(num_replicas=1, num_partitions=n,
+                                   device_assignment=np.array([[d.id for d in devices]]))
     build = opts.executable_build_options
-    build.num_replicas, build.num_partitions = 1, n
     build.use_spmd_partitioning = n > 1
     build.use_shardy_partitioner = shardy
-    opts.device_assignment = xc.DeviceAssignment.create(np.array([[d.id] for d in devices]).reshape(1, n))
     return opts
 
 
-def compile_module(text: str, devices, host_callbacks=()) -> "xc.LoadedExecutable":
-    """Compile MLIR text for `devices` (one device, or an SPMD mesh of several).
+def compile_module(text: str, devices, host_callbacks=()):
+    """Compile MLIR text for `devices` (one device, or an SPMD mesh of several): a LoadedExecutable.
 
     `host_callbacks` are the Python callbacks the module's callback custom calls index into (from
     jax's lowering); the caller keeps them alive as long as the executable.
@@ -50,9 +48,9 @@ def compile_module(text: str, devices, host_callbacks=()) -> "xc.LoadedExecutabl
     backend = jeb.get_backend(devices[0].platform)
     opts = compile_options(devices, shardy="sdy.mesh" in text)
     if host_callbacks:  # only the ir.Module overload takes callbacks
-        return backend.compile_and_load(parse_module(text), xc.DeviceList(tuple(devices)), opts,
+        return backend.compile_and_load(parse_module(text), _jax_compat.device_list(devices), opts,
                                         host_callbacks=list(host_callbacks))
-    return backend.compile_and_load(text, xc.DeviceList(tuple(devices)), opts)
+    return backend.compile_and_load(text, list(devices), opts)
 
 
 def result_handlers(outputs) -> list:
@@ -60,8 +58,8 @@ def result_handlers(outputs) -> list:
 
     `outputs` gives (global shape, dtype, weak type, sharding) per result.
     """
-    return [xc.array_result_handler(jax.core.ShapedArray(shape, dtype, weak_type=weak), sharding, committed=True,
-                                    _skip_checks=True) for shape, dtype, weak, sharding in outputs]
+    return [_jax_compat.result_handler(jax.core.ShapedArray(shape, dtype, weak_type=weak), sharding)
+            for shape, dtype, weak, sharding in outputs]
 
 
 def execute(executable, args, handlers, effects=None) -> list:
@@ -73,7 +71,7 @@ def execute(executable, args, handlers, effects=None) -> list:
     """
     if effects is None or not effects.any:
         return executable.execute_sharded(args).consume_with_handlers(handlers)
-    tokens = _runtime_tokens()
+    tokens = _jax_compat.runtime_tokens()
     devices = executable.local_devices()
     ordered = effects.ordered
     token_args = [tokens.get_token_input(e, devices)._buf for e in ordered]
@@ -83,21 +81,6 @@ def execute(executable, args, handlers, effects=None) -> list:
     for i, device in enumerate(devices):
         tokens.set_output_runtime_token(device, runtime_token.get_token(i))
     for e, bufs in zip(ordered, token_results):
-        tokens.set_token_result(e, _token(bufs))
+        tokens.set_token_result(e, _jax_compat.effect_token(bufs))
     return results.consume_with_handlers(handlers)
 
-
-def _runtime_tokens():
-    """Private jax API: the per-thread tokens that order effectful computations (jax's own)."""
-    from jax._src import dispatch
-    return dispatch.runtime_tokens
-
-
-def _token(bufs):
-    """Private jax API: one effect's output token buffers (one per device) as a jax Token."""
-    from jax._src import core
-    if len(bufs) == 1:
-        return core.Token(bufs[0])
-    devices = [next(iter(b.sharding.device_set)) for b in bufs]
-    sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(devices, "x"), jax.sharding.PartitionSpec("x"))
-    return core.Token(jax.make_array_from_single_device_arrays((0,), sharding, bufs))

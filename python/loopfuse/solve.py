@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from . import validate
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .data import Dataset
 from .step import compile_step
@@ -45,8 +46,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     """
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    validate.steps(steps)
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}")
     if not isinstance(backend, (GradOnly, CompiledStep, CompiledLoop)):

@@ -1,15 +1,17 @@
 """compile_step: trace, run loopfuse's passes, compile with PJRT, and call the result."""
-import hashlib
+import inspect
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from . import pipeline, runtime, stopping
+from . import pipeline, runtime, stopping, validate
 from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
@@ -18,9 +20,47 @@ from .passes.vocabulary import RESULT, STEPS_RUN
 from .trace import Traced, is_key, is_weak, trace, wrap_keys
 
 
+@dataclass(frozen=True)
+class StepOptions:
+    """Everything that changes the compiled program (each field as in `compile_step`).
+
+    `xla_options`: XLA compile options (``{"xla_...": value}``); they key the dump folder, and
+    reach the compiler once runtime.compile_module takes them.
+    """
+
+    donate: bool = True
+    passes: str | tuple | None = None
+    keep_aux: tuple | None = None
+    steps: int | None = None
+    device: Any = None
+    devices: tuple | None = None
+    sharding: str | None = None
+    dump_ir: str | Path | None = None
+    xla_options: Mapping[str, Any] | None = None
+    until: Callable | None = None
+    stop_on_nonfinite: bool = False
+
+    def __post_init__(self):
+        if self.steps is not None:
+            validate.steps(self.steps)
+        stopping.check(self.until, self.stop_on_nonfinite, self.steps)
+        if self.device is not None and self.devices is not None:
+            raise ValueError("pass either device= (one device) or devices= (an SPMD mesh), not both")
+        if self.sharding is not None and self.devices is None:
+            raise ValueError(f"sharding={self.sharding!r} needs devices=[...] to shard over")
+        if self.passes is not None and not isinstance(self.passes, str):
+            object.__setattr__(self, "passes", tuple(self.passes))
+        for name in ("keep_aux", "devices"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.xla_options is not None:
+            object.__setattr__(self, "xla_options", MappingProxyType(dict(self.xla_options)))
+
+
 @dataclass
 class Executable:
-    """One executable for one abstract signature, with what it took to build it."""
+    """One executable for one abstract signature and its calling convention: flat leaves in
+    (placed, keys as raw data, no buffer donated twice), pytrees out."""
 
     traced: Traced
     executable: Any
@@ -28,50 +68,92 @@ class Executable:
     handlers: list                 # result handler of each executable result (makes the jax Array)
     arg_targets: list              # sharding of each executable argument
     key_args: list                 # argument positions that hold typed PRNG keys (passed as raw data)
+    donate: bool
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
+
+    @classmethod
+    def build(cls, traced: Traced, executable, leaves, placement, device, donate: bool, seconds) -> "Executable":
+        """The calling convention of `executable` compiled from `traced` for the flat input `leaves`:
+        which flat output each result is, where results land, where arguments must be."""
+        with traced.module.context:
+            main = main_func(traced.module.operation)
+            tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
+            results = [ir.IntegerAttr(a[RESULT]).value for a, _ in tagged]  # effect tokens have no RESULT
+            specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else traced.out_specs[j]
+                     for j, (a, _) in zip(results, tagged)]
+            shapes = [tuple(ir.RankedTensorType(t).shape) for _, t in tagged]
+            n_args = len(main.type.inputs) - len(traced.effects.ordered)
+        if traced.arg_shardings is None:
+            single = jax.sharding.SingleDeviceSharding(device)
+            arg_targets, out_shardings = [single] * n_args, [single] * len(results)
+        else:
+            n_state = len(traced.state_paths)
+            arg_targets = traced.arg_shardings
+            out_shardings = [arg_targets[j] if j < n_state else placement.replicated for j in results]
+        handlers = runtime.result_handlers(
+            [(s, spec.dtype, spec.weak_type, sh) for spec, s, sh in zip(specs, shapes, out_shardings)])
+        key_args = [i for i, x in enumerate(leaves) if is_key(x)]
+        return cls(traced, executable, results, handlers, arg_targets, key_args, donate, seconds)
 
     @property
     def memory(self) -> runtime.MemoryStats:
         return runtime.MemoryStats.of(self.executable)
 
+    def __call__(self, leaves: list, start: int = 0):
+        """Run on the flat state+batch `leaves`; returns ``(new_state, aux)`` (and the steps run, for
+        a loop that can stop early)."""
+        outs = runtime.execute(self.executable, self._arguments(leaves, start), self.handlers, self.traced.effects)
+        return self._unflatten(outs)
+
+    def _arguments(self, leaves, start) -> list:
+        args = leaves + [np.int32(start)] if self.traced.has_step_index else list(leaves)
+        for i in self.key_args:
+            args[i] = jax.random.key_data(args[i])
+        args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(args, self.arg_targets)]
+        if self.donate and len(set(map(id, leaves))) < len(leaves):
+            _unshare(args, leaves)
+        return args
+
+    def _unflatten(self, outs):
+        t = self.traced
+        n_state = len(t.state_paths)
+        n_out = n_state + len(t.aux_paths)
+        flat = [None] * (n_out + t.stops)
+        for j, value in zip(self.results, outs):
+            flat[j] = value
+        return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.state_keys)),
+                jax.tree_util.tree_unflatten(t.aux_def, wrap_keys(flat[n_state:n_out], t.aux_keys)), *flat[n_out:])
+
 
 class Step:
     """A compiled ``fn(state, batch) -> (new_state, aux)``; see `compile_step`."""
 
-    def __init__(self, fn: Callable, *, donate=True, dump_ir=None, passes=None, keep_aux=None, steps=None,
-                 device=None, devices=None, sharding=None, until=None, stop_on_nonfinite=False):
-        if steps is not None and (not isinstance(steps, int) or steps < 1):
-            raise ValueError(f"steps must be a positive int, got {steps!r}")
-        stopping.check(until, stop_on_nonfinite, steps)
-        self.until, self.stop_on_nonfinite = until, stop_on_nonfinite
-        self.fn, self.donate, self.dump_ir, self.passes, self.steps = fn, donate, dump_ir, passes, steps
-        self.keep_aux = None if keep_aux is None else tuple(keep_aux)
-        if device is not None and devices is not None:
-            raise ValueError("pass either device= (one device) or devices= (an SPMD mesh), not both")
-        if sharding is not None and devices is None:
-            raise ValueError(f"sharding={sharding!r} needs devices=[...] to shard over")
-        self.device, self.devices, self.sharding = device, devices, sharding
-        self.placement = Placement(devices, sharding or "data") if devices is not None else None
+    def __init__(self, fn: Callable, options: StepOptions = StepOptions()):
+        _check_start_is_free(fn)
+        self.fn, self.options = fn, options
+        self.placement = Placement(options.devices, options.sharding or "data") if options.devices is not None else None
         self.compile_count = 0
         self._cache: dict = {}
         self._loops: dict = {}
+        self._lock = threading.Lock()      # guards compile_count, _loops and _compiling
+        self._compiling: dict = {}         # signature -> lock held while it compiles
 
-    def loop(self, steps: int, *, until=None, stop_on_nonfinite: bool = False) -> "Step":
+    def loop(self, steps: int, *, until: Callable | None = None, stop_on_nonfinite: bool = False) -> "Step":
         """The same step run `steps` times per call inside one device loop (one Step per options,
         so its executables are reused by every caller).
 
         until: ``pred(new_state, aux) -> scalar bool``, evaluated on the device after every step;
-        stop_on_nonfinite: stop after a step whose floating aux leaves hold a NaN or Inf. With
+        stop_on_nonfinite: stop after a step whose kept floating aux leaves hold a NaN or Inf. With
         either, the loop stops after the first step that asks it to and a call returns
         ``(state, aux, steps_run)``; history rows of steps not run are NaN (0 for integers).
         """
+        validate.steps(steps)
         key = (steps, until, stop_on_nonfinite)
-        if key not in self._loops:
-            self._loops[key] = Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
-                                    keep_aux=self.keep_aux, steps=steps, device=self.device,
-                                    devices=self.devices, sharding=self.sharding, until=until,
-                                    stop_on_nonfinite=stop_on_nonfinite)
-        return self._loops[key]
+        with self._lock:
+            if key not in self._loops:
+                self._loops[key] = Step(self.fn, replace(self.options, steps=steps, until=until,
+                                                         stop_on_nonfinite=stop_on_nonfinite))
+            return self._loops[key]
 
     # ---- compiling -------------------------------------------------------------------------
     @staticmethod
@@ -92,31 +174,17 @@ class Step:
 
         Dumps every stage when a dump folder is set; `stages` (if given) collects their texts.
         """
-        seconds = {}
+        o = self.options
         t0 = time.perf_counter()
-        traced = trace(self.fn, state, batch, static, self.keep_aux, self.placement,
-                       stopping.flag(self.until, self.stop_on_nonfinite))
-        seconds["trace"] = time.perf_counter() - t0
-        specs = pipeline.build(self.passes, steps=self.steps, donate=self.donate)
-        dump = pipeline.dump_dir(self.dump_ir)
-        folder = dump / self._dump_name(traced) if dump is not None else None
-        if folder:
-            folder.mkdir(parents=True, exist_ok=True)
-
-        def on_stage(name: str, module) -> None:  # each stage printed once, for the dump and `stages`
-            text = str(module)
-            if folder:
-                (folder / f"{name}.mlir").write_text(text)
-            if stages is not None:
-                stages[name] = text
-
-        seconds.update(pipeline.run(traced.module, specs, on_stage if folder or stages is not None else None,
-                                    repro_dir=folder))
-        text = str(traced.module)
-        if folder:
-            (folder / f"{len(specs) + 1:02d}-final.mlir").write_text(text)
-        if stages is not None:
-            stages["final"] = text
+        traced = trace(self.fn, state, batch, static, o.keep_aux, self.placement,
+                       stopping.flag(o.until, o.stop_on_nonfinite))
+        seconds = {"trace": time.perf_counter() - t0}
+        specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate)
+        root = pipeline.dump_dir(o.dump_ir)
+        dump = None if root is None else pipeline.dump_folder(
+            root, getattr(self.fn, "__name__", "step"), traced.module, specs, (o.device, o.devices, o.xla_options))
+        text, timings = pipeline.lower(traced.module, specs, dump=dump, stages=stages)
+        seconds.update(timings)
         return traced, text, seconds
 
     def _compile(self, state, batch, static) -> Executable:
@@ -125,47 +193,32 @@ class Step:
         executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()],
                                             traced.effects.host_callbacks)
         seconds["xla"] = time.perf_counter() - t0
-        self.compile_count += 1
-        key_args = [i for i, x in enumerate(jax.tree_util.tree_leaves((state, batch))) if is_key(x)]
-        return Executable(traced, executable, *self._layout(traced), key_args, seconds)
-
-    def _layout(self, traced: Traced):
-        """Which flat output each result is, where results land, where arguments must be."""
-        with traced.module.context:
-            main = main_func(traced.module.operation)
-            tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
-            results = [ir.IntegerAttr(a[RESULT]).value for a, _ in tagged]  # effect tokens have no RESULT
-            specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else traced.out_specs[j]
-                     for j, (a, _) in zip(results, tagged)]
-            shapes = [tuple(ir.RankedTensorType(t).shape) for _, t in tagged]
-            n_args = len(main.type.inputs) - len(traced.effects.ordered)
-        if traced.arg_shardings is None:
-            device = jax.sharding.SingleDeviceSharding(self._device())
-            arg_targets, out_shardings = [device] * n_args, [device] * len(results)
-        else:
-            n_state = len(traced.state_paths)
-            arg_targets = traced.arg_shardings
-            out_shardings = [arg_targets[j] if j < n_state else self.placement.replicated for j in results]
-        handlers = runtime.result_handlers(
-            [(s, spec.dtype, spec.weak_type, sh) for spec, s, sh in zip(specs, shapes, out_shardings)])
-        return results, handlers, arg_targets
-
-    def _dump_name(self, traced: Traced) -> str:
-        name = getattr(self.fn, "__name__", "step")
-        with traced.module.context:
-            digest = hashlib.sha1(str(traced.module).encode()).hexdigest()[:8]
-        return f"{name}-{digest}"
+        with self._lock:
+            self.compile_count += 1
+        leaves = jax.tree_util.tree_leaves((state, batch))
+        return Executable.build(traced, executable, leaves, self.placement, self._device(), self.options.donate,
+                                seconds)
 
     def _device(self):
-        return self.device or jax.devices()[0]
+        return self.options.device or jax.devices()[0]
 
     def compiled(self, state, batch, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached)."""
         key, _ = self._signature(state, batch, static)
-        return self._cache.get(key) or self._cached_compile(key, state, batch, static)
+        return self._executable(key, state, batch, static)
 
-    def _cached_compile(self, key, state, batch, static) -> Executable:
-        entry = self._cache[key] = self._compile(state, batch, static)
+    def _executable(self, key, state, batch, static) -> Executable:
+        """The cached executable of `key`, compiled once however many threads ask at the same time."""
+        entry = self._cache.get(key)
+        if entry is None:
+            with self._lock:
+                lock = self._compiling.setdefault(key, threading.Lock())
+            with lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = self._cache[key] = self._compile(state, batch, static)
+            with self._lock:
+                self._compiling.pop(key, None)
         return entry
 
     def lower(self, state, batch, **static) -> dict:
@@ -183,45 +236,42 @@ class Step:
 
     # ---- running ---------------------------------------------------------------------------
     def __call__(self, state, batch, *, start: int = 0, **static):
-        """Run one step (or `steps` steps) and return ``(new_state, aux)`` (and the steps run, for
-        a loop with `until` or `stop_on_nonfinite`).
+        """Run one step (or `steps` steps) and return ``(new_state, aux)``.
 
         With a `Dataset` batch, `start` is the global step index of the first step (it picks the
-        batch and the epoch). The caller's donated state arrays are consumed: use the returned state.
+        batch and the epoch); `start` is reserved, never passed to the step function. Other
+        keyword arguments are static arguments of the step function (part of the signature).
+        The caller's donated state arrays are consumed: use the returned state.
         """
         key, leaves = self._signature(state, batch, static)
         if any(map(_deleted, leaves)):
             _raise_donated(state, batch)
         if isinstance(batch, Dataset):
             batch.validate()
-        entry = self._cache.get(key) or self._cached_compile(key, state, batch, static)
-        outs = runtime.execute(entry.executable, self._arguments(entry, leaves, start), entry.handlers,
-                               entry.traced.effects)
-        return self._unflatten(entry, outs)
+        return self._executable(key, state, batch, static)(leaves, start)
 
-    def _arguments(self, entry: Executable, leaves, start) -> list:
-        if entry.traced.has_step_index:
-            leaves = leaves + [np.int32(start)]
-        for i in entry.key_args:
-            leaves[i] = jax.random.key_data(leaves[i])
-        args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(leaves, entry.arg_targets)]
-        if self.donate and len(set(map(id, args))) < len(args):  # one buffer cannot be donated twice
-            seen = set()
-            for i, x in enumerate(args):
-                if id(x) in seen:
-                    args[i] = x.copy()
-                seen.add(id(x))
-        return args
 
-    def _unflatten(self, entry: Executable, outs):
-        t = entry.traced
-        n_state = len(t.state_paths)
-        n_out = n_state + len(t.aux_paths)
-        flat = [None] * (n_out + t.stops)
-        for j, value in zip(entry.results, outs):
-            flat[j] = value
-        return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.state_keys)),
-                jax.tree_util.tree_unflatten(t.aux_def, wrap_keys(flat[n_state:n_out], t.aux_keys)), *flat[n_out:])
+def _check_start_is_free(fn: Callable) -> None:
+    """Raise TypeError when `fn` takes a keyword argument named `start` (reserved by `Step.__call__`)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # not introspectable (some builtins and C callables)
+        return
+    named = [p for p in params[2:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if any(p.name == "start" for p in named):
+        raise TypeError(
+            f"{getattr(fn, '__name__', fn)!r} takes an argument named 'start', which loopfuse reserves for the "
+            "step index of a Dataset batch (step(state, batch, start=i)) and would never pass to it; rename it")
+
+
+def _unshare(args: list, leaves: list) -> None:
+    """Copy, in place, each argument whose leaf is an array an earlier leaf already is: one buffer
+    passed as two leaves cannot be donated twice (even when placing it made two Array objects)."""
+    seen = set()
+    for i, x in enumerate(leaves):
+        if id(x) in seen:
+            args[i] = jax.device_put(args[i], args[i].sharding, may_alias=False)
+        seen.add(id(x))
 
 
 def _raise_donated(state, batch) -> None:
@@ -266,13 +316,17 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
-    dump_ir:  folder for the IR after tracing and after every pass (or $LOOPFUSE_DUMP_IR).
+    dump_ir:  folder for the IR after tracing and after every pass (or $LOOPFUSE_DUMP_IR); each
+              program gets its own subfolder ``<fn name>-<digest>`` (see `pipeline.dump_folder`).
     passes:   optimization passes (pipeline string or names), default ``pipeline.DEFAULT_PASSES``.
     keep_aux: aux leaf paths to return, e.g. ``("loss",)``; others are not computed (None: all).
     steps:    run that many updates per call in one device loop; aux gains a leading [steps] axis.
     device:   the one device to run on (default: the first).
     devices, sharding: run SPMD over a mesh of `devices`; "data" (default) splits the batch and
               replicates the state, "params" also splits large state leaves (see `sharding`).
+
+    Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
+    step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
     """
-    return Step(fn, donate=donate, dump_ir=dump_ir, passes=passes, keep_aux=keep_aux, steps=steps,
-                device=device, devices=devices, sharding=sharding)
+    return Step(fn, StepOptions(donate=donate, passes=passes, keep_aux=keep_aux, steps=steps, device=device,
+                                devices=devices, sharding=sharding, dump_ir=dump_ir))

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxlib.mlir import ir
 
+from . import _jax_compat
 from .data import Dataset
 from .errors import AuxPathError, StateMismatchError
 from .mlir_context import make_context
@@ -107,9 +108,15 @@ class Effects:
         return bool(self.host_callbacks or self.ordered or self.unordered)
 
 
-def _effects(lowered) -> Effects:
-    """Private jax API: the host callbacks and effects jax's own compile of `lowered` would use."""
-    args = lowered._lowering.compile_args
+def _effects(lowered, text: str) -> Effects:
+    """The host callbacks and effects jax's own compile of `lowered` would use."""
+    args = _jax_compat.lowering_effects(lowered)
+    if args is None:
+        if "callback" in text or "!stablehlo.token" in text:
+            raise _jax_compat.UnsupportedJaxError(
+                f"the step calls host callbacks or has ordered effects, which loopfuse cannot compile with "
+                f"jax {jax.__version__} (its lowering no longer exposes them)")
+        return Effects([], None, [], [])
     return Effects(list(args["host_callbacks"]), args["keepalive"], list(args["ordered_effects"]),
                    list(args["unordered_effects"]))
 
@@ -187,8 +194,9 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     aux_kept = _aux_kept(out_info["aux_paths"], keep_aux)
     out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
-    effects = _effects(lowered)
-    module = _tag(lowered.as_text(), state_paths, aux_kept, has_step, len(effects.ordered), stop is not None)
+    text = lowered.as_text()
+    effects = _effects(lowered, text)
+    module = _tag(text, state_paths, aux_kept, has_step, len(effects.ordered), stop is not None)
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], aux_kept, has_step, in_sh, out_specs, effects,
                   stop is not None)

@@ -1,9 +1,13 @@
 """Dump-IR (keyword and environment variable), pass-failure reproducers, and their replay."""
+import errno
+import pathlib
+import re
 import subprocess
 import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
@@ -72,3 +76,56 @@ def test_failure_without_dump_dir_still_writes_a_reproducer(monkeypatch):
 def test_unknown_pass_is_a_clear_error():
     with pytest.raises(loopfuse.LoopfuseError, match="pass 'no-such-pass' failed: unknown pass"):
         loopfuse.compile_step(lambda s, b: (s + b, 0.0), passes=["no-such-pass"])(jnp.ones(2), jnp.ones(2))
+
+
+def _add(s, b):
+    return s + b, jnp.sum(s)
+
+
+def test_programs_that_differ_get_their_own_dump_folders(tmp_path):
+    step = loopfuse.compile_step(_add, dump_ir=tmp_path)
+    for variant in [step, step.loop(2), step.loop(3), loopfuse.compile_step(_add, dump_ir=tmp_path, passes=[]),
+                    loopfuse.compile_step(_add, dump_ir=tmp_path, donate=False)]:
+        variant.lower(jnp.ones(2), jnp.ones(2))
+    folders = [d for d in tmp_path.iterdir()]
+    assert len(folders) == 5 and all(d.name.startswith("_add-") for d in folders)
+    finals = {p.name for d in folders for p in d.glob("*-final.mlir")}
+    assert finals == {"03-final.mlir", "04-final.mlir", "05-final.mlir"}  # (no simplify or no alias), step, loop
+
+
+def test_a_function_name_cannot_escape_the_dump_folder(tmp_path):
+    def evil(s, b):
+        return s + b, 0.0
+    evil.__name__ = "../../x y"
+    loopfuse.compile_step(evil, dump_ir=tmp_path / "dump").lower(jnp.ones(2), jnp.ones(2))
+    assert [p.name for p in tmp_path.iterdir()] == ["dump"]
+    (folder,) = (tmp_path / "dump").iterdir()
+    assert re.fullmatch(r"_x_y-[0-9a-f]{12}", folder.name)
+
+
+def _disk_full(monkeypatch):
+    """Every Path.write_text creates its file and then fails as a full disk does."""
+    def write_text(self, *args, **kwargs):
+        self.open("w").close()
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+    monkeypatch.setattr(pathlib.Path, "write_text", write_text)
+
+
+def test_a_full_disk_neither_masks_the_pass_failure_nor_leaves_an_empty_reproducer(tmp_path, monkeypatch):
+    monkeypatch.setattr(Simplify, "apply", _broken)
+    _disk_full(monkeypatch)
+    state = jnp.ones(2)
+    with pytest.warns(UserWarning, match="IR dump stopped.*No space left on device"):
+        with pytest.raises(pipeline.PipelineError,
+                           match="(?s)deliberately broken.*reproducer: not written.*No space") as err:
+            loopfuse.compile_step(_add, dump_ir=tmp_path)(state, jnp.ones(2))
+    assert err.value.reproducer is None and err.value.write_error.errno == errno.ENOSPC
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # no empty or partial file left behind
+    assert not state.is_deleted()
+
+
+def test_a_full_disk_during_the_dump_warns_and_still_compiles(tmp_path, monkeypatch):
+    _disk_full(monkeypatch)
+    with pytest.warns(UserWarning, match="IR dump stopped"):
+        out, _ = loopfuse.compile_step(_add, dump_ir=tmp_path)(jnp.ones(2), jnp.ones(2))
+    np.testing.assert_array_equal(out, 2 * np.ones(2))

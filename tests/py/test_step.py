@@ -226,3 +226,74 @@ def test_float64_host_state_is_canonicalized_and_shares_the_cache():
     x, _ = step(x, jnp.float32(3.0))
     assert x.dtype == jnp.float32 and step.compile_count == 1
     np.testing.assert_allclose(x, 6 * np.ones(3))
+
+
+def _add_batch(s, b):
+    return jax.tree_util.tree_map(lambda x: x + b, s), 0.0
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: loopfuse.compile_step(_add_batch, steps=True), TypeError, "steps must be a positive int, got bool True"),
+    (lambda: loopfuse.compile_step(_add_batch, steps=0), ValueError, "steps must be a positive int, got 0"),
+    (lambda: loopfuse.compile_step(_add_batch).loop(2**31), ValueError, r"steps must be below 2\*\*31.*int32"),
+    (lambda: loopfuse.compile_step(_add_batch).loop(3.0), TypeError, "steps must be a positive int, got float"),
+    (lambda: loopfuse.CompiledLoop(steps=2**31), ValueError, r"CompiledLoop\(steps=...\) must be below 2\*\*31"),
+    (lambda: loopfuse.minimize(lambda p: jnp.sum(p**2), jnp.ones(2), steps=True), TypeError, "steps must be a positive"),
+    (lambda: loopfuse.minimize(lambda p: jnp.sum(p**2), jnp.ones(2), steps=2**31), ValueError, "below 2\\*\\*31"),
+], ids=["bool", "zero", "loop-2**31", "loop-float", "CompiledLoop-2**31", "minimize-bool", "minimize-2**31"])
+def test_step_counts_are_validated_before_tracing(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_loop_options_are_the_steps_options_with_steps_replaced():
+    import dataclasses
+    step = loopfuse.compile_step(_add_batch, donate=False, passes=["simplify"])
+    assert step.loop(3) is step.loop(3)
+    assert step.loop(3).options == dataclasses.replace(step.options, steps=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        step.options.steps = 2
+
+
+def test_start_is_reserved_and_cannot_swallow_a_static_argument():
+    def scaled(s, b, *, start):
+        return s * start, 0.0
+    with pytest.raises(TypeError, match="'scaled' takes an argument named 'start'.*reserves.*rename it"):
+        loopfuse.compile_step(scaled)
+    out, _ = loopfuse.compile_step(lambda start, b: (start + b, 0.0))(jnp.ones(2), 1.0)  # state named start is fine
+    np.testing.assert_allclose(out, 2 * np.ones(2))
+
+
+def _shared_buffer_states():
+    a = jnp.ones(3)
+    yield (a, a)
+    a = jnp.ones(3)
+    yield (a, jax.device_put(np.asarray(a)))  # another Array object over the same buffer (CPU zero-copy)
+    n = np.ones(3, np.float32)
+    yield {"m": n, "n": n}
+
+
+@pytest.mark.parametrize("devices", [None, jax.devices()[:1]], ids=["one-device", "mesh"])
+def test_one_buffer_behind_two_state_leaves_is_donated_safely(devices):
+    step = loopfuse.compile_step(_add_batch, devices=devices)
+    for state in _shared_buffer_states():
+        out, _ = step(state, 1.0)
+        for leaf in jax.tree_util.tree_leaves(out):
+            np.testing.assert_array_equal(leaf, 2 * np.ones(3))
+
+
+def test_threads_calling_a_new_signature_compile_it_once():
+    import threading
+    step = loopfuse.compile_step(_add_batch, donate=False)
+    barrier, outs = threading.Barrier(4), []
+
+    def call():
+        barrier.wait()
+        outs.append(step(jnp.ones(3), 1.0)[0])
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(outs) == 4 and all(np.array_equal(o, 2 * np.ones(3)) for o in outs)
+    assert step.compile_count == 1

@@ -16,7 +16,7 @@ import numpy as np
 import optax
 import pytest
 
-from loopfuse import Dataset, compile_step, stopping
+from loopfuse import Dataset, StepOptions, compile_step, stopping
 from loopfuse.pass_manager import run_pass
 from loopfuse.passes import DropUnusedOutputs, WrapLoop
 from loopfuse.trace import trace
@@ -169,7 +169,7 @@ def test_options():
     with pytest.raises(TypeError, match="until must be a function"):
         step.loop(3, until=0.5)
     with pytest.raises(ValueError, match="use step.loop"):
-        type(step)(step.fn, stop_on_nonfinite=True)
+        StepOptions(stop_on_nonfinite=True)
 
 
 def test_stopped_loop_equals_the_unstopped_loop_truncated_in_the_interpreter():

@@ -11,3 +11,15 @@ class StateMismatchError(LoopfuseError, ValueError):
 
 class DonatedArrayError(LoopfuseError, RuntimeError):
     """An array that an earlier call donated (and so deleted) was passed again."""
+
+
+class FitError(LoopfuseError, RuntimeError):
+    """`fit` or `minimize` failed after some steps ran; ``result`` holds the state they reached.
+
+    The cause is chained (``raise FitError(...) from cause``); ``result`` is a `FitResult` with the
+    state, step count and aux history of the chunks that completed before it.
+    """
+
+    def __init__(self, message: str, result):
+        super().__init__(message)
+        self.result = result

@@ -1,0 +1,155 @@
+"""The chunk driver of `fit` and `minimize`: N steps as calls of K-step device loops.
+
+Between chunks it advances the progress bar, collects the aux history, calls the callback and
+saves checkpoints. The state is never lost: SIGINT is held while a chunk runs and delivered once
+its result is bound (Ctrl-C stops after the chunk in flight); an exception after a chunk completed
+is raised as `FitError` carrying the state reached.
+"""
+import signal
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import jax
+import numpy as np
+
+from .checkpoint import Checkpoints
+from .errors import FitError
+
+
+@dataclass
+class FitResult:
+    """The last complete state, the aux history of the steps that ran (leading axis: step).
+
+    steps:        steps the state has taken (resumed ones included).
+    interrupted:  stopped early by KeyboardInterrupt (Ctrl-C).
+    resumed_from: the checkpoint's step count the run resumed from (0 for a fresh start).
+    """
+
+    state: Any
+    history: Any
+    steps: int
+    interrupted: bool = False
+    resumed_from: int = 0
+
+
+class Chunks(Protocol):
+    """What the driver runs: chunks of `k` steps from global step index `start`."""
+
+    def prepare(self, state, k: int) -> jax.tree_util.PyTreeDef:
+        """Build the call for `k` steps (donates nothing); return the aux tree structure."""
+
+    def run(self, state, start: int, k: int) -> tuple[Any, Any]:
+        """``(new_state, aux)`` after steps ``start .. start + k``; aux leaves have a leading [k] axis."""
+
+
+def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool = False,
+          callback: Callable[[int, Any], None] | None = None, checkpoints: Checkpoints | None = None,
+          every: int | None = None) -> FitResult:
+    """Run `num_steps` steps in chunks of at most `chunk` (cut at multiples of `every` when checkpointing).
+
+    With `checkpoints`, the latest checkpoint is restored first and one is saved every `every` steps
+    and at the end; chunk boundaries depend only on the global step, so a resumed run makes the same
+    calls as an uninterrupted one.
+    """
+    done = resumed_from = 0
+    history, interrupted, bar = [], False, None    # history: the flat aux leaves of each chunk (host numpy)
+    try:
+        aux_def = chunks.prepare(state, _next_chunk(0, num_steps, chunk, every))
+        if checkpoints is not None:
+            restored = checkpoints.restore(state, num_steps, _paths(aux_def))
+            if restored is not None:
+                resumed_from, state, leaves = restored
+                done = resumed_from
+                history.append(leaves)
+        bar = progress_bar(num_steps, done) if progress else None
+        while done < num_steps:
+            k = _next_chunk(done, num_steps, chunk, every)
+            chunks.prepare(state, k)       # compiling stays interruptible: nothing is donated yet
+            with _sigint_held():
+                state, aux = chunks.run(state, done, k)
+                done += k
+                jax.block_until_ready(state)   # Ctrl-C stops after this chunk, not after all dispatched ones
+                aux = jax.tree_util.tree_map(np.asarray, aux)
+                history.append(jax.tree_util.tree_leaves(aux))
+                if checkpoints is not None and (done % every == 0 or done == num_steps):
+                    checkpoints.save(done, state, _stack(aux_def, history))
+            if bar is not None:
+                bar.update(k)
+                _postfix(bar, aux)
+            if callback is not None:
+                callback(done, aux)
+    except KeyboardInterrupt:
+        interrupted = True
+    except Exception as e:
+        if done == resumed_from:           # nothing ran: the caller's state is untouched
+            raise
+        result = FitResult(state, _stack(aux_def, history), done, False, resumed_from)
+        raise FitError(f"stopped by {type(e).__name__} after {done} of {num_steps} steps: {e}; FitError.result "
+                       f"holds the state, steps and aux history after step {done}", result) from e
+    finally:
+        if bar is not None:
+            bar.close()
+        if checkpoints is not None:
+            checkpoints.close()
+    return FitResult(state, _stack(aux_def, history) if history else None, done, interrupted, resumed_from)
+
+
+def chunk_sizes(start: int, num_steps: int, chunk: int, every: int | None = None) -> set[int]:
+    """The chunk sizes `drive` runs from step `start` (to build their loops ahead)."""
+    sizes = set()
+    while start < num_steps:
+        k = _next_chunk(start, num_steps, chunk, every)
+        sizes.add(k)
+        start += k
+    return sizes
+
+
+def _next_chunk(done: int, num_steps: int, chunk: int, every: int | None) -> int:
+    """The next chunk's size: at most `chunk`, ending at the next multiple of `every` or at `num_steps`."""
+    end = num_steps if every is None else min(num_steps, (done // every + 1) * every)
+    return min(chunk, end - done)
+
+
+def _paths(aux_def) -> list[str]:
+    tree = jax.tree_util.tree_unflatten(aux_def, [0] * aux_def.num_leaves)
+    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
+
+
+def _stack(aux_def, history: list) -> Any:
+    """One aux tree whose leaves are the chunks' histories concatenated along the step axis."""
+    return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*history)])
+
+
+@contextmanager
+def _sigint_held():
+    """Hold SIGINT in the block and deliver it (to the handler that was installed) at its end.
+
+    Only the main thread receives signals; elsewhere, and where Python installed no handler, a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield
+        return
+    pending = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            signal.raise_signal(signal.SIGINT)
+
+
+def progress_bar(total: int, initial: int = 0):
+    """A tqdm bar over `total` steps, starting at `initial`."""
+    from tqdm.auto import tqdm
+    return tqdm(total=total, initial=initial, unit="step")
+
+
+def _postfix(bar, aux) -> None:
+    """Show the last value of up to three scalar-per-step aux leaves (e.g. the loss)."""
+    leaves = jax.tree_util.tree_leaves_with_path(aux)
+    scalars = {jax.tree_util.keystr(p) or "aux": float(v[-1]) for p, v in leaves if v.ndim == 1}
+    if scalars:
+        bar.set_postfix({k: f"{v:.4g}" for k, v in list(scalars.items())[:3]})

@@ -30,9 +30,13 @@ def _leaf_specs(tree) -> list:
     """[path, shape, dtype] of each leaf (dtypes canonical, as a step traces them)."""
     specs = []
     for path, x in jax.tree_util.tree_leaves_with_path(tree):
-        dtype = x.dtype if _is_key(x) else jax.dtypes.canonicalize_dtype(np.result_type(x))
-        specs.append([jax.tree_util.keystr(path), list(np.shape(x)), str(dtype)])
+        specs.append([jax.tree_util.keystr(path), list(np.shape(x)), str(x.dtype if _is_key(x) else _dtype(x))])
     return specs
+
+
+def _dtype(x):
+    """The dtype a step traces `x` as (float64 host arrays are float32 without jax_enable_x64)."""
+    return jax.dtypes.canonicalize_dtype(x.dtype if hasattr(x, "dtype") else np.result_type(x))
 
 
 def _is_key(x) -> bool:
@@ -49,42 +53,51 @@ class Checkpoints:
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._saved: int | None = self._manager.latest_step()
 
-    def restore(self, template, num_steps: int, history_paths: list[str]):
+    def check(self, template, num_steps: int) -> None:
+        """Refuse the latest checkpoint if another program wrote it: other state leaves, shapes or
+        dtypes than `template`, or more than `num_steps` steps (StateMismatchError naming the first)."""
+        if self._saved is None:
+            return
+        meta = self._meta()
+        self._compare(self._where(), "state leaf", meta["state"], _leaf_specs(template))
+        if meta["steps"] > num_steps:
+            raise StateMismatchError(
+                f"{self._where()} has run {meta['steps']} steps, more than num_steps={num_steps}; pass num_steps >= "
+                f"{meta['steps']} or use another checkpoint_dir (nothing was overwritten)")
+
+    def restore(self, template, history_paths: list[str]):
         """The latest checkpoint as ``(steps, state, history leaves)``, or None when there is none.
 
-        `template` (the caller's state) gives the structure, dtypes and shardings; a checkpoint of
-        another program (other leaves, shapes or dtypes, other aux paths, more than `num_steps`
-        steps) raises StateMismatchError naming the first mismatch.
+        `template` (the caller's state, already `check`ed) gives the structure, dtypes and shardings;
+        `history_paths` are this step's aux paths, which the checkpoint's must equal.
         """
-        step = self._saved
-        if step is None:
+        if self._saved is None:
             return None
-        ocp = self._ocp
-        meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-        where = f"the checkpoint of step {step} in {self.directory}"
-        self._check(where, "state leaf", meta["state"], _leaf_specs(template))
+        ocp, meta = self._ocp, self._meta()
         saved_paths = [p for p, _, _ in meta["history"]]
         if saved_paths != history_paths:
             raise StateMismatchError(
-                f"{where} was written by another program: its aux history has paths {saved_paths}, this step's "
-                f"aux has {history_paths}; use another checkpoint_dir (nothing was overwritten)")
-        if meta["steps"] > num_steps:
-            raise StateMismatchError(
-                f"{where} has run {meta['steps']} steps, more than num_steps={num_steps}; pass num_steps >= "
-                f"{meta['steps']} or use another checkpoint_dir (nothing was overwritten)")
+                f"{self._where()} was written by another program: its aux history has paths {saved_paths}, this "
+                f"step's aux has {history_paths}; use another checkpoint_dir (nothing was overwritten)")
         leaves, treedef = jax.tree_util.tree_flatten(template)
-        abstract = [self._abstract(x) for x in leaves]
-        items = {"state": ocp.args.StandardRestore(abstract)}
+        items = {"state": ocp.args.StandardRestore([self._abstract(x) for x in leaves])}
         if saved_paths:
             items["history"] = ocp.args.StandardRestore()
-        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+        restored = self._manager.restore(self._saved, args=ocp.args.Composite(**items))
         state = [jax.random.wrap_key_data(r, impl=jax.random.key_impl(x)) if _is_key(x) else r
                  for x, r in zip(leaves, restored["state"])]
         history = [np.asarray(h) for h in restored["history"]] if saved_paths else []
         return meta["steps"], jax.tree_util.tree_unflatten(treedef, state), history
 
+    def _meta(self) -> dict:
+        ocp = self._ocp
+        return self._manager.restore(self._saved, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+    def _where(self) -> str:
+        return f"the checkpoint of step {self._saved} in {self.directory}"
+
     @staticmethod
-    def _check(where: str, what: str, saved: list, here: list) -> None:
+    def _compare(where: str, what: str, saved: list, here: list) -> None:
         saved_map, here_map = {p: (s, d) for p, s, d in saved}, {p: (s, d) for p, s, d in here}
         for path in here_map.keys() | saved_map.keys():
             if path not in saved_map or path not in here_map:
@@ -107,7 +120,7 @@ class Checkpoints:
         if _is_key(x):
             x = jax.random.key_data(x)
         sharding = x.sharding if isinstance(x, jax.Array) else jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        return jax.ShapeDtypeStruct(np.shape(x), jax.dtypes.canonicalize_dtype(np.result_type(x)), sharding=sharding)
+        return jax.ShapeDtypeStruct(np.shape(x), _dtype(x), sharding=sharding)
 
     def save(self, steps: int, state, history: Any) -> None:
         """Start saving the checkpoint of step `steps` (the device-to-host copy is done when this returns,

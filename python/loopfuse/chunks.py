@@ -56,9 +56,11 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     done = resumed_from = 0
     history, interrupted, bar = [], False, None    # history: the flat aux leaves of each chunk (host numpy)
     try:
+        if checkpoints is not None:
+            checkpoints.check(state, num_steps)
         aux_def = chunks.prepare(state, _next_chunk(0, num_steps, chunk, every))
         if checkpoints is not None:
-            restored = checkpoints.restore(state, num_steps, _paths(aux_def))
+            restored = checkpoints.restore(state, _paths(aux_def))
             if restored is not None:
                 resumed_from, state, leaves = restored
                 done = resumed_from
@@ -107,9 +109,11 @@ def chunk_sizes(start: int, num_steps: int, chunk: int, every: int | None = None
 
 
 def _next_chunk(done: int, num_steps: int, chunk: int, every: int | None) -> int:
-    """The next chunk's size: at most `chunk`, ending at the next multiple of `every` or at `num_steps`."""
-    end = num_steps if every is None else min(num_steps, (done // every + 1) * every)
-    return min(chunk, end - done)
+    """The next chunk's size. Chunks of `chunk` steps tile each interval of `every` steps from its start
+    (or the whole run), cut at its end and at `num_steps`: boundaries depend on the global step only."""
+    start = 0 if every is None else done - done % every
+    end = num_steps if every is None else min(num_steps, start + every)
+    return min(chunk - (done - start) % chunk, end - done)
 
 
 def _paths(aux_def) -> list[str]:

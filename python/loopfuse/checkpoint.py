@@ -122,9 +122,12 @@ class Checkpoints:
         sharding = x.sharding if isinstance(x, jax.Array) else jax.sharding.SingleDeviceSharding(jax.devices()[0])
         return jax.ShapeDtypeStruct(np.shape(x), _dtype(x), sharding=sharding)
 
-    def save(self, steps: int, state, history: Any) -> None:
-        """Start saving the checkpoint of step `steps` (the device-to-host copy is done when this returns,
-        so the state may be donated next); `history` is the aux history of steps ``0..steps``."""
+    def save(self, steps: int, state, history: Any, wait: bool = False) -> None:
+        """Save the checkpoint of step `steps`; `history` is the aux history of steps ``0..steps``.
+
+        Unless `wait`, the files are written in the background; the device-to-host copy is done when
+        this returns, so the state may be donated next.
+        """
         if steps == self._saved:
             return
         ocp = self._ocp
@@ -137,6 +140,8 @@ class Checkpoints:
             items["history"] = ocp.args.StandardSave(history_leaves)
         self._manager.save(steps, args=ocp.args.Composite(**items))
         self._saved = steps
+        if wait:
+            self._manager.wait_until_finished()
 
     def close(self) -> None:
         """Wait for the save in flight and release the manager."""

@@ -27,6 +27,14 @@ def aux_structure(step: Step, state, batch):
     return jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(t.aux_def, kept))
 
 
+def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
+    """Raise naming the bad `checkpoint_dir=`/`checkpoint_every=`/`keep=` option of fit or minimize."""
+    check_count("checkpoint_every", checkpoint_every, optional=True)
+    check_count("keep", keep, optional=True)
+    if checkpoint_dir is None and checkpoint_every is not None:
+        raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
+
+
 class _StepChunks:
     """`Step.loop(k)` calls; a `Dataset` batch sees the global step index."""
 
@@ -57,12 +65,11 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
                       remaining steps run, a `Dataset` continuing at the global step, so the result
                       is bitwise that of an uninterrupted run; ``result.resumed_from`` says from where.
     """
+    if not isinstance(step, Step):
+        raise TypeError(f"step must be a Step (loopfuse.compile_step(fn)), got {type(step).__name__}")
     check_count("num_steps", num_steps)
     check_count("chunk", chunk)
-    check_count("checkpoint_every", checkpoint_every, optional=True)
-    check_count("keep", keep, optional=True)
-    if checkpoint_dir is None and checkpoint_every is not None:
-        raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
+    check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if isinstance(batch, Dataset):
         batch.validate()
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None

@@ -13,7 +13,7 @@ from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
 from .chunks import chunk_sizes, drive
 from .data import Dataset
-from .fit import aux_structure, check_count
+from .fit import aux_structure, check_checkpoint_options, check_count
 from .step import compile_step
 
 
@@ -54,10 +54,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
     check_count("steps", steps)
-    check_count("checkpoint_every", checkpoint_every, optional=True)
-    check_count("keep", keep, optional=True)
-    if checkpoint_dir is None and checkpoint_every is not None:
-        raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
+    check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}")
     if not isinstance(backend, (GradOnly, CompiledStep, CompiledLoop)):
@@ -73,13 +70,13 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     else:
         runner = _Compiled(backend, _update(value_and_grad, optimizer), batch)
     chunk = min(runner.chunk, steps)
-    checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-    every = (checkpoint_every or chunk) if checkpoints else None
+    every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
 
     t0 = time.perf_counter()
     runner.compile(state, chunk_sizes(0, steps, chunk, every))
     compile_seconds = time.perf_counter() - t0
 
+    checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
     t0 = time.perf_counter()
     result = drive(runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints, every=every)
     if result.interrupted:

@@ -78,6 +78,7 @@ def test_fit_progress_bar(capsys):
     (dict(num_steps=2**31), ValueError, "num_steps must be a positive int below"),
     (dict(chunk=-1), ValueError, "chunk must be a positive int"),
     (dict(chunk="10"), TypeError, "chunk must be a positive int, got '10'"),
+    (dict(step=train_step(optax.sgd(0.1))), TypeError, "step must be a Step \\(loopfuse.compile_step\\(fn\\)\\), got function"),
     (dict(checkpoint_every=5), ValueError, "checkpoint_every= needs checkpoint_dir="),
     (dict(checkpoint_dir="unused", checkpoint_every=0), ValueError, "checkpoint_every must be a positive int"),
     (dict(checkpoint_dir="unused", keep=1.5), TypeError, "keep must be a positive int"),
@@ -85,9 +86,9 @@ def test_fit_progress_bar(capsys):
 def test_fit_validates_before_running(kwargs, error, match):
     opt = optax.sgd(0.1)
     step, state = _step(opt), init_state(opt)
-    args = dict(num_steps=4) | kwargs
+    args = dict(step=step, num_steps=4) | kwargs
     with pytest.raises(error, match=match):
-        loopfuse.fit(step, state, batch(), progress=False, **args)
+        loopfuse.fit(state=state, batch=batch(), progress=False, **args)
     assert step.loop(4).compile_count == 0 and not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
 
 
@@ -150,9 +151,13 @@ def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted
     window = time.perf_counter() - t0  # interrupts land within the first ~60 of 10**4 steps
     rng, refs = np.random.default_rng(1), {}
     for _ in range(25):
+        state = _slow_state()
         timer = threading.Timer(rng.uniform(0, window), os.kill, (os.getpid(), signal.SIGINT))
         timer.start()
-        result = run(10**4, _slow_state())
+        try:
+            result = run(10**4, state)
+        except KeyboardInterrupt:      # landed before the first chunk ran: then nothing may be consumed
+            result = loopfuse.FitResult(state, None, 0, interrupted=True)
         timer.join()
         assert result.interrupted and result.steps % 5 == 0
         assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))

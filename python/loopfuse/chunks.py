@@ -46,19 +46,26 @@ class Chunks(Protocol):
 
 def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool = False,
           callback: Callable[[int, Any], None] | None = None, checkpoints: Checkpoints | None = None,
-          every: int | None = None) -> FitResult:
+          every: int | None = None, pipelined: bool = False) -> FitResult:
     """Run `num_steps` steps in chunks of at most `chunk` (cut at multiples of `every` when checkpointing).
 
     With `checkpoints`, the latest checkpoint is restored first and one is saved every `every` steps
     and at the end; chunk boundaries depend only on the global step, so a resumed run makes the same
     calls as an uninterrupted one.
+
+    Each chunk is waited for and its aux history moved to the host, so Ctrl-C stops after the chunk
+    in flight; `pipelined` dispatches chunks without waiting (throughput for one-step chunks), the
+    history staying on the device until the end, where a Ctrl-C may then land outside the driver.
     """
     done = resumed_from = 0
-    history, interrupted, bar = [], False, None    # history: the flat aux leaves of each chunk (host numpy)
+    history, interrupted, bar = [], False, None    # history: the flat aux leaves of each chunk
+    sigint = _SigintHold()
     try:
+        sigint.install()
         if checkpoints is not None:
             checkpoints.check(state, num_steps)
-        aux_def = chunks.prepare(state, _next_chunk(0, num_steps, chunk, every))
+        first = _next_chunk(0, num_steps, chunk, every)
+        aux_def, prepared = chunks.prepare(state, first), {first}   # prepared: chunk sizes whose call is built
         if checkpoints is not None:
             restored = checkpoints.restore(state, _paths(aux_def))
             if restored is not None:
@@ -68,15 +75,20 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
         bar = progress_bar(num_steps, done) if progress else None
         while done < num_steps:
             k = _next_chunk(done, num_steps, chunk, every)
-            chunks.prepare(state, k)       # compiling stays interruptible: nothing is donated yet
-            with _sigint_held():
+            if k not in prepared:          # compiling stays interruptible: nothing is donated yet
+                chunks.prepare(state, k)
+                prepared.add(k)
+            with sigint.hold():
                 state, aux = chunks.run(state, done, k)
                 done += k
-                jax.block_until_ready(state)   # Ctrl-C stops after this chunk, not after all dispatched ones
-                aux = jax.tree_util.tree_map(np.asarray, aux)
+                if not pipelined:
+                    jax.block_until_ready(state)
+                    aux = jax.tree_util.tree_map(np.asarray, aux)
                 history.append(jax.tree_util.tree_leaves(aux))
                 if checkpoints is not None and (done % every == 0 or done == num_steps):
                     checkpoints.save(done, state, _stack(aux_def, history), wait=done == num_steps)
+            if bar is not None or callback is not None:
+                aux = jax.tree_util.tree_map(np.asarray, aux)
             if bar is not None:
                 bar.update(k)
                 _postfix(bar, aux)
@@ -91,6 +103,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
         raise FitError(f"stopped by {type(e).__name__} after {done} of {num_steps} steps: {e}; FitError.result "
                        f"holds the state, steps and aux history after step {done}", result) from e
     finally:
+        sigint.restore()
         if bar is not None:
             bar.close()
         if checkpoints is not None:
@@ -126,23 +139,47 @@ def _stack(aux_def, history: list) -> Any:
     return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*history)])
 
 
-@contextmanager
-def _sigint_held():
-    """Hold SIGINT in the block and deliver it (to the handler that was installed) at its end.
+class _SigintHold:
+    """SIGINT held inside `hold()` blocks and delivered at their end; outside them, as before.
 
-    Only the main thread receives signals; elsewhere, and where Python installed no handler, a no-op.
+    Installed for the whole run (in the main thread, which alone receives signals, and only over a
+    Python-level handler): a signal outside a block goes straight to the handler that was installed.
     """
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
-        yield
-        return
-    pending = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if pending:
+
+    def __init__(self):
+        self.holding, self.pending, self.previous = False, False, None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not None:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _handle(self, signum, frame):
+        if self.holding:
+            self.pending = True
+        else:
+            self._deliver(frame)
+
+    def _deliver(self, frame):
+        self.pending = False
+        if callable(self.previous):
+            self.previous(signal.SIGINT, frame)
+        elif self.previous == signal.SIG_DFL:  # the default action: the process ends
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.raise_signal(signal.SIGINT)
+
+    @contextmanager
+    def hold(self):
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            if self.pending:
+                self._deliver(None)
 
 
 def progress_bar(total: int, initial: int = 0):

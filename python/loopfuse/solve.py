@@ -78,7 +78,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
 
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
     t0 = time.perf_counter()
-    result = drive(runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints, every=every)
+    result = drive(runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints, every=every,
+                   pipelined=True)    # a Ctrl-C raises KeyboardInterrupt here either way
     if result.interrupted:
         raise KeyboardInterrupt
     jax.block_until_ready(result.state)

@@ -153,8 +153,8 @@ def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted
     for _ in range(25):
         state = _slow_state()
         timer = threading.Timer(rng.uniform(0, window), os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
         try:
+            timer.start()
             result = run(10**4, state)
         except KeyboardInterrupt:      # landed before the first chunk ran: then nothing may be consumed
             result = loopfuse.FitResult(state, None, 0, interrupted=True)

@@ -99,7 +99,7 @@ class Checkpoints:
     @staticmethod
     def _compare(where: str, what: str, saved: list, here: list) -> None:
         saved_map, here_map = {p: (s, d) for p, s, d in saved}, {p: (s, d) for p, s, d in here}
-        for path in here_map.keys() | saved_map.keys():
+        for path in [p for p, _, _ in here] + [p for p, _, _ in saved if p not in here_map]:   # tree order
             if path not in saved_map or path not in here_map:
                 has, lacks = ("this state", "the checkpoint") if path not in saved_map else ("the checkpoint", "this state")
                 raise StateMismatchError(

@@ -15,3 +15,15 @@ class DonatedArrayError(LoopfuseError, RuntimeError):
 
 class AuxPathError(LoopfuseError, ValueError):
     """A `keep_aux` entry names no leaf or subtree of the step's aux."""
+
+
+class FitError(LoopfuseError, RuntimeError):
+    """`fit` or `minimize` failed after some steps ran; ``result`` holds the state they reached.
+
+    The cause is chained (``raise FitError(...) from cause``); ``result`` is a `FitResult` with the
+    state, step count and aux history of the chunks that completed before it.
+    """
+
+    def __init__(self, message: str, result):
+        super().__init__(message)
+        self.result = result

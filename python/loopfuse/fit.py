@@ -1,68 +1,69 @@
-"""fit: run N steps as device loops of K steps, with a progress bar and callbacks between chunks."""
-from dataclasses import dataclass
+"""fit: run N steps as device loops of K steps, with a progress bar, callbacks and checkpoints."""
+import os
 from typing import Any, Callable
 
 import jax
-import numpy as np
 
+from .checkpoint import Checkpoints
+from . import validate
+from .chunks import FitResult, drive
 from .data import Dataset
 from .step import Step
 
 
-@dataclass
-class FitResult:
-    """The last complete state, the aux history of the steps that ran (leading axis: step)."""
+def aux_structure(step: Step, state, batch):
+    """The tree structure of the aux that `step` returns (the leaves `keep_aux` drops are None)."""
+    t = step.compiled(state, batch).traced
+    kept = [0 if keep else None for keep in t.aux_kept]
+    return jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(t.aux_def, kept))
 
-    state: Any
-    history: Any
-    steps: int
-    interrupted: bool = False
+
+def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
+    """Raise naming the bad `checkpoint_dir=`/`checkpoint_every=`/`keep=` option of fit or minimize."""
+    for name, value in (("checkpoint_every", checkpoint_every), ("keep", keep)):
+        if value is not None:
+            validate.steps(value, name)
+    if checkpoint_dir is None and checkpoint_every is not None:
+        raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
+
+
+class _StepChunks:
+    """`Step.loop(k)` calls; a `Dataset` batch sees the global step index."""
+
+    def __init__(self, step: Step, batch):
+        self.step, self.batch = step, batch
+
+    def prepare(self, state, k: int):
+        return aux_structure(self.step.loop(k), state, self.batch)
+
+    def run(self, state, start: int, k: int):
+        return self.step.loop(k)(state, self.batch, start=start if isinstance(self.batch, Dataset) else 0)
 
 
 def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress: bool = True,
-        callback: Callable[[int, Any], None] | None = None) -> FitResult:
+        callback: Callable[[int, Any], None] | None = None, checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int | None = None, keep: int | None = 3) -> FitResult:
     """Run `num_steps` updates of `step` as device loops of at most `chunk` steps.
 
     Between chunks a tqdm bar advances and ``callback(steps_done, history_chunk)`` sees that
-    chunk's aux history (host numpy). On KeyboardInterrupt the state after the last completed
-    chunk is returned (the chunk in flight is discarded), never a half-donated one.
+    chunk's aux history (host numpy). On KeyboardInterrupt (Ctrl-C) the chunk in flight finishes
+    and its state is returned with ``interrupted=True``; any other exception after a chunk
+    completed is raised as `FitError` from it, with ``.result`` holding the state reached.
+
+    checkpoint_dir:   save the state, the steps done and the aux history there (orbax) every
+                      `checkpoint_every` steps (default: `chunk`) and at the end, keeping the newest
+                      `keep` (None: all). If it holds checkpoints, the latest is restored (the passed
+                      `state` is the template for structure, dtypes and shardings) and only the
+                      remaining steps run, a `Dataset` continuing at the global step, so the result
+                      is bitwise that of an uninterrupted run; ``result.resumed_from`` says from where.
     """
-    if num_steps < 1 or chunk < 1:
-        raise ValueError(f"num_steps ({num_steps}) and chunk ({chunk}) must be positive")
-    history, done, interrupted = [], 0, False
-    bar = _bar(num_steps, progress)
-    try:
-        while done < num_steps:
-            k = min(chunk, num_steps - done)
-            start = done if isinstance(batch, Dataset) else 0
-            new_state, aux = step.loop(k)(state, batch, start=start)
-            jax.block_until_ready(new_state)
-            state, done = new_state, done + k
-            aux = jax.tree_util.tree_map(np.asarray, aux)
-            history.append(aux)
-            if bar is not None:
-                bar.update(k)
-                _postfix(bar, aux)
-            if callback is not None:
-                callback(done, aux)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        if bar is not None:
-            bar.close()
-    stacked = jax.tree_util.tree_map(lambda *h: np.concatenate(h), *history) if history else None
-    return FitResult(state, stacked, done, interrupted)
-
-
-def _bar(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-    return tqdm(total=total, unit="step")
-
-
-def _postfix(bar, aux) -> None:
-    leaves = jax.tree_util.tree_leaves_with_path(aux)
-    scalars = {jax.tree_util.keystr(p) or "aux": float(v[-1]) for p, v in leaves if v is not None and v.ndim == 1}
-    if scalars:
-        bar.set_postfix({k: f"{v:.4g}" for k, v in list(scalars.items())[:3]})
+    if not isinstance(step, Step):
+        raise TypeError(f"step must be a Step (loopfuse.compile_step(fn)), got {type(step).__name__}")
+    validate.steps(num_steps, "num_steps")
+    validate.steps(chunk, "chunk")
+    check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
+    if isinstance(batch, Dataset):
+        batch.validate()
+    checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
+    return drive(_StepChunks(step, batch), state, num_steps, chunk=chunk, progress=progress, callback=callback,
+                 checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)

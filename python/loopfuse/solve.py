@@ -1,4 +1,5 @@
 """minimize: an Optimization.jl-style solve, the same optax step run by any backend."""
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -10,7 +11,10 @@ import optax
 
 from . import validate
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
+from .checkpoint import Checkpoints
+from .chunks import chunk_sizes, drive
 from .data import Dataset
+from .fit import aux_structure, check_checkpoint_options
 from .step import compile_step
 
 
@@ -36,17 +40,22 @@ class Solution:
 
 
 def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransformation = optax.adam(1e-3),
-             steps: int = 1000, backend: Backend = CompiledLoop(), progress: bool = False) -> Solution:
+             steps: int = 1000, backend: Backend = CompiledLoop(), progress: bool = False,
+             checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
+             keep: int | None = 3) -> Solution:
     """Minimize `loss` from `params` with `steps` updates of `optimizer`, run by `backend`.
 
     loss: ``loss(params, batch)``, or ``loss(params)`` when `data` is None; a real scalar.
     data: None, a fixed batch pytree, or a `Dataset` (step i sees ``data.batch(i)``).
     Every backend runs the same step: value and gradient by ``backend.ad``, then
     ``optimizer.update`` and ``optax.apply_updates``. The caller's `params` are copied, never donated.
+    checkpoint_dir, checkpoint_every, keep: as for `fit` (the checkpointed state is ``(params, opt_state)``;
+    steps_per_second counts only the steps this call ran).
     """
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
     validate.steps(steps)
+    check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}")
     if not isinstance(backend, (GradOnly, CompiledStep, CompiledLoop)):
@@ -60,29 +69,24 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     if isinstance(backend, GradOnly):
         runner = _Eager(_update(jax.jit(value_and_grad), optimizer), batch)
     else:
-        runner = _Compiled(backend, _update(value_and_grad, optimizer), batch, steps)
+        runner = _Compiled(backend, _update(value_and_grad, optimizer), batch)
+    chunk = min(runner.chunk, steps)
+    every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
 
     t0 = time.perf_counter()
-    runner.compile(state)
+    runner.compile(state, chunk_sizes(0, steps, chunk, every))
     compile_seconds = time.perf_counter() - t0
 
-    bar = _bar(steps) if progress else None
-    losses, done = [], 0
+    checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
     t0 = time.perf_counter()
-    while done < steps:
-        k = min(runner.chunk, steps - done)
-        state, loss_k = runner.run(state, done, k)
-        losses.append(loss_k)
-        done += k
-        if bar is not None:
-            bar.update(k)
-            bar.set_postfix(loss=f"{float(jnp.ravel(loss_k)[-1]):.4g}")
-    jax.block_until_ready(state)
-    history = np.concatenate([np.atleast_1d(np.asarray(x)) for x in losses])
+    result = drive(runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints, every=every,
+                   pipelined=True)    # a Ctrl-C raises KeyboardInterrupt here either way
+    if result.interrupted:
+        raise KeyboardInterrupt
+    jax.block_until_ready(result.state)
     seconds = time.perf_counter() - t0
-    if bar is not None:
-        bar.close()
-    return Solution(state[0], history, steps / seconds, compile_seconds, backend)
+    return Solution(result.state[0], result.history["loss"], (steps - result.resumed_from) / seconds,
+                    compile_seconds, backend)
 
 
 def _update(value_and_grad: Callable, optimizer: optax.GradientTransformation) -> Callable:
@@ -103,37 +107,43 @@ class _Eager:
     def __init__(self, update: Callable, batch):
         self.update, self.batch = update, batch
 
-    def compile(self, state) -> None:
+    def compile(self, state, sizes) -> None:
         self.run(state, 0, 1)  # compiles the derivative and warms up the eager ops; nothing is donated
+
+    def prepare(self, state, k: int):
+        return jax.tree_util.tree_structure({"loss": 0})  # what `update` returns
 
     def run(self, state, start: int, k: int):
         batch = self.batch.batch(np.int32(start)) if isinstance(self.batch, Dataset) else self.batch
         new_state, aux = self.update(state, batch)
-        return new_state, aux["loss"]
+        return new_state, jax.tree_util.tree_map(lambda x: x[None], aux)
 
 
 class _Compiled:
     """CompiledStep (one step per call) or CompiledLoop (device loops of `backend.steps` steps)."""
 
-    def __init__(self, backend: CompiledStep | CompiledLoop, update: Callable, batch, steps: int):
-        options = backend.compile_options() if isinstance(backend, CompiledLoop) else {}
-        step = compile_step(update, keep_aux=("loss",), **options)
+    def __init__(self, backend: CompiledStep | CompiledLoop, update: Callable, batch):
+        loops = isinstance(backend, CompiledLoop)
+        step = compile_step(update if loops else _with_step_axis(update), keep_aux=("loss",),
+                            **(backend.compile_options() if loops else {}))
+        self.chunk = backend.steps if loops else 1
+        self.call = step.loop if loops else lambda k: step   # the Step that runs k steps
         self.batch = batch
-        if isinstance(backend, CompiledStep):
-            self.chunk, self.steps = 1, {1: step}
-        else:
-            self.chunk = min(backend.steps, steps)
-            self.steps = {k: step.loop(k) for k in {self.chunk, steps % self.chunk} if k}
 
-    def compile(self, state) -> None:
-        for step in self.steps.values():
-            step.compiled(state, self.batch)
+    def compile(self, state, sizes) -> None:
+        for k in sizes:
+            self.prepare(state, k)
+
+    def prepare(self, state, k: int):
+        return aux_structure(self.call(k), state, self.batch)
 
     def run(self, state, start: int, k: int):
-        new_state, aux = self.steps[k](state, self.batch, start=start)
-        return new_state, aux["loss"]
+        return self.call(k)(state, self.batch, start=start)
 
 
-def _bar(total: int):
-    from tqdm.auto import tqdm
-    return tqdm(total=total, unit="step")
+def _with_step_axis(update: Callable) -> Callable:
+    """`update` with its aux as a one-step history ([1] leading axis), like a loop of one step."""
+    def one_step(state, batch):
+        state, aux = update(state, batch)
+        return state, jax.tree_util.tree_map(lambda x: x[None], aux)
+    return one_step

@@ -42,7 +42,7 @@ class StepOptions:
 
     def __post_init__(self):
         if self.steps is not None:
-            validate.steps(self.steps)
+            object.__setattr__(self, "steps", validate.steps(self.steps))
         stopping.check(self.until, self.stop_on_nonfinite, self.steps)
         if self.device is not None and self.devices is not None:
             raise ValueError("pass either device= (one device) or devices= (an SPMD mesh), not both")
@@ -147,7 +147,7 @@ class Step:
         either, the loop stops after the first step that asks it to and a call returns
         ``(state, aux, steps_run)``; history rows of steps not run are NaN (0 for integers).
         """
-        validate.steps(steps)
+        steps = validate.steps(steps)
         key = (steps, until, stop_on_nonfinite)
         with self._lock:
             if key not in self._loops:

@@ -1,15 +1,18 @@
 """Checks of user-given arguments shared by every entry point (one rule, one message)."""
+import operator
 
 STEPS_LIMIT = 2**31  # the device loop counter is int32
 
 
 def steps(value, name: str = "steps") -> int:
-    """`value` as a step count: a positive int (not a bool) below 2**31, which the int32 loop counter holds.
+    """`value` as a step count: a positive integer (an int or numpy integer, not a bool) below 2**31,
+    which the int32 loop counter holds.
 
     Raises TypeError for another type and ValueError out of range, naming the argument `name`.
     """
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
+    value = operator.index(value)
     if value < 1:
         raise ValueError(f"{name} must be a positive int, got {value}")
     if value >= STEPS_LIMIT:

@@ -144,6 +144,9 @@ def test_non_scalar_loss_is_a_clear_error(backend):
 
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(steps=0), ValueError, "steps must be a positive int, got 0"),
+    (dict(steps=2.5), TypeError, "steps must be a positive int, got float 2.5"),
+    (dict(steps=True), TypeError, "steps must be a positive int, got bool True"),
+    (dict(checkpoint_every=4), ValueError, "checkpoint_every= needs checkpoint_dir="),
     (dict(backend="compiled"), TypeError, "backend must be GradOnly\\(\\), CompiledStep\\(\\) or CompiledLoop\\(\\)"),
     (dict(backend=Forward()), TypeError, "backend must be"),
     (dict(optimizer=optax.sgd), TypeError, "optax.GradientTransformation"),

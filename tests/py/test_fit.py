@@ -1,5 +1,11 @@
-"""fit: chunked device loops, callbacks, progress and interrupt safety."""
+"""fit: chunked device loops, callbacks, progress, interrupt and exception safety."""
+import os
+import signal
+import threading
+import time
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -59,12 +65,105 @@ def test_keyboard_interrupt_returns_the_last_complete_state():
     assert result.history["loss"].shape == (20,)
 
 
-def test_fit_progress_bar_and_bad_arguments(capsys):
+def test_fit_progress_bar(capsys):
     opt = optax.sgd(0.1)
     loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 4, chunk=2, progress=True)
     assert "4/4" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="must be positive"):
-        loopfuse.fit(_step(opt), init_state(opt), batch(), 0)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(num_steps=0), ValueError, "num_steps must be a positive int, got 0"),
+    (dict(num_steps=10.5), TypeError, "num_steps must be a positive int, got float 10.5"),
+    (dict(num_steps=True), TypeError, "num_steps must be a positive int, got bool True"),
+    (dict(num_steps=2**31), ValueError, "num_steps must be below 2\\*\\*31"),
+    (dict(chunk=-1), ValueError, "chunk must be a positive int"),
+    (dict(chunk="10"), TypeError, "chunk must be a positive int, got str '10'"),
+    (dict(step=train_step(optax.sgd(0.1))), TypeError, "step must be a Step \\(loopfuse.compile_step\\(fn\\)\\), got function"),
+    (dict(checkpoint_every=5), ValueError, "checkpoint_every= needs checkpoint_dir="),
+    (dict(checkpoint_dir="unused", checkpoint_every=0), ValueError, "checkpoint_every must be a positive int"),
+    (dict(checkpoint_dir="unused", keep=1.5), TypeError, "keep must be a positive int"),
+])
+def test_fit_validates_before_running(kwargs, error, match):
+    opt = optax.sgd(0.1)
+    step, state = _step(opt), init_state(opt)
+    args = dict(step=step, num_steps=4) | kwargs
+    with pytest.raises(error, match=match):
+        loopfuse.fit(state=state, batch=batch(), progress=False, **args)
+    assert step.loop(4).compile_count == 0 and not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
+
+
+def test_an_exception_after_a_chunk_raises_fit_error_with_the_state_reached():
+    opt = optax.sgd(0.1)
+
+    def fail_after_three(done, aux):
+        if done == 30:
+            raise RuntimeError("logger down")
+
+    with pytest.raises(loopfuse.FitError, match="RuntimeError after 30 of 100 steps: logger down") as info:
+        loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 100, chunk=10, progress=False,
+                     callback=fail_after_three)
+    result = info.value.result
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert isinstance(result, loopfuse.FitResult) and result.steps == 30 and not result.interrupted
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
+    assert result.history["loss"].shape == (30,)
+    ref = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 30, chunk=10, progress=False)
+    _assert_bitwise(result.state, ref.state)
+    np.testing.assert_array_equal(result.history["loss"], ref.history["loss"])
+
+
+def test_an_exception_before_any_chunk_completes_is_raised_as_is_and_consumes_nothing():
+    opt = optax.sgd(0.1)
+    state = fresh(init_state(opt))
+    with pytest.raises(TypeError, match="contracting dimensions"):   # the batch has 3 features, not 4
+        loopfuse.fit(_step(opt), state, dict(batch(), x=np.zeros((16, 3), np.float32)), 10, chunk=5, progress=False)
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
+
+
+def _assert_bitwise(a, b):
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _slow_step(state, batch):
+    """A few ms per step, so that a chunk is in flight most of the time."""
+    w, x = state
+    for _ in range(4):
+        x = jnp.tanh(x @ w + batch)
+    return (w, x), {"s": jnp.sum(x)}
+
+
+def _slow_state():
+    rng = np.random.default_rng(0)
+    return (jnp.asarray(rng.normal(size=(128, 128)).astype(np.float32) / 12), jnp.ones((128, 128), jnp.float32))
+
+
+def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted_fit():
+    """A real SIGINT (os.kill from a timer thread) mostly lands while a chunk runs in XLA."""
+    step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
+    run = lambda n, state: loopfuse.fit(step, state, bias, n, chunk=5, progress=False)
+    run(60, _slow_state())             # compiles
+    t0 = time.perf_counter()
+    run(60, _slow_state())
+    window = time.perf_counter() - t0  # interrupts land within the first ~60 of 10**4 steps
+    rng, refs = np.random.default_rng(1), {}
+    for _ in range(25):
+        state = _slow_state()
+        timer = threading.Timer(rng.uniform(0, window), os.kill, (os.getpid(), signal.SIGINT))
+        try:
+            timer.start()
+            result = run(10**4, state)
+        except KeyboardInterrupt:      # landed before the first chunk ran: then nothing may be consumed
+            result = loopfuse.FitResult(state, None, 0, interrupted=True)
+        timer.join()
+        assert result.interrupted and result.steps % 5 == 0
+        assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
+        if result.steps not in refs:
+            refs[result.steps] = run(result.steps, _slow_state()).state if result.steps else _slow_state()
+        _assert_bitwise(result.state, refs[result.steps])
 
 
 def test_a_second_fit_reuses_the_compiled_loops():

@@ -1,0 +1,149 @@
+"""Checkpoints of a chunked run (`fit`, `minimize`) with orbax's CheckpointManager.
+
+A checkpoint at step ``s`` holds three orbax items: ``state`` (the state after ``s`` steps; typed PRNG
+keys as their raw key data), ``history`` (the aux history of steps ``0..s``, leaves in flat order;
+absent when aux has no leaves) and ``meta`` (JSON: ``s`` and each leaf's path, shape and dtype).
+orbax writes each checkpoint into a temporary folder and renames it when complete, so a process
+killed at any moment, also during a save, leaves the previous checkpoint restorable.
+
+orbax-checkpoint is an optional dependency (``pip install loopfuse[checkpoint]``), imported here only.
+"""
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+from .errors import StateMismatchError
+
+
+def _orbax():
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:
+        raise ImportError("checkpoint_dir= needs orbax-checkpoint: pip install 'loopfuse[checkpoint]' "
+                          "(or pip install orbax-checkpoint)") from e
+    return ocp
+
+
+def _leaf_specs(tree) -> list:
+    """[path, shape, dtype] of each leaf (dtypes canonical, as a step traces them)."""
+    specs = []
+    for path, x in jax.tree_util.tree_leaves_with_path(tree):
+        specs.append([jax.tree_util.keystr(path), list(np.shape(x)), str(x.dtype if _is_key(x) else _dtype(x))])
+    return specs
+
+
+def _dtype(x):
+    """The dtype a step traces `x` as (float64 host arrays are float32 without jax_enable_x64)."""
+    return jax.dtypes.canonicalize_dtype(x.dtype if hasattr(x, "dtype") else np.result_type(x))
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+class Checkpoints:
+    """Save and restore one run's checkpoints in `directory`, keeping the newest `keep` (None: all)."""
+
+    def __init__(self, directory: str | os.PathLike, keep: int | None):
+        ocp = self._ocp = _orbax()
+        self.directory = os.path.abspath(os.fspath(directory))
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True)
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self._saved: int | None = self._manager.latest_step()
+
+    def check(self, template, num_steps: int) -> None:
+        """Refuse the latest checkpoint if another program wrote it: other state leaves, shapes or
+        dtypes than `template`, or more than `num_steps` steps (StateMismatchError naming the first)."""
+        if self._saved is None:
+            return
+        meta = self._meta()
+        self._compare(self._where(), "state leaf", meta["state"], _leaf_specs(template))
+        if meta["steps"] > num_steps:
+            raise StateMismatchError(
+                f"{self._where()} has run {meta['steps']} steps, more than num_steps={num_steps}; pass num_steps >= "
+                f"{meta['steps']} or use another checkpoint_dir (nothing was overwritten)")
+
+    def restore(self, template, history_paths: list[str]):
+        """The latest checkpoint as ``(steps, state, history leaves)``, or None when there is none.
+
+        `template` (the caller's state, already `check`ed) gives the structure, dtypes and shardings;
+        `history_paths` are this step's aux paths, which the checkpoint's must equal.
+        """
+        if self._saved is None:
+            return None
+        ocp, meta = self._ocp, self._meta()
+        saved_paths = [p for p, _, _ in meta["history"]]
+        if saved_paths != history_paths:
+            raise StateMismatchError(
+                f"{self._where()} was written by another program: its aux history has paths {saved_paths}, this "
+                f"step's aux has {history_paths}; use another checkpoint_dir (nothing was overwritten)")
+        leaves, treedef = jax.tree_util.tree_flatten(template)
+        items = {"state": ocp.args.StandardRestore([self._abstract(x) for x in leaves])}
+        if saved_paths:
+            items["history"] = ocp.args.StandardRestore()
+        restored = self._manager.restore(self._saved, args=ocp.args.Composite(**items))
+        state = [jax.random.wrap_key_data(r, impl=jax.random.key_impl(x)) if _is_key(x) else r
+                 for x, r in zip(leaves, restored["state"])]
+        history = [np.asarray(h) for h in restored["history"]] if saved_paths else []
+        return meta["steps"], jax.tree_util.tree_unflatten(treedef, state), history
+
+    def _meta(self) -> dict:
+        ocp = self._ocp
+        return self._manager.restore(self._saved, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+    def _where(self) -> str:
+        return f"the checkpoint of step {self._saved} in {self.directory}"
+
+    @staticmethod
+    def _compare(where: str, what: str, saved: list, here: list) -> None:
+        saved_map, here_map = {p: (s, d) for p, s, d in saved}, {p: (s, d) for p, s, d in here}
+        for path in [p for p, _, _ in here] + [p for p, _, _ in saved if p not in here_map]:   # tree order
+            if path not in saved_map or path not in here_map:
+                has, lacks = ("this state", "the checkpoint") if path not in saved_map else ("the checkpoint", "this state")
+                raise StateMismatchError(
+                    f"{where} was written by another program: {what} {path} is in {has}, not in {lacks}; "
+                    "use another checkpoint_dir (nothing was overwritten)")
+            (s_shape, s_dtype), (h_shape, h_dtype) = saved_map[path], here_map[path]
+            if s_shape != h_shape or s_dtype != h_dtype:
+                raise StateMismatchError(
+                    f"{where} was written by another program: {what} {path} is {s_dtype}{s_shape} there, "
+                    f"{h_dtype}{h_shape} here; use another checkpoint_dir (nothing was overwritten)")
+        if [p for p, _, _ in saved] != [p for p, _, _ in here]:
+            raise StateMismatchError(f"{where} was written by another program: its {what}s are in another "
+                                     "tree order; use another checkpoint_dir (nothing was overwritten)")
+
+    @staticmethod
+    def _abstract(x):
+        """Where and how to restore a leaf like `x`: its shape, dtype and sharding (typed keys as key data)."""
+        if _is_key(x):
+            x = jax.random.key_data(x)
+        sharding = x.sharding if isinstance(x, jax.Array) else jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        return jax.ShapeDtypeStruct(np.shape(x), _dtype(x), sharding=sharding)
+
+    def save(self, steps: int, state, history: Any, wait: bool = False) -> None:
+        """Save the checkpoint of step `steps`; `history` is the aux history of steps ``0..steps``.
+
+        Unless `wait`, the files are written in the background; the device-to-host copy is done when
+        this returns, so the state may be donated next.
+        """
+        if steps == self._saved:
+            return
+        ocp = self._ocp
+        leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree_util.tree_leaves(state)]
+        history_leaves = jax.tree_util.tree_leaves(history)
+        meta = {"steps": steps, "state": _leaf_specs(state),
+                "history": [[p, s[1:], d] for p, s, d in _leaf_specs(history)]}
+        items = {"state": ocp.args.StandardSave(leaves), "meta": ocp.args.JsonSave(meta)}
+        if history_leaves:
+            items["history"] = ocp.args.StandardSave(history_leaves)
+        self._manager.save(steps, args=ocp.args.Composite(**items))
+        self._saved = steps
+        if wait:
+            self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Wait for the save in flight and release the manager."""
+        self._manager.wait_until_finished()
+        self._manager.close()

@@ -1,0 +1,196 @@
+"""The chunk driver of `fit` and `minimize`: N steps as calls of K-step device loops.
+
+Between chunks it advances the progress bar, collects the aux history, calls the callback and
+saves checkpoints. The state is never lost: SIGINT is held while a chunk runs and delivered once
+its result is bound (Ctrl-C stops after the chunk in flight); an exception after a chunk completed
+is raised as `FitError` carrying the state reached.
+"""
+import signal
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import jax
+import numpy as np
+
+from .checkpoint import Checkpoints
+from .errors import FitError
+
+
+@dataclass
+class FitResult:
+    """The last complete state, the aux history of the steps that ran (leading axis: step).
+
+    steps:        steps the state has taken (resumed ones included).
+    interrupted:  stopped early by KeyboardInterrupt (Ctrl-C).
+    resumed_from: the checkpoint's step count the run resumed from (0 for a fresh start).
+    """
+
+    state: Any
+    history: Any
+    steps: int
+    interrupted: bool = False
+    resumed_from: int = 0
+
+
+class Chunks(Protocol):
+    """What the driver runs: chunks of `k` steps from global step index `start`."""
+
+    def prepare(self, state, k: int) -> jax.tree_util.PyTreeDef:
+        """Build the call for `k` steps (donates nothing); return the aux tree structure."""
+
+    def run(self, state, start: int, k: int) -> tuple[Any, Any]:
+        """``(new_state, aux)`` after steps ``start .. start + k``; aux leaves have a leading [k] axis."""
+
+
+def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool = False,
+          callback: Callable[[int, Any], None] | None = None, checkpoints: Checkpoints | None = None,
+          every: int | None = None, pipelined: bool = False) -> FitResult:
+    """Run `num_steps` steps in chunks of at most `chunk` (cut at multiples of `every` when checkpointing).
+
+    With `checkpoints`, the latest checkpoint is restored first and one is saved every `every` steps
+    and at the end; chunk boundaries depend only on the global step, so a resumed run makes the same
+    calls as an uninterrupted one.
+
+    Each chunk is waited for and its aux history moved to the host, so Ctrl-C stops after the chunk
+    in flight; `pipelined` dispatches chunks without waiting (throughput for one-step chunks), the
+    history staying on the device until the end, where a Ctrl-C may then land outside the driver.
+    """
+    done = resumed_from = 0
+    history, interrupted, bar = [], False, None    # history: the flat aux leaves of each chunk
+    sigint = _SigintHold()
+    try:
+        sigint.install()
+        if checkpoints is not None:
+            checkpoints.check(state, num_steps)
+        first = _next_chunk(0, num_steps, chunk, every)
+        aux_def, prepared = chunks.prepare(state, first), {first}   # prepared: chunk sizes whose call is built
+        if checkpoints is not None:
+            restored = checkpoints.restore(state, _paths(aux_def))
+            if restored is not None:
+                resumed_from, state, leaves = restored
+                done = resumed_from
+                history.append(leaves)
+        bar = progress_bar(num_steps, done) if progress else None
+        while done < num_steps:
+            k = _next_chunk(done, num_steps, chunk, every)
+            if k not in prepared:          # compiling stays interruptible: nothing is donated yet
+                chunks.prepare(state, k)
+                prepared.add(k)
+            with sigint.hold():
+                state, aux = chunks.run(state, done, k)
+                done += k
+                if not pipelined:
+                    jax.block_until_ready(state)
+                    aux = jax.tree_util.tree_map(np.asarray, aux)
+                history.append(jax.tree_util.tree_leaves(aux))
+                if checkpoints is not None and (done % every == 0 or done == num_steps):
+                    checkpoints.save(done, state, _stack(aux_def, history), wait=done == num_steps)
+            if bar is not None or callback is not None:
+                aux = jax.tree_util.tree_map(np.asarray, aux)
+            if bar is not None:
+                bar.update(k)
+                _postfix(bar, aux)
+            if callback is not None:
+                callback(done, aux)
+    except KeyboardInterrupt:
+        interrupted = True
+    except Exception as e:
+        if done == resumed_from:           # nothing ran: the caller's state is untouched
+            raise
+        result = FitResult(state, _stack(aux_def, history), done, False, resumed_from)
+        raise FitError(f"stopped by {type(e).__name__} after {done} of {num_steps} steps: {e}; FitError.result "
+                       f"holds the state, steps and aux history after step {done}", result) from e
+    finally:
+        sigint.restore()
+        if bar is not None:
+            bar.close()
+        if checkpoints is not None:
+            checkpoints.close()
+    return FitResult(state, _stack(aux_def, history) if history else None, done, interrupted, resumed_from)
+
+
+def chunk_sizes(start: int, num_steps: int, chunk: int, every: int | None = None) -> set[int]:
+    """The chunk sizes `drive` runs from step `start` (to build their loops ahead)."""
+    sizes = set()
+    while start < num_steps:
+        k = _next_chunk(start, num_steps, chunk, every)
+        sizes.add(k)
+        start += k
+    return sizes
+
+
+def _next_chunk(done: int, num_steps: int, chunk: int, every: int | None) -> int:
+    """The next chunk's size. Chunks of `chunk` steps tile each interval of `every` steps from its start
+    (or the whole run), cut at its end and at `num_steps`: boundaries depend on the global step only."""
+    start = 0 if every is None else done - done % every
+    end = num_steps if every is None else min(num_steps, start + every)
+    return min(chunk - (done - start) % chunk, end - done)
+
+
+def _paths(aux_def) -> list[str]:
+    tree = jax.tree_util.tree_unflatten(aux_def, [0] * aux_def.num_leaves)
+    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
+
+
+def _stack(aux_def, history: list) -> Any:
+    """One aux tree whose leaves are the chunks' histories concatenated along the step axis."""
+    return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*history)])
+
+
+class _SigintHold:
+    """SIGINT held inside `hold()` blocks and delivered at their end; outside them, as before.
+
+    Installed for the whole run (in the main thread, which alone receives signals, and only over a
+    Python-level handler): a signal outside a block goes straight to the handler that was installed.
+    """
+
+    def __init__(self):
+        self.holding, self.pending, self.previous = False, False, None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not None:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _handle(self, signum, frame):
+        if self.holding:
+            self.pending = True
+        else:
+            self._deliver(frame)
+
+    def _deliver(self, frame):
+        self.pending = False
+        if callable(self.previous):
+            self.previous(signal.SIGINT, frame)
+        elif self.previous == signal.SIG_DFL:  # the default action: the process ends
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGINT)
+
+    @contextmanager
+    def hold(self):
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            if self.pending:
+                self._deliver(None)
+
+
+def progress_bar(total: int, initial: int = 0):
+    """A tqdm bar over `total` steps, starting at `initial`."""
+    from tqdm.auto import tqdm
+    return tqdm(total=total, initial=initial, unit="step")
+
+
+def _postfix(bar, aux) -> None:
+    """Show the last value of up to three scalar-per-step aux leaves (e.g. the loss)."""
+    leaves = jax.tree_util.tree_leaves_with_path(aux)
+    scalars = {jax.tree_util.keystr(p) or "aux": float(v[-1]) for p, v in leaves if v.ndim == 1}
+    if scalars:
+        bar.set_postfix({k: f"{v:.4g}" for k, v in list(scalars.items())[:3]})

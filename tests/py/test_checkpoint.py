@@ -1,0 +1,189 @@
+"""fit/minimize checkpoints (orbax): resume bitwise, refuse another program's, survive SIGKILL."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import loopfuse
+from checkpoint_child import CHUNK, EVERY, fit, problem, raw
+from loopfuse.backends import CompiledLoop, CompiledStep, GradOnly
+
+pytest.importorskip("orbax.checkpoint", reason="checkpoints need the 'checkpoint' extra (orbax-checkpoint)")
+CHILD = Path(__file__).with_name("checkpoint_child.py")
+
+
+@pytest.fixture(scope="module")
+def step():
+    return loopfuse.compile_step(problem()[0])
+
+
+@pytest.fixture(scope="module")
+def whole(step, tmp_path_factory):
+    """An uninterrupted checkpointed fit of 24 steps."""
+    return fit(tmp_path_factory.mktemp("whole"), 24, step)
+
+
+def _assert_bitwise(a, b):
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+    for x, y in zip(raw(a), raw(b)):
+        np.testing.assert_array_equal(x, y)
+
+
+def _steps(directory) -> list[int]:
+    """The steps of the complete checkpoints in `directory` (orbax renames a finished save to its step)."""
+    return sorted(int(p.name) for p in Path(directory).glob("*") if p.name.isdigit())
+
+
+def test_resume_runs_the_remaining_steps_bitwise(step, whole, tmp_path):
+    first = fit(tmp_path, 16, step)
+    assert first.resumed_from == 0 and _steps(tmp_path) == [8, 12, 16]         # every 4, keep=3
+    resumed = fit(tmp_path, 24, step)
+    assert resumed.resumed_from == 16 and resumed.steps == 24 and not resumed.interrupted
+    _assert_bitwise(resumed.state, whole.state)                                 # the Dataset order continued
+    np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])
+    assert resumed.history["loss"].shape == (24,) and _steps(tmp_path) == [16, 20, 24]
+    done = fit(tmp_path, 24, step)                                              # nothing left to run
+    assert done.resumed_from == 24 and done.steps == 24
+    _assert_bitwise(done.state, whole.state)
+    np.testing.assert_array_equal(done.history["loss"], whole.history["loss"])
+
+
+def test_an_interrupted_or_failed_fit_resumes_from_its_last_checkpoint(step, whole, tmp_path):
+    fn, state, data = problem()
+
+    def fail(done, aux):
+        if done == 11:              # chunks end at 3, 4, 7, 8, 11, 12, ...: cut at every 4th step
+            raise RuntimeError("preempted")
+
+    with pytest.raises(loopfuse.FitError) as info:
+        loopfuse.fit(step, state, data, 24, chunk=CHUNK, progress=False, callback=fail, checkpoint_dir=tmp_path,
+                     checkpoint_every=EVERY)
+    assert info.value.result.steps == 11 and _steps(tmp_path) == [4, 8]
+    resumed = fit(tmp_path, 24, step)
+    assert resumed.resumed_from == 8
+    _assert_bitwise(resumed.state, whole.state)
+
+
+def _snapshot(directory) -> dict:
+    return {str(p): p.stat().st_mtime_ns for p in Path(directory).rglob("*")}
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda s: (dict(s[0], w=s[0]["w"][:4]),) + s[1:], r"state leaf \[0\]\['w'\] is float32\[8, 32\] there, "
+                                                      r"float32\[4, 32\] here"),
+    (lambda s: (dict(s[0], b=s[0]["b"].astype(jnp.bfloat16)),) + s[1:], r"\[0\]\['b'\] is float32\[32\] there, "
+                                                                         r"bfloat16\[32\] here"),
+    (lambda s: (dict(s[0], extra=jnp.zeros(3)),) + s[1:], r"\[0\]\['extra'\] is in this state, not in the checkpoint"),
+    (lambda s: s[:2], r"\[2\] is in the checkpoint, not in this state"),
+])
+def test_a_checkpoint_of_another_program_is_refused_and_kept(step, tmp_path, change, match):
+    fit(tmp_path, 8, step)
+    before = _snapshot(tmp_path)
+    fn, state, data = problem()
+    with pytest.raises(loopfuse.StateMismatchError, match=match + ".*nothing was overwritten"):
+        loopfuse.fit(loopfuse.compile_step(fn), change(state), data, 16, chunk=CHUNK, progress=False,
+                     checkpoint_dir=tmp_path, checkpoint_every=EVERY)
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_checkpoint_with_more_steps_than_num_steps_is_refused(step, tmp_path):
+    fit(tmp_path, 8, step)
+    before = _snapshot(tmp_path)
+    with pytest.raises(loopfuse.StateMismatchError, match="has run 8 steps, more than num_steps=6"):
+        fit(tmp_path, 6, step)
+    assert _snapshot(tmp_path) == before
+
+
+def test_another_aux_structure_is_refused(step, tmp_path):
+    fit(tmp_path, 4, step)
+    fn, state, data = problem()
+    with pytest.raises(loopfuse.StateMismatchError, match=r"aux history has paths \[\"\['loss'\]\"\]"):
+        loopfuse.fit(loopfuse.compile_step(lambda s, b: (fn(s, b)[0], {})), state, data, 8, chunk=CHUNK,
+                     progress=False, checkpoint_dir=tmp_path, checkpoint_every=EVERY)
+
+
+@pytest.mark.parametrize("backend", [GradOnly(), CompiledStep(), CompiledLoop(steps=3)],
+                         ids=["grad-only", "step", "loop3"])
+def test_minimize_resumes_bitwise(backend, tmp_path):
+    loss = lambda p, batch: jnp.mean((batch[0] @ p["w"] + p["b"] - batch[1]) ** 2)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 3)).astype(np.float32)
+    data, params = (x, x @ np.ones(3, np.float32)), {"w": jnp.zeros(3), "b": jnp.zeros(())}
+    run = lambda d, n: loopfuse.minimize(loss, params, data, optax.adam(0.1), n, backend=backend,
+                                         checkpoint_dir=d, checkpoint_every=4)
+    whole = run(tmp_path / "whole", 14)
+    run(tmp_path / "split", 9)
+    resumed = run(tmp_path / "split", 14)
+    _assert_bitwise(resumed.params, whole.params)
+    np.testing.assert_array_equal(resumed.loss_history, whole.loss_history)
+    assert _steps(tmp_path / "split") == [9, 12, 14]             # 9: the end of the first run
+
+
+def _kill_at_random_moments(directory, kills: int, num_steps: int, seed: int) -> int:
+    """Start fits of `num_steps` on `directory` one after another and SIGKILL each at a random moment
+    after it saved a new checkpoint (mostly during a later save); return how many kills landed."""
+    rng, landed = np.random.default_rng(seed), 0
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    for _ in range(kills):
+        saved = max(_steps(directory), default=0)
+        child = subprocess.Popen([sys.executable, str(CHILD), "run", str(directory), str(num_steps)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert child.stdout.readline() == "ready\n"
+            deadline = time.monotonic() + 120
+            while child.poll() is None and max(_steps(directory), default=0) <= saved:
+                assert time.monotonic() < deadline, "the child saved no checkpoint in 120 s"
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0, 1.0))
+            child.send_signal(signal.SIGKILL)
+            landed += child.wait(timeout=60) == -signal.SIGKILL
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=60)
+    return landed
+
+
+def _assert_resumes_bitwise(directory, whole, num_steps):
+    resumed = fit(directory, num_steps)
+    assert resumed.steps == num_steps
+    _assert_bitwise(resumed.state, whole.state)
+    np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])
+    return resumed
+
+
+def test_sigkill_at_random_moments_leaves_a_restorable_checkpoint(tmp_path):
+    num_steps = 48
+    whole = fit(tmp_path / "whole", num_steps)
+    landed = _kill_at_random_moments(tmp_path / "killed", 3, num_steps, seed=0)
+    resumed = _assert_resumes_bitwise(tmp_path / "killed", whole, num_steps)
+    assert landed == 0 or resumed.resumed_from > 0
+
+
+@pytest.mark.slow
+def test_sigkill_soak(tmp_path):
+    num_steps = 400
+    whole = fit(tmp_path / "whole", num_steps)
+    landed = _kill_at_random_moments(tmp_path / "killed", 20, num_steps, seed=1)
+    assert landed >= 10
+    _assert_resumes_bitwise(tmp_path / "killed", whole, num_steps)
+
+
+def test_four_devices_resume_bitwise(tmp_path):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, str(CHILD), "multidevice", str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert facts == {"device_count": 4, "first_steps": 8, "resumed_from": 8, "steps": 16, "bitwise": True,
+                     "history_equal": True, "state_devices": [4], "restored_on_template": True,
+                     "restored_equal": True}

@@ -16,7 +16,6 @@ from jaxlib.mlir import ir
 
 from .data import Dataset
 from .errors import StateMismatchError
-from .mlir_context import make_context
 from .passes._func import STATE, STEP_INDEX, UNUSED, arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
 
 RESULT = "loopfuse.result"
@@ -123,10 +122,9 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None) ->
         jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh),
                          out_shardings=(state_sh, placement.replicated))
     lowered = jitted.lower(*specs)
-    text = lowered.as_text()
     out_dtypes = [x.dtype for x in jax.tree_util.tree_leaves(lowered.out_info)]
     aux_kept = [_keep(p, keep_aux) for p in out_info["aux_paths"]]
-    module = _tag(text, state_paths, aux_kept, has_step)
+    module = _tag(lowered.compiler_ir("stablehlo"), state_paths, aux_kept, has_step)
     return Traced(module, state_paths, state_def, key_leaves, out_info["aux_def"], out_info["aux_paths"],
                   aux_kept, has_step, in_sh, out_dtypes)
 
@@ -174,10 +172,10 @@ def _check_same_state(state, new_state) -> None:
                 f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
 
 
-def _tag(text: str, state_paths, aux_kept, has_step: bool) -> ir.Module:
-    ctx = make_context()
-    with ctx:
-        module = ir.Module.parse(text)
+def _tag(lowered: ir.Module, state_paths, aux_kept, has_step: bool) -> ir.Module:
+    """A tagged copy of jax's lowered module, in jax's context (jax's own module is left untouched)."""
+    with lowered.context:
+        module = _copy(lowered)
         f = main_func(module.operation)
         args = arg_attrs(f)
         for i, path in enumerate(state_paths):
@@ -195,3 +193,14 @@ def _tag(text: str, state_paths, aux_kept, has_step: bool) -> ir.Module:
                 attrs[UNUSED] = ir.UnitAttr.get()
         set_result_attrs(f, results)
     return module
+
+
+def _copy(module: ir.Module) -> ir.Module:
+    """A deep copy of `module` in its own context (cloning in memory: no print and re-parse)."""
+    copy = ir.Module.create(module.operation.location)
+    attrs = module.operation.attributes
+    for name in attrs:
+        copy.operation.attributes[name] = attrs[name]
+    for op in module.body.operations:
+        copy.body.append(op.clone(ip=False))
+    return copy

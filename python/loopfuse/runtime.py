@@ -39,11 +39,15 @@ def compile_options(devices, shardy: bool) -> xc.CompileOptions:
     return opts
 
 
+def module_options(text: str, devices) -> xc.CompileOptions:
+    """The compile options of MLIR `text` on `devices`."""
+    return compile_options(devices, shardy="sdy.mesh" in text)
+
+
 def compile_module(text: str, devices) -> "xc.LoadedExecutable":
     """Compile MLIR text for `devices` (one device, or an SPMD mesh of several)."""
     backend = jeb.get_backend(devices[0].platform)
-    opts = compile_options(devices, shardy="sdy.mesh" in text)
-    return backend.compile_and_load(text, xc.DeviceList(tuple(devices)), opts)
+    return backend.compile_and_load(text, xc.DeviceList(tuple(devices)), module_options(text, devices))
 
 
 def result_handlers(outputs) -> list:

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from . import pipeline, runtime
+from . import cache as compile_cache, pipeline, runtime
 from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
@@ -38,7 +38,7 @@ class Step:
     """A compiled ``fn(state, batch) -> (new_state, aux)``; see `compile_step`."""
 
     def __init__(self, fn: Callable, *, donate=True, dump_ir=None, passes=None, keep_aux=None, steps=None,
-                 device=None, devices=None, sharding=None):
+                 device=None, devices=None, sharding=None, cache_dir=None):
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int, got {steps!r}")
         self.fn, self.donate, self.dump_ir, self.passes, self.steps = fn, donate, dump_ir, passes, steps
@@ -47,7 +47,7 @@ class Step:
             raise ValueError("pass either device= (one device) or devices= (an SPMD mesh), not both")
         if sharding is not None and devices is None:
             raise ValueError(f"sharding={sharding!r} needs devices=[...] to shard over")
-        self.device, self.devices, self.sharding = device, devices, sharding
+        self.device, self.devices, self.sharding, self.cache_dir = device, devices, sharding, cache_dir
         self.placement = Placement(devices, sharding or "data") if devices is not None else None
         self.compile_count = 0
         self._cache: dict = {}
@@ -59,7 +59,7 @@ class Step:
         if steps not in self._loops:
             self._loops[steps] = Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
                                       keep_aux=self.keep_aux, steps=steps, device=self.device,
-                                      devices=self.devices, sharding=self.sharding)
+                                      devices=self.devices, sharding=self.sharding, cache_dir=self.cache_dir)
         return self._loops[steps]
 
     # ---- compiling -------------------------------------------------------------------------
@@ -76,10 +76,11 @@ class Step:
             raise TypeError(f"static keyword arguments must be hashable: {e}") from None
         return (s_def, b_def, tuple(map(_aval, leaves)), static_key), leaves
 
-    def _lower(self, state, batch, static, stages: dict | None = None):
+    def _lower(self, state, batch, static, stages: dict | None = None, cache=None):
         """Trace and run the pipeline: (traced, final MLIR text, seconds per stage).
 
-        Dumps every stage when a dump folder is set; `stages` (if given) collects their texts.
+        Dumps every stage when a dump folder is set; `stages` (if given) collects their texts. On a
+        hit in `cache` (a `cache.Lookup`) the passes are skipped unless dumping and the text is None.
         """
         seconds = {}
         t0 = time.perf_counter()
@@ -87,6 +88,8 @@ class Step:
         seconds["trace"] = time.perf_counter() - t0
         specs = pipeline.build(self.passes, steps=self.steps, donate=self.donate)
         dump = pipeline.dump_dir(self.dump_ir)
+        if cache and cache.find(traced.module, pipeline.pipeline_string(specs)) and dump is None:
+            return traced, None, seconds
         folder = dump / self._dump_name(traced) if dump is not None else None
         if folder:
             folder.mkdir(parents=True, exist_ok=True)
@@ -105,13 +108,24 @@ class Step:
             (folder / f"{len(specs) + 1:02d}-final.mlir").write_text(text)
         if stages is not None:
             stages["final"] = text
+        if folder and cache:
+            (folder / "executable.txt").write_text(cache.note())
         return traced, text, seconds
 
     def _compile(self, state, batch, static) -> Executable:
-        traced, text, seconds = self._lower(state, batch, static)
-        t0 = time.perf_counter()
-        executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()])
-        seconds["xla"] = time.perf_counter() - t0
+        devices = self.placement.devices if self.placement else [self._device()]
+        cache = compile_cache.Lookup.of(self.cache_dir, devices)
+        traced, text, seconds = self._lower(state, batch, static, cache=cache)
+        if cache and cache.found:
+            executable, traced.module = cache.found
+        else:
+            t0 = time.perf_counter()
+            executable = runtime.compile_module(text, devices)
+            seconds["xla"] = time.perf_counter() - t0
+            if cache:
+                cache.store(executable, traced.module)
+        if cache:
+            seconds["cache"] = cache.seconds
         self.compile_count += 1
         key_args = [i for i, x in enumerate(jax.tree_util.tree_leaves((state, batch))) if is_key(x)]
         return Executable(traced, executable, *self._layout(traced), key_args, seconds)
@@ -243,7 +257,8 @@ def _aval(x):
 
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
-                 keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None) -> Step:
+                 keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None,
+                 cache_dir: str | Path | None = None) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
@@ -254,6 +269,8 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     device:   the one device to run on (default: the first).
     devices, sharding: run SPMD over a mesh of `devices`; "data" (default) splits the batch and
               replicates the state, "params" also splits large state leaves (see `sharding`).
+    cache_dir: folder of the persistent compile cache (or $LOOPFUSE_CACHE_DIR); a program compiled
+              once on this machine loads from it instead of running the passes and XLA again.
     """
     return Step(fn, donate=donate, dump_ir=dump_ir, passes=passes, keep_aux=keep_aux, steps=steps,
-                device=device, devices=devices, sharding=sharding)
+                device=device, devices=devices, sharding=sharding, cache_dir=cache_dir)

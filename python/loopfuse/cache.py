@@ -115,7 +115,7 @@ class Entry:
         """(executable, final module in `context`), or None when absent or unusable (one warning)."""
         try:
             data = self.path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
             return self._unusable(f"it cannot be read ({e})")

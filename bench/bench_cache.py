@@ -59,6 +59,7 @@ def main() -> None:
             first, second = run(leaves, d), run(leaves, d)
             size = sum(p.stat().st_size for p in Path(d).iterdir())
         rows[leaves] = {"first": first, "second": second, "entry_bytes": size}
+        print(leaves, json.dumps(rows[leaves]), file=sys.stderr, flush=True)
 
     def stages(r):
         s = r["seconds"]

@@ -60,8 +60,12 @@ def versions() -> dict:
     for root in (Path(__file__).parent, *map(Path, passes.__path__)):
         for path in sorted(root.glob("*.py")):
             sources.update(path.name.encode() + b"\0" + path.read_bytes())
+    try:
+        version = metadata.version("loopfuse")
+    except metadata.PackageNotFoundError:  # run from a source tree (the sources digest still tells)
+        version = "unknown"
     return {"format": FORMAT, "jax": jax.__version__, "jaxlib": jaxlib.__version__,
-            "loopfuse": metadata.version("loopfuse"), "loopfuse-sources": sources.hexdigest()[:16]}
+            "loopfuse": version, "loopfuse-sources": sources.hexdigest()[:16]}
 
 
 def has_host_callbacks(text: str) -> bool:

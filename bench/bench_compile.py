@@ -69,15 +69,16 @@ def timed(f) -> tuple[float, float]:
 
 def trace_times(leaves: int, rounds: int) -> dict:
     """Medians over interleaved rounds of jax.jit(fn).lower and loopfuse's trace, fresh fn each round."""
-    _, state, batch = problem(leaves)
+    step, state, batch = problem(leaves)
     runs = {"jax.jit(fn).lower": lambda fn: jax.jit(fn).lower(state, batch),
             "loopfuse trace": lambda fn: trace(fn, state, batch, {}, None)}
+    fresh_fn = lambda: lambda s, b: step(s, b)  # a new function object: jax cannot reuse its trace
     for run in runs.values():  # warm jax's own caches (primitive lowering rules, optax's jitted helpers)
-        run(problem(leaves)[0])
+        run(fresh_fn())
     times = {name: [] for name in runs}
     for r in range(rounds):
         for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
-            fn = problem(leaves)[0]
+            fn = fresh_fn()
             times[name].append(timed(lambda: runs[name](fn)))
     med = {name: (float(np.median([w for w, _ in t])), float(np.median([c for _, c in t])))
            for name, t in times.items()}

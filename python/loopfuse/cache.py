@@ -32,7 +32,6 @@ from pathlib import Path
 import jax
 import jax.extend.backend as jeb
 import jaxlib
-import jaxlib._jax as xc
 from jaxlib.mlir import ir
 
 from . import passes, runtime
@@ -129,7 +128,7 @@ class Entry:
             return self._unusable(str(e))
         try:
             backend = jeb.get_backend(self.devices[0].platform)
-            executable = backend.deserialize_executable(executable_bytes, xc.DeviceList(tuple(self.devices)), self.options)
+            executable = backend.deserialize_executable(executable_bytes, list(self.devices), self.options)
             module = ir.Module.parse(module_bytes, context)
         except Exception as e:  # noqa: BLE001 -- any failure to load means: compile instead
             return self._unusable(f"it does not load ({type(e).__name__}: {e})")

@@ -110,14 +110,18 @@ def run(module: ir.Module, specs, on_stage=None, repro_dir: Path | None = None) 
     return timings
 
 
-def lower(module: ir.Module, specs, *, dump: Path | None = None, stages: dict | None = None) -> tuple[str, dict]:
+def lower(module: ir.Module, specs, *, dump: Path | None = None, stages: dict | None = None,
+          note: str | None = None) -> tuple[str, dict]:
     """Run `specs` on `module` in place: (final MLIR text, {pass name: seconds}).
 
     Each stage ("00-traced", "NN-after-<pass>", "final") is printed once, for the `dump` folder
-    (``<stage>.mlir``, the last one ``NN-final.mlir``) and for `stages` (when given). A dump that
-    cannot be written warns and stops; it never hides the pipeline's own result or failure.
+    (``<stage>.mlir``, the last one ``NN-final.mlir``) and for `stages` (when given); `note` (where
+    the executable comes from) goes into the dump as ``executable.txt``. A dump that cannot be
+    written warns and stops; it never hides the pipeline's own result or failure.
     """
     writer = _DumpWriter(dump) if dump is not None else None
+    if writer and note is not None:
+        writer.write("executable.txt", note)
 
     def on_stage(name: str, text: str) -> None:
         if writer:
@@ -146,10 +150,16 @@ class _DumpWriter:
             return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.folder / f"{name}.mlir", text)
+            write_atomic(self.folder / _file_name(name), text)
         except OSError as e:
             self.failed = True
-            warnings.warn(f"loopfuse: IR dump stopped, cannot write {self.folder / name}.mlir: {e}", stacklevel=2)
+            warnings.warn(f"loopfuse: IR dump stopped, cannot write {self.folder / _file_name(name)}: {e}",
+                          stacklevel=2)
+
+
+def _file_name(stage: str) -> str:
+    """A stage's dump file: ``<stage>.mlir`` (names that carry their own suffix are kept)."""
+    return stage if "." in stage else f"{stage}.mlir"
 
 
 def _reproducer(text: str, specs, folder: Path | None) -> tuple[Path | None, OSError | None]:

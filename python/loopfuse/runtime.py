@@ -39,6 +39,11 @@ def compile_options(devices, shardy: bool):
     return opts
 
 
+def module_options(text: str, devices):
+    """The compile options of MLIR `text` on `devices` (what `compile_module` compiles with)."""
+    return compile_options(devices, shardy="sdy.mesh" in text)
+
+
 def compile_module(text: str, devices, host_callbacks=()):
     """Compile MLIR text for `devices` (one device, or an SPMD mesh of several): a LoadedExecutable.
 
@@ -46,7 +51,7 @@ def compile_module(text: str, devices, host_callbacks=()):
     jax's lowering); the caller keeps them alive as long as the executable.
     """
     backend = jeb.get_backend(devices[0].platform)
-    opts = compile_options(devices, shardy="sdy.mesh" in text)
+    opts = module_options(text, devices)
     if host_callbacks:  # only the ir.Module overload takes callbacks
         return backend.compile_and_load(parse_module(text), _jax_compat.device_list(devices), opts,
                                         host_callbacks=list(host_callbacks))

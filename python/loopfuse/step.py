@@ -11,7 +11,7 @@ import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from . import pipeline, runtime, stopping, validate
+from . import cache as compile_cache, pipeline, runtime, stopping, validate
 from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
@@ -39,6 +39,7 @@ class StepOptions:
     xla_options: Mapping[str, Any] | None = None
     until: Callable | None = None
     stop_on_nonfinite: bool = False
+    cache_dir: str | Path | None = None
 
     def __post_init__(self):
         if self.steps is not None:
@@ -169,10 +170,11 @@ class Step:
             raise TypeError(f"static keyword arguments must be hashable: {e}") from None
         return (s_def, b_def, tuple(map(_aval, leaves)), static_key), leaves
 
-    def _lower(self, state, batch, static, stages: dict | None = None):
+    def _lower(self, state, batch, static, stages: dict | None = None, cache: compile_cache.Lookup | None = None):
         """Trace and run the pipeline: (traced, final MLIR text, seconds per stage).
 
-        Dumps every stage when a dump folder is set; `stages` (if given) collects their texts.
+        Dumps every stage when a dump folder is set; `stages` (if given) collects their texts. On a
+        hit in `cache` (a `cache.Lookup`) the passes are skipped unless dumping and the text is None.
         """
         o = self.options
         t0 = time.perf_counter()
@@ -181,18 +183,30 @@ class Step:
         seconds = {"trace": time.perf_counter() - t0}
         specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate)
         root = pipeline.dump_dir(o.dump_ir)
+        hit = cache is not None and cache.find(traced.module, pipeline.pipeline_string(specs))
+        if hit and root is None and stages is None:
+            return traced, None, seconds
         dump = None if root is None else pipeline.dump_folder(
             root, getattr(self.fn, "__name__", "step"), traced.module, specs, (o.device, o.devices, o.xla_options))
-        text, timings = pipeline.lower(traced.module, specs, dump=dump, stages=stages)
+        text, timings = pipeline.lower(traced.module, specs, dump=dump, stages=stages,
+                                       note=cache.note() if cache is not None else None)
         seconds.update(timings)
         return traced, text, seconds
 
     def _compile(self, state, batch, static) -> Executable:
-        traced, text, seconds = self._lower(state, batch, static)
-        t0 = time.perf_counter()
-        executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()],
-                                            traced.effects.host_callbacks)
-        seconds["xla"] = time.perf_counter() - t0
+        devices = self.placement.devices if self.placement else [self._device()]
+        cache = compile_cache.Lookup.of(self.options.cache_dir, devices)
+        traced, text, seconds = self._lower(state, batch, static, cache=cache)
+        if cache is not None and cache.found:
+            executable, traced.module = cache.found
+        else:
+            t0 = time.perf_counter()
+            executable = runtime.compile_module(text, devices, traced.effects.host_callbacks)
+            seconds["xla"] = time.perf_counter() - t0
+            if cache is not None:
+                cache.store(executable, traced.module)
+        if cache is not None:
+            seconds["cache"] = cache.seconds
         with self._lock:
             self.compile_count += 1
         leaves = jax.tree_util.tree_leaves((state, batch))
@@ -312,7 +326,8 @@ def _aval(x):
 
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
-                 keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None) -> Step:
+                 keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None,
+                 cache_dir: str | Path | None = None) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
@@ -324,9 +339,11 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     device:   the one device to run on (default: the first).
     devices, sharding: run SPMD over a mesh of `devices`; "data" (default) splits the batch and
               replicates the state, "params" also splits large state leaves (see `sharding`).
+    cache_dir: folder of the persistent compile cache (or $LOOPFUSE_CACHE_DIR); a program compiled
+              once on this machine loads from it instead of running the passes and XLA again.
 
     Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
     step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
     """
     return Step(fn, StepOptions(donate=donate, passes=passes, keep_aux=keep_aux, steps=steps, device=device,
-                                devices=devices, sharding=sharding, dump_ir=dump_ir))
+                                devices=devices, sharding=sharding, dump_ir=dump_ir, cache_dir=cache_dir))

@@ -24,7 +24,6 @@ from jaxlib.mlir import ir
 from . import _jax_compat
 from .data import Dataset
 from .errors import AuxPathError, StateMismatchError
-from .mlir_context import make_context
 from .passes._func import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
 from .passes.vocabulary import RESULT, STATE, STEP_INDEX, STOP, UNUSED
 
@@ -108,10 +107,11 @@ class Effects:
         return bool(self.host_callbacks or self.ordered or self.unordered)
 
 
-def _effects(lowered, text: str) -> Effects:
+def _effects(lowered, module: ir.Module) -> Effects:
     """The host callbacks and effects jax's own compile of `lowered` would use."""
     args = _jax_compat.lowering_effects(lowered)
     if args is None:
+        text = str(module)
         if "callback" in text or "!stablehlo.token" in text:
             raise _jax_compat.UnsupportedJaxError(
                 f"the step calls host callbacks or has ordered effects, which loopfuse cannot compile with "
@@ -194,9 +194,9 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     aux_kept = _aux_kept(out_info["aux_paths"], keep_aux)
     out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
-    text = lowered.as_text()
-    effects = _effects(lowered, text)
-    module = _tag(text, state_paths, aux_kept, has_step, len(effects.ordered), stop is not None)
+    lowered_module = lowered.compiler_ir("stablehlo")
+    effects = _effects(lowered, lowered_module)
+    module = _tag(lowered_module, state_paths, aux_kept, has_step, len(effects.ordered), stop is not None)
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], aux_kept, has_step, in_sh, out_specs, effects,
                   stop is not None)
@@ -250,10 +250,10 @@ def _check_same_state(state, new_state) -> None:
                 f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
 
 
-def _tag(text: str, state_paths, aux_kept, has_step: bool, n_tokens: int, stops: bool) -> ir.Module:
-    ctx = make_context()
-    with ctx:
-        module = ir.Module.parse(text)
+def _tag(lowered: ir.Module, state_paths, aux_kept, has_step: bool, n_tokens: int, stops: bool) -> ir.Module:
+    """A tagged copy of jax's lowered module, in jax's context (jax's own module is left untouched)."""
+    with lowered.context:
+        module = _copy(lowered)
         f = main_func(module.operation)
         args = arg_attrs(f)
         tokens = [TOKEN_PATH.format(t) for t in range(n_tokens)]
@@ -276,3 +276,14 @@ def _tag(text: str, state_paths, aux_kept, has_step: bool, n_tokens: int, stops:
                 attrs[UNUSED] = ir.UnitAttr.get()
         set_result_attrs(f, results)
     return module
+
+
+def _copy(module: ir.Module) -> ir.Module:
+    """A deep copy of `module` in its own context (cloning in memory: no print and re-parse)."""
+    copy = ir.Module.create(module.operation.location)
+    attrs = module.operation.attributes
+    for name in attrs:
+        copy.operation.attributes[name] = attrs[name]
+    for op in module.body.operations:
+        copy.body.append(op.clone(ip=False))
+    return copy

@@ -1,0 +1,90 @@
+"""The persistent compile cache: the first call of a second process against the first's.
+
+    python bench/bench_cache.py [--leaves 300 1000] [--out bench/out]
+
+For each leaf count, two fresh processes run the same Adam step (bench_compile.problem) with one
+empty cache folder: the first compiles and stores, the second loads. Each process times its first
+call (trace, passes or cache load, XLA, one step) and reports its stages. Writes cache.md and
+cache.json into --out.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGETS = {300: 0.35, 1000: 0.10}
+
+
+def child(leaves: int, cache_dir: str) -> None:
+    """One process: the first call of the step, timed; prints JSON."""
+    import jax
+
+    import loopfuse
+    from bench_compile import problem
+
+    fn, state, batch = problem(leaves)
+    step = loopfuse.compile_step(fn, cache_dir=cache_dir)
+    t0, c0 = time.perf_counter(), time.process_time()
+    seconds = step.compiled(state, batch).seconds
+    state, _ = step(state, batch)
+    jax.block_until_ready(state)
+    print(json.dumps({"first_call_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                      "seconds": seconds}))
+
+
+def run(leaves: int, cache_dir: str) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    proc = subprocess.run([sys.executable, __file__, "--child", str(leaves), cache_dir], env=env,
+                          capture_output=True, text=True, timeout=1800)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--leaves", type=int, nargs="+", default=[300, 1000])
+    ap.add_argument("--out", default="bench/out")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    if ns.child:
+        return child(int(ns.child[0]), ns.child[1])
+    rows = {}
+    for leaves in ns.leaves:
+        with tempfile.TemporaryDirectory(prefix="loopfuse-cache-bench-") as d:
+            first, second = run(leaves, d), run(leaves, d)
+            size = sum(p.stat().st_size for p in Path(d).iterdir())
+        rows[leaves] = {"first": first, "second": second, "entry_bytes": size}
+        print(leaves, json.dumps(rows[leaves]), file=sys.stderr, flush=True)
+
+    def stages(r):
+        s = r["seconds"]
+        passes = sum(v for k, v in s.items() if k not in ("trace", "xla", "cache"))
+        return (f"{s['trace']:.2f} | {passes:.2f} | {s.get('xla', 0):.2f} | {s.get('cache', 0):.2f}")
+
+    lines = ["Adam step over N parameter leaves (bench_compile.problem), first call of a fresh process, "
+             "two processes sharing one cache folder", "",
+             "| leaves | process | first call s | CPU s | trace s | passes s | XLA s | cache s | entry MiB | second / first | target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for leaves, r in rows.items():
+        ratio = r["second"]["first_call_s"] / r["first"]["first_call_s"]
+        target = TARGETS.get(leaves)
+        verdict = f"<= {target:.2f}: {'PASS' if ratio <= target else 'MISS'}" if target else "-"
+        for name in ("first", "second"):
+            p = r[name]
+            tail = (f"{r['entry_bytes'] / 2**20:.1f} | {ratio:.3f} | {verdict}" if name == "second" else "- | - | -")
+            lines.append(f"| {leaves} | {name} | {p['first_call_s']:.2f} | {p['cpu_s']:.2f} | {stages(p)} | {tail} |")
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cache.md").write_text("\n".join(lines) + "\n")
+    (out / "cache.json").write_text(json.dumps(rows, indent=2))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    main()

@@ -38,7 +38,7 @@ class Step:
     """A compiled ``fn(state, batch) -> (new_state, aux)``; see `compile_step`."""
 
     def __init__(self, fn: Callable, *, donate=True, dump_ir=None, passes=None, keep_aux=None, steps=None,
-                 device=None, devices=None, sharding=None):
+                 device=None, devices=None, sharding=None, xla_options=None):
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps must be a positive int, got {steps!r}")
         self.fn, self.donate, self.dump_ir, self.passes, self.steps = fn, donate, dump_ir, passes, steps
@@ -48,6 +48,7 @@ class Step:
         if sharding is not None and devices is None:
             raise ValueError(f"sharding={sharding!r} needs devices=[...] to shard over")
         self.device, self.devices, self.sharding = device, devices, sharding
+        self.xla_options = runtime.check_xla_options(xla_options)
         self.placement = Placement(devices, sharding or "data") if devices is not None else None
         self.compile_count = 0
         self._cache: dict = {}
@@ -59,7 +60,8 @@ class Step:
         if steps not in self._loops:
             self._loops[steps] = Step(self.fn, donate=self.donate, dump_ir=self.dump_ir, passes=self.passes,
                                       keep_aux=self.keep_aux, steps=steps, device=self.device,
-                                      devices=self.devices, sharding=self.sharding)
+                                      devices=self.devices, sharding=self.sharding,
+                                      xla_options=self.xla_options)
         return self._loops[steps]
 
     # ---- compiling -------------------------------------------------------------------------
@@ -110,7 +112,8 @@ class Step:
     def _compile(self, state, batch, static) -> Executable:
         traced, text, seconds = self._lower(state, batch, static)
         t0 = time.perf_counter()
-        executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()])
+        executable = runtime.compile_module(text, self.placement.devices if self.placement else [self._device()],
+                                            self.xla_options)
         seconds["xla"] = time.perf_counter() - t0
         self.compile_count += 1
         key_args = [i for i, x in enumerate(jax.tree_util.tree_leaves((state, batch))) if is_key(x)]
@@ -243,7 +246,8 @@ def _aval(x):
 
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
-                 keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None) -> Step:
+                 keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None,
+                 xla_options=None) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
@@ -254,6 +258,9 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     device:   the one device to run on (default: the first).
     devices, sharding: run SPMD over a mesh of `devices`; "data" (default) splits the batch and
               replicates the state, "params" also splits large state leaves (see `sharding`).
+    xla_options: XLA compile options merged over loopfuse's per-platform defaults
+              (`runtime.XLA_DEFAULTS`: copy-free loop carry), e.g.
+              ``{"xla_cpu_copy_insertion_use_region_analysis": False}`` turns that default off.
     """
     return Step(fn, donate=donate, dump_ir=dump_ir, passes=passes, keep_aux=keep_aux, steps=steps,
-                device=device, devices=devices, sharding=sharding)
+                device=device, devices=devices, sharding=sharding, xla_options=xla_options)

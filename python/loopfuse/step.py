@@ -148,6 +148,7 @@ class Step:
 
     def compiled(self, state, batch, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached)."""
+        batch = self._serve(batch)
         key, _ = self._signature(state, batch, static)
         return self._cache.get(key) or self._cached_compile(key, state, batch, static)
 
@@ -161,7 +162,7 @@ class Step:
         Traces and runs the passes only; XLA is not invoked and nothing is cached.
         """
         stages = {}
-        self._lower(state, batch, static, stages)
+        self._lower(state, self._serve(batch), static, stages)
         return stages
 
     def memory_stats(self, state, batch, **static) -> runtime.MemoryStats:
@@ -175,14 +176,21 @@ class Step:
         With a `Dataset` batch, `start` is the global step index of the first step (it picks the
         batch and the epoch). The caller's donated state arrays are consumed: use the returned state.
         """
+        batch = self._serve(batch, start)
         key, leaves = self._signature(state, batch, static)
         if any(map(_deleted, leaves)):
             _raise_donated(state, batch)
-        if isinstance(batch, Dataset):
-            batch.validate()
         entry = self._cache.get(key) or self._cached_compile(key, state, batch, static)
         outs = runtime.execute(entry.executable, self._arguments(entry, leaves, start), entry.handlers)
         return self._unflatten(entry, outs)
+
+    def _serve(self, batch, start: int = 0):
+        """A `Dataset` as the executable takes it (`Dataset.served`); other batches as they are."""
+        if not isinstance(batch, Dataset):
+            return batch
+        batch.validate()
+        sharding = self.placement.replicated if self.placement else jax.sharding.SingleDeviceSharding(self._device())
+        return batch.served(start, self.steps or 1, sharding)
 
     def _arguments(self, entry: Executable, leaves, start) -> list:
         if entry.traced.has_step_index:

@@ -103,7 +103,7 @@ def epoch_order(key, epoch: int, n: int) -> np.ndarray:
     """``permutation(fold_in(key, epoch), n)`` as host int32, bitwise.
 
     jax sorts ``arange(n)`` by fresh random uint32 bits, stably, in a few rounds (an XLA sort:
-    ~40 ms at n = 60,000 on CPU); the same bits argsorted by NumPy take about a millisecond. The
+    ~40 ms at n = 60,000 and ~1 s at n = 1,000,000 on CPU); NumPy sorts the same bits ~10x faster. The
     first use for each (n, key type) is checked against `jax.random.permutation` itself, which
     is used instead from then on if they differ.
     """
@@ -111,9 +111,10 @@ def epoch_order(key, epoch: int, n: int) -> np.ndarray:
     if _FAST_ORDER_OK.get(kind) is False:
         return np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n))
     rounds = int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))
-    x = np.arange(n, dtype=np.int32)
+    x, position = np.arange(n, dtype=np.int32), np.arange(n, dtype=np.uint64)
     for bits in np.asarray(_sort_bits(key, epoch, n, rounds)):
-        x = x[np.argsort(bits, kind="stable")]
+        # A stable sort by bits = a sort of (bits, position) pairs packed into uint64 (6x faster).
+        x = x[np.sort(bits.astype(np.uint64) << np.uint64(32) | position) & np.uint64(0xFFFFFFFF)]
     if kind not in _FAST_ORDER_OK:
         reference = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n))
         _FAST_ORDER_OK[kind] = bool(np.array_equal(x, reference))

@@ -23,7 +23,7 @@ import optax
 
 import loopfuse
 
-SIZES = {"60k x 784": (60_000, 784, 2_000), "1M x 64": (1_000_000, 64, 16_000)}  # examples, features, steps/round
+SIZES = {"60k x 784": (60_000, 784, 4 * 468), "1M x 64": (1_000_000, 64, 2 * 7_812)}  # examples, features, steps/round (whole epochs)
 BATCH, CLASSES, CHUNK, TARGET = 128, 10, 100, 0.8
 OPT = optax.sgd(0.1)
 

@@ -28,34 +28,67 @@ class MemoryStats:
         return cls(s.argument_size_in_bytes, s.output_size_in_bytes, s.alias_size_in_bytes, s.temp_size_in_bytes)
 
 
-def compile_options(devices, shardy: bool):
-    """SPMD options over `devices` (one partition per device), as jax.jit builds them."""
+# XLA options loopfuse sets on each executable it compiles, per device platform (`Device.platform`).
+# Copy insertion with region analysis sees that a while loop overwrites each carried state buffer
+# only after its last read, so a K-step loop updates parameters and optimizer moments in place
+# instead of copying every one the backward pass reads at the top of each iteration.
+XLA_DEFAULTS = {
+    "cpu": {"xla_cpu_copy_insertion_use_region_analysis": True},
+    "gpu": {"xla_gpu_copy_insertion_use_region_analysis": True},
+}
+
+
+def check_xla_options(xla_options) -> dict:
+    """`xla_options` (None or a mapping of XLA option name to bool/int/float/str) as a dict."""
+    if xla_options is None:
+        return {}
+    if not hasattr(xla_options, "items"):
+        raise TypeError(f"xla_options must be a mapping of XLA option names to values, got {xla_options!r}")
+    for name, value in xla_options.items():
+        if not isinstance(name, str) or not isinstance(value, (bool, int, float, str)):
+            raise TypeError(f"xla_options[{name!r}] = {value!r}: names must be str and values bool, int, "
+                            "float or str")
+    return dict(xla_options)
+
+
+def compile_options(devices, shardy: bool, xla_options=None):
+    """SPMD options over `devices` (one partition per device), as jax.jit builds them, with
+    loopfuse's XLA options for their platform and `xla_options` merged over them."""
     n = len(devices)
+    overrides = {**XLA_DEFAULTS.get(devices[0].platform, {}), **check_xla_options(xla_options)}
     opts = jeb.get_compile_options(num_replicas=1, num_partitions=n,
-                                   device_assignment=np.array([[d.id for d in devices]]))
+                                   device_assignment=np.array([[d.id for d in devices]]),
+                                   env_options_overrides=dict(sorted(overrides.items())))
     build = opts.executable_build_options
     build.use_spmd_partitioning = n > 1
     build.use_shardy_partitioner = shardy
     return opts
 
 
-def module_options(text: str, devices):
+def module_options(text: str, devices, xla_options=None):
     """The compile options of MLIR `text` on `devices` (what `compile_module` compiles with)."""
-    return compile_options(devices, shardy="sdy.mesh" in text)
+    return compile_options(devices, shardy="sdy.mesh" in text, xla_options=xla_options)
 
 
-def compile_module(text: str, devices, host_callbacks=()):
+def compile_module(text: str, devices, host_callbacks=(), xla_options=None):
     """Compile MLIR text for `devices` (one device, or an SPMD mesh of several): a LoadedExecutable.
 
     `host_callbacks` are the Python callbacks the module's callback custom calls index into (from
-    jax's lowering); the caller keeps them alive as long as the executable.
+    jax's lowering); the caller keeps them alive as long as the executable. `xla_options` override
+    loopfuse's per-platform XLA options (`XLA_DEFAULTS`).
     """
     backend = jeb.get_backend(devices[0].platform)
-    opts = module_options(text, devices)
-    if host_callbacks:  # only the ir.Module overload takes callbacks
-        return backend.compile_and_load(parse_module(text), _jax_compat.device_list(devices), opts,
-                                        host_callbacks=list(host_callbacks))
-    return backend.compile_and_load(text, list(devices), opts)
+    opts = module_options(text, devices, xla_options)
+    try:
+        if host_callbacks:  # only the ir.Module overload takes callbacks
+            return backend.compile_and_load(parse_module(text), _jax_compat.device_list(devices), opts,
+                                            host_callbacks=list(host_callbacks))
+        return backend.compile_and_load(text, list(devices), opts)
+    except jax.errors.JaxRuntimeError as e:
+        if "compile option" not in str(e) and "While setting option" not in str(e):
+            raise
+        raise ValueError(f"xla_options {xla_options!r}: {str(e).removeprefix('INVALID_ARGUMENT: ')} (names are "
+                         f"XLA DebugOptions fields, e.g. {XLA_DEFAULTS})") from None
 
 
 def result_handlers(outputs) -> list:

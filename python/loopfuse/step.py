@@ -24,8 +24,8 @@ from .trace import Traced, is_key, is_weak, trace, wrap_keys
 class StepOptions:
     """Everything that changes the compiled program (each field as in `compile_step`).
 
-    `xla_options`: XLA compile options (``{"xla_...": value}``); they key the dump folder, and
-    reach the compiler once runtime.compile_module takes them.
+    `xla_options`: XLA compile options (``{"xla_...": value}``) merged over loopfuse's per-platform
+    defaults (`runtime.XLA_DEFAULTS`).
     """
 
     donate: bool = True
@@ -55,7 +55,7 @@ class StepOptions:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.xla_options is not None:
-            object.__setattr__(self, "xla_options", MappingProxyType(dict(self.xla_options)))
+            object.__setattr__(self, "xla_options", MappingProxyType(runtime.check_xla_options(self.xla_options)))
 
 
 @dataclass
@@ -195,13 +195,13 @@ class Step:
 
     def _compile(self, state, batch, static) -> Executable:
         devices = self.placement.devices if self.placement else [self._device()]
-        cache = compile_cache.Lookup.of(self.options.cache_dir, devices)
+        cache = compile_cache.Lookup.of(self.options.cache_dir, devices, self.options.xla_options)
         traced, text, seconds = self._lower(state, batch, static, cache=cache)
         if cache is not None and cache.found:
             executable, traced.module = cache.found
         else:
             t0 = time.perf_counter()
-            executable = runtime.compile_module(text, devices, traced.effects.host_callbacks)
+            executable = runtime.compile_module(text, devices, traced.effects.host_callbacks, self.options.xla_options)
             seconds["xla"] = time.perf_counter() - t0
             if cache is not None:
                 cache.store(executable, traced.module)
@@ -218,6 +218,7 @@ class Step:
 
     def compiled(self, state, batch, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached)."""
+        batch = self._serve(batch)
         key, _ = self._signature(state, batch, static)
         return self._executable(key, state, batch, static)
 
@@ -241,12 +242,20 @@ class Step:
         Traces and runs the passes only; XLA is not invoked and nothing is cached.
         """
         stages = {}
-        self._lower(state, batch, static, stages)
+        self._lower(state, self._serve(batch), static, stages)
         return stages
 
     def memory_stats(self, state, batch, **static) -> runtime.MemoryStats:
         """Argument/output/alias/temp bytes of the compiled executable for this signature."""
         return self.compiled(state, batch, **static).memory
+
+    def _serve(self, batch, start: int = 0):
+        """A `Dataset` as the executable takes it (`Dataset.served`); other batches as they are."""
+        if not isinstance(batch, Dataset):
+            return batch
+        batch.validate()
+        sharding = self.placement.replicated if self.placement else jax.sharding.SingleDeviceSharding(self._device())
+        return batch.served(start, self.options.steps or 1, sharding)
 
     # ---- running ---------------------------------------------------------------------------
     def __call__(self, state, batch, *, start: int = 0, **static):
@@ -257,11 +266,10 @@ class Step:
         keyword arguments are static arguments of the step function (part of the signature).
         The caller's donated state arrays are consumed: use the returned state.
         """
+        batch = self._serve(batch, start)
         key, leaves = self._signature(state, batch, static)
         if any(map(_deleted, leaves)):
             _raise_donated(state, batch)
-        if isinstance(batch, Dataset):
-            batch.validate()
         return self._executable(key, state, batch, static)(leaves, start)
 
 
@@ -327,7 +335,7 @@ def _aval(x):
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
                  keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None,
-                 cache_dir: str | Path | None = None) -> Step:
+                 cache_dir: str | Path | None = None, xla_options: Mapping[str, Any] | None = None) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
@@ -341,9 +349,13 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
               replicates the state, "params" also splits large state leaves (see `sharding`).
     cache_dir: folder of the persistent compile cache (or $LOOPFUSE_CACHE_DIR); a program compiled
               once on this machine loads from it instead of running the passes and XLA again.
+    xla_options: XLA compile options merged over loopfuse's per-platform defaults
+              (`runtime.XLA_DEFAULTS`: copy-free loop carry), e.g.
+              ``{"xla_cpu_copy_insertion_use_region_analysis": False}`` turns that default off.
 
     Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
     step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
     """
     return Step(fn, StepOptions(donate=donate, passes=passes, keep_aux=keep_aux, steps=steps, device=device,
-                                devices=devices, sharding=sharding, dump_ir=dump_ir, cache_dir=cache_dir))
+                                devices=devices, sharding=sharding, dump_ir=dump_ir, cache_dir=cache_dir,
+                                xla_options=xla_options))

@@ -1,0 +1,145 @@
+"""Copy-free loop carry: loopfuse's per-executable XLA defaults (`runtime.XLA_DEFAULTS`).
+
+The defaults change only where XLA copies buffers, never what is computed: every result is
+bitwise equal to the same step or loop compiled with the default turned off (also on 4 devices,
+in a fresh process), and the compiled executable needs fewer temporary bytes.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import loopfuse
+from loopfuse import runtime
+from problems import batch, fresh, init_state, mlp_params, train_step
+
+OPTION = "xla_cpu_copy_insertion_use_region_analysis"
+OFF = {OPTION: False}
+SIZES = (32, 128, 128, 1)   # large enough that copy insertion differs (the equalities below are not vacuous)
+OPTIMIZERS = {
+    "sgd": optax.sgd(0.1),
+    "momentum": optax.sgd(0.1, momentum=0.9),
+    "adam": optax.adam(1e-2),
+    "adamw": optax.adamw(1e-2, weight_decay=1e-2),
+}
+
+
+def assert_trees_equal(a, b):
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_cpu_default_is_region_analysis():
+    assert runtime.XLA_DEFAULTS["cpu"] == {OPTION: True}
+    assert loopfuse.compile_step(lambda s, b: (s, ())).loop(3).options.xla_options is None
+    assert loopfuse.compile_step(lambda s, b: (s, ()), xla_options=OFF).loop(3).options.xla_options == OFF
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_step_and_loop_bitwise_equal_to_compiled_without_the_option(name):
+    opt = OPTIMIZERS[name]
+    fn, b = train_step(opt), batch(16, SIZES[0])
+    state = init_state(opt, mlp_params(SIZES))
+    on, off = loopfuse.compile_step(fn), loopfuse.compile_step(fn, xla_options=OFF)
+    assert on.memory_stats(state, b).temp < off.memory_stats(state, b).temp  # two different executables
+    for make in (lambda s: s, lambda s: s.loop(4)):
+        s_on, s_off = make(on), make(off)
+        state_on, state_off = fresh(state), fresh(state)
+        for _ in range(2):  # the second call starts from the returned (donated-into) state
+            state_on, aux_on = s_on(state_on, b)
+            state_off, aux_off = s_off(state_off, b)
+            assert_trees_equal(state_on, state_off)
+            assert_trees_equal(aux_on, aux_off)
+
+
+def test_loop_needs_fewer_temporary_bytes_with_the_default():
+    """A small tanh MLP with Adam: loop(10) with the default (region analysis) vs turned off."""
+    opt = optax.adam(1e-3)
+    state, b = init_state(opt, mlp_params((128, 128, 128, 1))), batch(8, 128)
+    on = loopfuse.compile_step(train_step(opt), keep_aux=("loss",)).loop(10).memory_stats(state, b)
+    off = loopfuse.compile_step(train_step(opt), keep_aux=("loss",), xla_options=OFF).loop(10).memory_stats(state, b)
+    assert on.temp < off.temp, (on, off)
+    assert (on.argument, on.output, on.alias) == (off.argument, off.output, off.alias)
+
+
+def _adam_mlp_8x1024():
+    """The issue's problem (abstract: compiled, never run): 8 x 1024x1024 tanh layers, Adam, batch 64."""
+    opt = optax.adam(1e-3)
+
+    def fn(state, b):
+        params, opt_state = state
+
+        def loss(p):
+            h = b["x"]
+            for w in p[:-1]:
+                h = jnp.tanh(h @ w)
+            return jnp.mean((h @ p[-1] - b["y"]) ** 2)
+        value, grads = jax.value_and_grad(loss)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), {"loss": value, "grads": grads}
+
+    params = [jax.ShapeDtypeStruct((1024, 1024), jnp.float32) for _ in range(8)]
+    state = (params, jax.eval_shape(opt.init, params))
+    b = {"x": jax.ShapeDtypeStruct((64, 1024), jnp.float32), "y": jax.ShapeDtypeStruct((64, 1024), jnp.float32)}
+    return fn, state, b
+
+
+def test_loop_peak_of_adam_8x1024_mlp_is_at_most_the_step_peak_and_0_56x_jax_jit():
+    fn, state, b = _adam_mlp_8x1024()
+    step = loopfuse.compile_step(fn, keep_aux=("loss",))
+    loop, one = step.loop(10).memory_stats(state, b), step.memory_stats(state, b)
+    m = jax.jit(fn).lower(state, b).compile().memory_analysis()
+    jit_peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+    # The loop's only extra bytes: its [10] loss history and loop counters (under 1 KiB of 103 MiB).
+    assert loop.peak <= one.peak + 1024 and loop.peak <= 0.56 * jit_peak, (loop, one, jit_peak)
+    # Never all gradients at once: the whole step's temporaries are under a quarter of the 32 MiB of gradients.
+    assert one.temp < 8 * 1024 * 1024 * 4 / 4, one
+
+
+def test_unknown_option_is_named_and_keeps_the_state():
+    opt = optax.sgd(0.1)
+    state = init_state(opt)
+    step = loopfuse.compile_step(train_step(opt), xla_options={"xla_cpu_no_such_option": True})
+    with pytest.raises(ValueError, match="xla_cpu_no_such_option"):
+        step(state, batch())
+    assert step.compile_count == 0
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
+
+
+@pytest.mark.parametrize("options, match", [({OPTION: None}, OPTION), ([OPTION], "mapping"), ({1: True}, "str")])
+def test_bad_xla_options_are_refused_at_compile_step(options, match):
+    with pytest.raises(TypeError, match=match):
+        loopfuse.compile_step(lambda s, b: (s, ()), xla_options=options)
+
+
+def test_bad_option_value_is_named():
+    step = loopfuse.compile_step(train_step(optax.sgd(0.1)), xla_options={OPTION: "sometimes"})
+    with pytest.raises(ValueError, match=OPTION):
+        step.compiled(init_state(optax.sgd(0.1)), batch())
+
+
+@pytest.fixture(scope="module")
+def four_devices() -> dict:
+    script = Path(__file__).with_name("copy_free_check.py")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"copy_free_check.py failed:\n{proc.stderr[-6000:]}"
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("sharding", ["data", "params"])
+def test_four_devices_bitwise_equal_to_compiled_without_the_option(four_devices, sharding):
+    facts = four_devices[sharding]
+    assert facts["num_devices"] == 4
+    assert facts["state_equal"] and facts["aux_equal"], facts
+    assert facts["temp_on"] <= facts["temp_off"], facts

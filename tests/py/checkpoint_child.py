@@ -65,7 +65,7 @@ def multidevice(directory) -> dict:
     replicated = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jax.devices()), ("d",)),
                                             jax.sharding.PartitionSpec())
     template = jax.device_put(problem()[1], replicated)
-    _, restored, _ = Checkpoints(f"{directory}/b", 3).restore(template, ["['loss']"])
+    _, restored, _, _ = Checkpoints(f"{directory}/b", 3).restore(template, ["['loss']"])
     return {"device_count": jax.device_count(), "first_steps": first.steps, "resumed_from": resumed.resumed_from,
             "steps": resumed.steps,
             "bitwise": all(np.array_equal(a, b) for a, b in zip(raw(resumed.state), raw(whole.state))),

@@ -157,7 +157,7 @@ def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted
             timer.start()
             result = run(10**4, state)
         except KeyboardInterrupt:      # landed before the first chunk ran: then nothing may be consumed
-            result = loopfuse.FitResult(state, None, 0, interrupted=True)
+            result = loopfuse.FitResult(state, None, 0, "interrupted")
         timer.join()
         assert result.interrupted and result.steps % 5 == 0
         assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))

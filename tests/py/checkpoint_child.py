@@ -43,11 +43,11 @@ def problem():
     return step, (params, OPT.init(params), jax.random.key(7)), data
 
 
-def fit(directory, num_steps, step=None):
+def fit(directory, num_steps, step=None, **kwargs):
     """The checkpointed fit of `problem` (one Step may serve several fits, compiling once)."""
     fn, state, data = problem()
     return loopfuse.fit(step or loopfuse.compile_step(fn), state, data, num_steps, chunk=CHUNK, progress=False,
-                        checkpoint_dir=directory, checkpoint_every=EVERY)
+                        checkpoint_dir=directory, checkpoint_every=EVERY, **kwargs)
 
 
 def raw(tree) -> list:

@@ -117,8 +117,8 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                     retcode = _why_stopped(aux, stop.flags, ran, chunks.stop_on_nonfinite) or retcode
                 done += ran
                 history.append(jax.tree_util.tree_leaves(aux))
-                if checkpoints is not None and (done % every == 0 or done == num_steps or retcode in STOPS):
-                    ended = done == num_steps or retcode in STOPS
+                ended = done == num_steps or retcode in STOPS
+                if checkpoints is not None and (done % every == 0 or ended):
                     checkpoints.save(done, state, _stack(aux_def, history), retcode if retcode in STOPS else None,
                                      wait=ended)
             if bar is not None or callback is not None:

@@ -11,7 +11,6 @@ from . import stopping, validate
 from .checkpoint import Checkpoints
 from .chunks import FitResult, Stop, drive
 from .data import Dataset
-from .errors import AuxPathError
 from .step import Step
 
 
@@ -72,8 +71,8 @@ class _FitChunks(LoopChunks):
     def prepare(self, state, k: int):
         try:
             return super().prepare(state, k)
-        except (AuxPathError, ValueError):
-            if self.flagged:   # name the paths of the step's own aux, not the flagged one's ([0].loss, [1])
+        except ValueError:     # an AuxPathError, or stop_on_nonfinite's: they list the aux paths
+            if self.flagged:   # raise it naming the step's own aux paths, not the flagged ones ([0].loss, [1])
                 self.own.loop(k, stop_on_nonfinite=self.stop_on_nonfinite).lower(state, self.batch)
             raise
 

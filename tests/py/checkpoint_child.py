@@ -50,6 +50,11 @@ def fit(directory, num_steps, step=None, **kwargs):
                         checkpoint_dir=directory, checkpoint_every=EVERY, **kwargs)
 
 
+def until_ten(state, aux):
+    """Ends a run after its 10th step (adam's count in the new state): mid-chunk, between saves."""
+    return state[1][0].count >= 10
+
+
 def raw(tree) -> list:
     """The leaves as numpy arrays (typed keys as their key data), for bitwise comparisons."""
     return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
@@ -66,13 +71,18 @@ def multidevice(directory) -> dict:
                                             jax.sharding.PartitionSpec())
     template = jax.device_put(problem()[1], replicated)
     _, restored, _, _ = Checkpoints(f"{directory}/b", 3).restore(template, ["['loss']"])
+    stopped = fit(f"{directory}/c", 16, step, until=until_ten)
+    again = fit(f"{directory}/c", 16, step, until=until_ten)
+    ten = fit(f"{directory}/d", 10, step)
     return {"device_count": jax.device_count(), "first_steps": first.steps, "resumed_from": resumed.resumed_from,
             "steps": resumed.steps,
             "bitwise": all(np.array_equal(a, b) for a, b in zip(raw(resumed.state), raw(whole.state))),
             "history_equal": bool(np.array_equal(resumed.history["loss"], whole.history["loss"])),
             "state_devices": sorted({len(x.sharding.device_set) for x in jax.tree_util.tree_leaves(whole.state)}),
             "restored_on_template": all(x.sharding == replicated for x in jax.tree_util.tree_leaves(restored)),
-            "restored_equal": all(np.array_equal(a, b) for a, b in zip(raw(restored), raw(whole.state)))}
+            "restored_equal": all(np.array_equal(a, b) for a, b in zip(raw(restored), raw(whole.state))),
+            "until": [stopped.steps, stopped.retcode, again.resumed_from, again.steps, again.retcode],
+            "until_bitwise": all(np.array_equal(a, b) for r in (stopped, again) for a, b in zip(raw(r.state), raw(ten.state)))}
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import optax
 import pytest
 
 import loopfuse
-from checkpoint_child import CHUNK, EVERY, fit, problem, raw
+from checkpoint_child import CHUNK, EVERY, fit, problem, raw, until_ten
 from loopfuse.backends import CompiledLoop, CompiledStep, GradOnly
 
 pytest.importorskip("orbax.checkpoint", reason="checkpoints need the 'checkpoint' extra (orbax-checkpoint)")
@@ -186,12 +186,7 @@ def test_four_devices_resume_bitwise(tmp_path):
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert facts == {"device_count": 4, "first_steps": 8, "resumed_from": 8, "steps": 16, "bitwise": True,
                      "history_equal": True, "state_devices": [4], "restored_on_template": True,
-                     "restored_equal": True}
-
-
-def _ten(state, aux):
-    """Ends a run after its 10th step (adam's count in the new state): mid-chunk, between saves."""
-    return state[1][0].count >= 10
+                     "restored_equal": True, "until": [10, "until", 10, 10, "until"], "until_bitwise": True}
 
 
 def _meta(directory, steps) -> dict:
@@ -199,7 +194,7 @@ def _meta(directory, steps) -> dict:
 
 
 def test_a_run_until_ended_saves_its_end_and_resuming_it_runs_no_step(step, tmp_path):
-    stopped = fit(tmp_path / "stopped", 24, step, until=_ten)
+    stopped = fit(tmp_path / "stopped", 24, step, until=until_ten)
     assert stopped.steps == 10 and stopped.retcode == "until" and stopped.history["loss"].shape == (10,)
     assert _steps(tmp_path / "stopped") == [4, 8, 10]
     assert _meta(tmp_path / "stopped", 10)["stopped"] == "until" and _meta(tmp_path / "stopped", 8)["stopped"] is None
@@ -208,7 +203,7 @@ def test_a_run_until_ended_saves_its_end_and_resuming_it_runs_no_step(step, tmp_
     np.testing.assert_array_equal(stopped.history["loss"], plain.history["loss"])
 
     before = _snapshot(tmp_path / "stopped")
-    for kwargs in (dict(until=_ten), {}):          # finished: also without until, and with more steps
+    for kwargs in (dict(until=until_ten), {}):          # finished: also without until, and with more steps
         again = fit(tmp_path / "stopped", 30, step, **kwargs)
         assert again.resumed_from == 10 and again.steps == 10 and again.retcode == "until"
         _assert_bitwise(again.state, plain.state)
@@ -217,10 +212,10 @@ def test_a_run_until_ended_saves_its_end_and_resuming_it_runs_no_step(step, tmp_
 
 
 def test_a_run_resumed_before_its_stop_stops_there_bitwise(step, tmp_path):
-    whole = fit(tmp_path / "whole", 24, step, until=_ten)
-    first = fit(tmp_path / "split", 8, step, until=_ten)
+    whole = fit(tmp_path / "whole", 24, step, until=until_ten)
+    first = fit(tmp_path / "split", 8, step, until=until_ten)
     assert first.retcode == "max_steps" and first.steps == 8
-    resumed = fit(tmp_path / "split", 24, step, until=_ten)
+    resumed = fit(tmp_path / "split", 24, step, until=until_ten)
     assert resumed.resumed_from == 8 and resumed.steps == 10 and resumed.retcode == "until"
     _assert_bitwise(resumed.state, whole.state)
     np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])

@@ -2,7 +2,8 @@
 
 A checkpoint at step ``s`` holds three orbax items: ``state`` (the state after ``s`` steps; typed PRNG
 keys as their raw key data), ``history`` (the aux history of steps ``0..s``, leaves in flat order;
-absent when aux has no leaves) and ``meta`` (JSON: ``s`` and each leaf's path, shape and dtype).
+absent when aux has no leaves) and ``meta`` (JSON: ``s``, each leaf's path, shape and dtype, and
+``stopped``: the retcode of a run that a step ended, "until" or "non_finite", else null).
 orbax writes each checkpoint into a temporary folder and renames it when complete, so a process
 killed at any moment, also during a save, leaves the previous checkpoint restorable.
 
@@ -66,7 +67,7 @@ class Checkpoints:
                 f"{meta['steps']} or use another checkpoint_dir (nothing was overwritten)")
 
     def restore(self, template, history_paths: list[str]):
-        """The latest checkpoint as ``(steps, state, history leaves)``, or None when there is none.
+        """The latest checkpoint as ``(steps, state, history leaves, stopped)``, or None when there is none.
 
         `template` (the caller's state, already `check`ed) gives the structure, dtypes and shardings;
         `history_paths` are this step's aux paths, which the checkpoint's must equal.
@@ -87,7 +88,7 @@ class Checkpoints:
         state = [jax.random.wrap_key_data(r, impl=jax.random.key_impl(x)) if _is_key(x) else r
                  for x, r in zip(leaves, restored["state"])]
         history = [np.asarray(h) for h in restored["history"]] if saved_paths else []
-        return meta["steps"], jax.tree_util.tree_unflatten(treedef, state), history
+        return meta["steps"], jax.tree_util.tree_unflatten(treedef, state), history, meta["stopped"]
 
     def _meta(self) -> dict:
         ocp = self._ocp
@@ -122,8 +123,9 @@ class Checkpoints:
         sharding = x.sharding if isinstance(x, jax.Array) else jax.sharding.SingleDeviceSharding(jax.devices()[0])
         return jax.ShapeDtypeStruct(np.shape(x), _dtype(x), sharding=sharding)
 
-    def save(self, steps: int, state, history: Any, wait: bool = False) -> None:
-        """Save the checkpoint of step `steps`; `history` is the aux history of steps ``0..steps``.
+    def save(self, steps: int, state, history: Any, stopped: str | None = None, wait: bool = False) -> None:
+        """Save the checkpoint of step `steps`; `history` is the aux history of steps ``0..steps``;
+        `stopped`: the retcode of a run that its last step ended (None: it may go on).
 
         Unless `wait`, the files are written in the background; the device-to-host copy is done when
         this returns, so the state may be donated next.
@@ -133,7 +135,7 @@ class Checkpoints:
         ocp = self._ocp
         leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree_util.tree_leaves(state)]
         history_leaves = jax.tree_util.tree_leaves(history)
-        meta = {"steps": steps, "state": _leaf_specs(state),
+        meta = {"steps": steps, "stopped": stopped, "state": _leaf_specs(state),
                 "history": [[p, s[1:], d] for p, s, d in _leaf_specs(history)]}
         items = {"state": ocp.args.StandardSave(leaves), "meta": ocp.args.JsonSave(meta)}
         if history_leaves:

@@ -1,64 +1,91 @@
 """The chunk driver of `fit` and `minimize`: N steps as calls of K-step device loops.
 
 Between chunks it advances the progress bar, collects the aux history, calls the callback and
-saves checkpoints. The state is never lost: SIGINT is held while a chunk runs and delivered once
-its result is bound (Ctrl-C stops after the chunk in flight); an exception after a chunk completed
-is raised as `FitError` carrying the state reached.
+saves checkpoints. A chunk that can stop early (``until=``, ``stop_on_nonfinite=``) ends the run
+after the step that asked it to. The state is never lost: SIGINT is held while a chunk runs and
+delivered once its result is bound (Ctrl-C stops after the chunk in flight); an exception after a
+chunk completed is raised as `FitError` carrying the state reached.
 """
 import signal
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .checkpoint import Checkpoints
 from .errors import FitError
+
+STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
 
 
 @dataclass
 class FitResult:
     """The last complete state, the aux history of the steps that ran (leading axis: step).
 
-    steps:        steps the state has taken (resumed ones included).
-    interrupted:  stopped early by KeyboardInterrupt (Ctrl-C).
+    steps:        steps the state has taken (resumed ones included); the history has as many rows.
+    retcode:      why the run ended: "max_steps" (all num_steps ran), "until" (the `until` predicate
+                  was true after the last step), "non_finite" (the last step's floating aux held a
+                  NaN or Inf, with ``stop_on_nonfinite=True``), "interrupted" (KeyboardInterrupt,
+                  Ctrl-C), or "error" (in ``FitError.result``: an exception after a chunk completed).
+                  A run resumed from the checkpoint of a run that "until" or "non_finite" ended keeps
+                  that retcode and runs no step.
     resumed_from: the checkpoint's step count the run resumed from (0 for a fresh start).
     """
 
     state: Any
     history: Any
     steps: int
-    interrupted: bool = False
+    retcode: str = "max_steps"
     resumed_from: int = 0
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped early by KeyboardInterrupt (Ctrl-C)."""
+        return self.retcode == "interrupted"
+
+
+class Stop(NamedTuple):
+    """What a chunk that can stop early reports: the steps it ran (a scalar, <= k) and the `until`
+    flag of each of its k steps (a [k] bool history; None when only non-finite values stop it)."""
+
+    steps: Any
+    flags: Any
 
 
 class Chunks(Protocol):
     """What the driver runs: chunks of `k` steps from global step index `start`."""
 
+    stop_on_nonfinite: bool     # a step whose floating aux leaves hold a NaN or Inf ends the run
+
     def prepare(self, state, k: int) -> jax.tree_util.PyTreeDef:
         """Build the call for `k` steps (donates nothing); return the aux tree structure."""
 
-    def run(self, state, start: int, k: int) -> tuple[Any, Any]:
-        """``(new_state, aux)`` after steps ``start .. start + k``; aux leaves have a leading [k] axis."""
+    def run(self, state, start: int, k: int) -> tuple[Any, Any, Stop | None]:
+        """``(new_state, aux, stop)`` after steps ``start .. start + k``; aux leaves have a leading [k]
+        axis. `stop` is None when the chunk cannot stop early (all k steps ran)."""
 
 
 def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool = False,
           callback: Callable[[int, Any], None] | None = None, checkpoints: Checkpoints | None = None,
           every: int | None = None, pipelined: bool = False) -> FitResult:
-    """Run `num_steps` steps in chunks of at most `chunk` (cut at multiples of `every` when checkpointing).
+    """Run `num_steps` steps in chunks of at most `chunk` (cut at multiples of `every` when checkpointing),
+    or fewer when a chunk stops early (see `FitResult.retcode`).
 
     With `checkpoints`, the latest checkpoint is restored first and one is saved every `every` steps
-    and at the end; chunk boundaries depend only on the global step, so a resumed run makes the same
-    calls as an uninterrupted one.
+    and at the end (also an early one, recording why the run ended); chunk boundaries depend only on
+    the global step, so a resumed run makes the same calls as an uninterrupted one.
 
     Each chunk is waited for and its aux history moved to the host, so Ctrl-C stops after the chunk
     in flight; `pipelined` dispatches chunks without waiting (throughput for one-step chunks), the
     history staying on the device until the end, where a Ctrl-C may then land outside the driver.
+    Chunks that can stop early are always waited for: the next one runs only if they did not stop.
     """
     done = resumed_from = 0
-    history, interrupted, bar = [], False, None    # history: the flat aux leaves of each chunk
+    history, retcode, bar = [], "max_steps", None    # history: the flat aux leaves of each chunk
     sigint = _SigintHold()
     try:
         sigint.install()
@@ -69,37 +96,44 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
         if checkpoints is not None:
             restored = checkpoints.restore(state, _paths(aux_def))
             if restored is not None:
-                resumed_from, state, leaves = restored
+                resumed_from, state, leaves, stopped = restored
                 done = resumed_from
                 history.append(leaves)
+                retcode = stopped or retcode
         bar = progress_bar(num_steps, done) if progress else None
-        while done < num_steps:
+        while done < num_steps and retcode not in STOPS:
             k = _next_chunk(done, num_steps, chunk, every)
             if k not in prepared:          # compiling stays interruptible: nothing is donated yet
                 chunks.prepare(state, k)
                 prepared.add(k)
             with sigint.hold():
-                state, aux = chunks.run(state, done, k)
-                done += k
-                if not pipelined:
+                state, aux, stop = chunks.run(state, done, k)
+                if not pipelined or stop is not None:
                     jax.block_until_ready(state)
                     aux = jax.tree_util.tree_map(np.asarray, aux)
+                ran = k if stop is None else int(stop.steps)
+                if stop is not None:
+                    aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
+                    retcode = _why_stopped(aux, stop.flags, ran, chunks.stop_on_nonfinite) or retcode
+                done += ran
                 history.append(jax.tree_util.tree_leaves(aux))
-                if checkpoints is not None and (done % every == 0 or done == num_steps):
-                    checkpoints.save(done, state, _stack(aux_def, history), wait=done == num_steps)
+                ended = done == num_steps or retcode in STOPS
+                if checkpoints is not None and (done % every == 0 or ended):
+                    checkpoints.save(done, state, _stack(aux_def, history), retcode if retcode in STOPS else None,
+                                     wait=ended)
             if bar is not None or callback is not None:
                 aux = jax.tree_util.tree_map(np.asarray, aux)
             if bar is not None:
-                bar.update(k)
+                bar.update(ran)
                 _postfix(bar, aux)
             if callback is not None:
                 callback(done, aux)
     except KeyboardInterrupt:
-        interrupted = True
+        retcode = "interrupted"
     except Exception as e:
         if done == resumed_from:           # nothing ran: the caller's state is untouched
             raise
-        result = FitResult(state, _stack(aux_def, history), done, False, resumed_from)
+        result = FitResult(state, _stack(aux_def, history), done, "error", resumed_from)
         raise FitError(f"stopped by {type(e).__name__} after {done} of {num_steps} steps: {e}; FitError.result "
                        f"holds the state, steps and aux history after step {done}", result) from e
     finally:
@@ -108,7 +142,19 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
             bar.close()
         if checkpoints is not None:
             checkpoints.close()
-    return FitResult(state, _stack(aux_def, history) if history else None, done, interrupted, resumed_from)
+    return FitResult(state, _stack(aux_def, history) if history else None, done, retcode, resumed_from)
+
+
+def _why_stopped(aux, flags, n: int, nonfinite: bool) -> str | None:
+    """The retcode of a run after a chunk that ran `n` steps (`aux`: their host history), or None to
+    go on: "non_finite" if watched and a floating aux leaf of step n holds a NaN or Inf, else "until"
+    if that step's `until` flag is set."""
+    if nonfinite and any(jnp.issubdtype(h.dtype, jnp.inexact) and not np.isfinite(h[n - 1]).all()
+                         for h in jax.tree_util.tree_leaves(aux)):
+        return "non_finite"
+    if flags is not None and np.asarray(flags)[n - 1]:
+        return "until"
+    return None
 
 
 def chunk_sizes(start: int, num_steps: int, chunk: int, every: int | None = None) -> set[int]:

@@ -1,12 +1,15 @@
-"""fit: run N steps as device loops of K steps, with a progress bar, callbacks and checkpoints."""
+"""fit: run N steps as device loops of K steps, with a progress bar, callbacks, checkpoints and stops."""
+import functools
 import os
+import weakref
+from dataclasses import replace
 from typing import Any, Callable
 
 import jax
 
+from . import stopping, validate
 from .checkpoint import Checkpoints
-from . import validate
-from .chunks import FitResult, drive
+from .chunks import FitResult, Stop, drive
 from .data import Dataset
 from .step import Step
 
@@ -27,43 +30,113 @@ def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
         raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
 
 
-class _StepChunks:
-    """`Step.loop(k)` calls; a `Dataset` batch sees the global step index."""
+def _flag(state, aux):
+    """The `until` of a flagged step's loop: its aux is ``(aux, flag)``."""
+    return aux[1]
 
-    def __init__(self, step: Step, batch):
-        self.step, self.batch = step, batch
+
+class LoopChunks:
+    """The chunks of `drive` as ``step.loop(k)`` calls; a `Dataset` batch sees the global step index.
+
+    flagged: the step returns ``(aux, flag)`` as its aux, a scalar bool that ends the run after the
+             step where it is true (the loop stops on it; the driver reads its history).
+    stop_on_nonfinite: a step whose kept floating aux leaves hold a NaN or Inf ends the run.
+    """
+
+    def __init__(self, step: Step, batch, flagged: bool = False, stop_on_nonfinite: bool = False):
+        self.step, self.batch, self.flagged, self.stop_on_nonfinite = step, batch, flagged, stop_on_nonfinite
+
+    def loop(self, k: int) -> Step:
+        return self.step.loop(k, until=_flag if self.flagged else None, stop_on_nonfinite=self.stop_on_nonfinite)
 
     def prepare(self, state, k: int):
-        return aux_structure(self.step.loop(k), state, self.batch)
+        structure = aux_structure(self.loop(k), state, self.batch)
+        return structure.children()[0] if self.flagged else structure
 
     def run(self, state, start: int, k: int):
-        return self.step.loop(k)(state, self.batch, start=start if isinstance(self.batch, Dataset) else 0)
+        state, aux, *steps = self.loop(k)(state, self.batch, start=start)
+        if not steps:
+            return state, aux, None
+        aux, flags = aux if self.flagged else (aux, None)
+        return state, aux, Stop(steps[0], flags)
+
+
+class _FitChunks(LoopChunks):
+    """fit's chunks: the user's `own` step, flagged with its `until` predicate when there is one."""
+
+    def __init__(self, own: Step, batch, until, stop_on_nonfinite: bool):
+        super().__init__(own if until is None else _flagged(own, until), batch, until is not None, stop_on_nonfinite)
+        self.own = own
+
+    def prepare(self, state, k: int):
+        try:
+            return super().prepare(state, k)
+        except ValueError:     # an AuxPathError, or stop_on_nonfinite's: they list the aux paths
+            if self.flagged:   # raise it naming the step's own aux paths, not the flagged ones ([0].loss, [1])
+                self.own.loop(k, stop_on_nonfinite=self.stop_on_nonfinite).lower(state, self.batch)
+            raise
+
+
+_FLAGGED: "weakref.WeakKeyDictionary[Step, dict]" = weakref.WeakKeyDictionary()
+
+
+def _flagged(step: Step, until: Callable) -> Step:
+    """`step` returning ``(aux, until(new_state, aux))`` as its aux, with its own options and keep_aux
+    (one Step per step and predicate, so a second fit reuses its compiled loops)."""
+    by_until = _FLAGGED.setdefault(step, {})
+    if until not in by_until:
+        fn = step.fn   # not `step`: the cached Step must not keep its weak key alive
+
+        @functools.wraps(fn)
+        def flagged(state, batch, **static):
+            out = fn(state, batch, **static)
+            if not (isinstance(out, tuple) and len(out) == 2):
+                return out     # the tracer names what it returned
+            new_state, aux = out
+            return new_state, (aux, stopping.predicate(until(new_state, aux)))
+
+        keep = step.options.keep_aux
+        keep = None if keep is None else tuple(_first(k) for k in keep) + ("[1]",)
+        by_until[until] = Step(flagged, replace(step.options, keep_aux=keep))
+    return by_until[until]
+
+
+def _first(path: str) -> str:
+    """The dotted path of aux leaf `path` inside the pair ``(aux, flag)``."""
+    return "[0]" + (path if not path or path.startswith("[") else "." + path)
 
 
 def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress: bool = True,
-        callback: Callable[[int, Any], None] | None = None, checkpoint_dir: str | os.PathLike | None = None,
+        callback: Callable[[int, Any], None] | None = None, until: Callable | None = None,
+        stop_on_nonfinite: bool = False, checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int | None = None, keep: int | None = 3) -> FitResult:
     """Run `num_steps` updates of `step` as device loops of at most `chunk` steps.
 
     Between chunks a tqdm bar advances and ``callback(steps_done, history_chunk)`` sees that
     chunk's aux history (host numpy). On KeyboardInterrupt (Ctrl-C) the chunk in flight finishes
-    and its state is returned with ``interrupted=True``; any other exception after a chunk
+    and its state is returned with ``retcode="interrupted"``; any other exception after a chunk
     completed is raised as `FitError` from it, with ``.result`` holding the state reached.
 
+    until:            ``until(new_state, aux) -> scalar bool``, evaluated inside the device loop after
+                      every step: the run ends after the first step where it is true (``retcode="until"``).
+    stop_on_nonfinite: end the run after the first step whose kept floating aux leaves hold a NaN or
+                      Inf (``retcode="non_finite"``). A stopped run's history has exactly ``steps`` rows.
     checkpoint_dir:   save the state, the steps done and the aux history there (orbax) every
                       `checkpoint_every` steps (default: `chunk`) and at the end, keeping the newest
                       `keep` (None: all). If it holds checkpoints, the latest is restored (the passed
                       `state` is the template for structure, dtypes and shardings) and only the
                       remaining steps run, a `Dataset` continuing at the global step, so the result
                       is bitwise that of an uninterrupted run; ``result.resumed_from`` says from where.
+                      A run that `until` or a non-finite value ended is finished: resuming it runs no step.
     """
     if not isinstance(step, Step):
         raise TypeError(f"step must be a Step (loopfuse.compile_step(fn)), got {type(step).__name__}")
     validate.steps(num_steps, "num_steps")
     validate.steps(chunk, "chunk")
+    stopping.check(until, stop_on_nonfinite, chunk)
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if isinstance(batch, Dataset):
         batch.validate()
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-    return drive(_StepChunks(step, batch), state, num_steps, chunk=chunk, progress=progress, callback=callback,
-                 checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)
+    return drive(_FitChunks(step, batch, until, stop_on_nonfinite), state, num_steps, chunk=chunk, progress=progress,
+                 callback=callback, checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)

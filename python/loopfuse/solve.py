@@ -9,13 +9,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import validate
+from . import stopping, validate
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
-from .chunks import chunk_sizes, drive
+from .chunks import Stop, chunk_sizes, drive
 from .data import Dataset
-from .fit import aux_structure, check_checkpoint_options
+from .fit import LoopChunks, aux_structure, check_checkpoint_options
 from .step import compile_step
+
+RETCODES = {"until": "converged", "max_steps": "max_steps", "non_finite": "non_finite"}   # the driver's: minimize's
 
 
 @dataclass(frozen=True, eq=False)
@@ -24,6 +26,9 @@ class Solution:
 
     params:           the parameters after the last step.
     loss_history:     float array [steps]; entry i is the loss at step i, before that step's update.
+    steps:            the steps run (resumed ones included): `steps` of `minimize`, or fewer if it stopped.
+    retcode:          why it stopped: "converged" (`until` was true), "non_finite" (the loss of the last
+                      step was NaN or Inf, with ``stop_on_nonfinite``) or "max_steps" (it ran all `steps`).
     steps_per_second: steps / wall time of the solve loop: from the first step's dispatch until the
                       final params are ready and the loss history is on the host, with every executable
                       already built (see compile_seconds).
@@ -34,6 +39,8 @@ class Solution:
 
     params: Any
     loss_history: np.ndarray
+    steps: int
+    retcode: str
     steps_per_second: float
     compile_seconds: float
     backend: Backend
@@ -41,6 +48,7 @@ class Solution:
 
 def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransformation = optax.adam(1e-3),
              steps: int = 1000, backend: Backend = CompiledLoop(), progress: bool = False,
+             until: Callable | None = None, stop_on_nonfinite: bool = True,
              checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
              keep: int | None = 3) -> Solution:
     """Minimize `loss` from `params` with `steps` updates of `optimizer`, run by `backend`.
@@ -49,12 +57,18 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     data: None, a fixed batch pytree, or a `Dataset` (step i sees ``data.batch(i)``).
     Every backend runs the same step: value and gradient by ``backend.ad``, then
     ``optimizer.update`` and ``optax.apply_updates``. The caller's `params` are copied, never donated.
+    until: ``until(params, loss) -> scalar bool`` on each step's params and loss, before its update
+    (the loss that `loss_history` records): the solve ends after the first step where it is true
+    (``retcode="converged"``; that step's update is applied). CompiledLoop evaluates it inside the
+    device loop, the other backends after every step; all stop at the same step.
+    stop_on_nonfinite: end the solve after the first step whose loss is NaN or Inf (``retcode="non_finite"``).
     checkpoint_dir, checkpoint_every, keep: as for `fit` (the checkpointed state is ``(params, opt_state)``;
     steps_per_second counts only the steps this call ran).
     """
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
     validate.steps(steps)
+    stopping.check(until, stop_on_nonfinite, steps)
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}")
@@ -67,9 +81,11 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     value_and_grad = backend.ad.value_and_grad(objective)
     state = jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))
     if isinstance(backend, GradOnly):
-        runner = _Eager(_update(jax.jit(value_and_grad), optimizer), batch)
+        runner = _Eager(_update(jax.jit(value_and_grad), optimizer, until), batch, until is not None,
+                        stop_on_nonfinite)
     else:
-        runner = _Compiled(backend, _update(value_and_grad, optimizer), batch)
+        runner = _Compiled(backend, _update(value_and_grad, optimizer, until), batch, until is not None,
+                           stop_on_nonfinite)
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
 
@@ -85,17 +101,21 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         raise KeyboardInterrupt
     jax.block_until_ready(result.state)
     seconds = time.perf_counter() - t0
-    return Solution(result.state[0], result.history["loss"], (steps - result.resumed_from) / seconds,
-                    compile_seconds, backend)
+    return Solution(result.state[0], result.history["loss"], result.steps, RETCODES[result.retcode],
+                    (result.steps - result.resumed_from) / seconds, compile_seconds, backend)
 
 
-def _update(value_and_grad: Callable, optimizer: optax.GradientTransformation) -> Callable:
-    """The step every backend runs: ``((params, opt_state), batch) -> (new state, {"loss": loss})``."""
+def _update(value_and_grad: Callable, optimizer: optax.GradientTransformation, until: Callable | None) -> Callable:
+    """The step every backend runs: ``((params, opt_state), batch) -> (new state, {"loss": loss})``;
+    with `until`, its aux is ``({"loss": loss}, until(params, loss))`` (the flag of `LoopChunks`)."""
     def update(state, batch):
         params, opt_state = state
         value, grads = value_and_grad(params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), {"loss": value}
+        new_state, aux = (optax.apply_updates(params, updates), opt_state), {"loss": value}
+        if until is None:
+            return new_state, aux
+        return new_state, (aux, stopping.predicate(until(params, value), "until=lambda params, loss: loss < 1e-6"))
     return update
 
 
@@ -104,8 +124,8 @@ class _Eager:
 
     chunk = 1
 
-    def __init__(self, update: Callable, batch):
-        self.update, self.batch = update, batch
+    def __init__(self, update: Callable, batch, flagged: bool, stop_on_nonfinite: bool):
+        self.update, self.batch, self.flagged, self.stop_on_nonfinite = update, batch, flagged, stop_on_nonfinite
 
     def compile(self, state, sizes) -> None:
         self.run(state, 0, 1)  # compiles the derivative and warms up the eager ops; nothing is donated
@@ -116,29 +136,39 @@ class _Eager:
     def run(self, state, start: int, k: int):
         batch = self.batch.batch(np.int32(start)) if isinstance(self.batch, Dataset) else self.batch
         new_state, aux = self.update(state, batch)
-        return new_state, jax.tree_util.tree_map(lambda x: x[None], aux)
+        return new_state, *_one_step(jax.tree_util.tree_map(lambda x: x[None], aux), self)
 
 
-class _Compiled:
-    """CompiledStep (one step per call) or CompiledLoop (device loops of `backend.steps` steps)."""
+class _Compiled(LoopChunks):
+    """CompiledLoop (device loops of `backend.steps` steps) or CompiledStep (one step per call)."""
 
-    def __init__(self, backend: CompiledStep | CompiledLoop, update: Callable, batch):
-        loops = isinstance(backend, CompiledLoop)
-        step = compile_step(update if loops else _with_step_axis(update), keep_aux=("loss",),
-                            **(backend.compile_options() if loops else {}))
-        self.chunk = backend.steps if loops else 1
-        self.call = step.loop if loops else lambda k: step   # the Step that runs k steps
-        self.batch = batch
+    def __init__(self, backend: CompiledStep | CompiledLoop, update: Callable, batch, flagged: bool,
+                 stop_on_nonfinite: bool):
+        self.loops = isinstance(backend, CompiledLoop)
+        step = compile_step(update if self.loops else _with_step_axis(update),
+                            **(backend.compile_options() if self.loops else {}))
+        super().__init__(step, batch, flagged, stop_on_nonfinite)
+        self.chunk = backend.steps if self.loops else 1
 
     def compile(self, state, sizes) -> None:
         for k in sizes:
             self.prepare(state, k)
 
-    def prepare(self, state, k: int):
-        return aux_structure(self.call(k), state, self.batch)
+    def loop(self, k: int):
+        return super().loop(k) if self.loops else self.step
 
     def run(self, state, start: int, k: int):
-        return self.call(k)(state, self.batch, start=start)
+        if self.loops:
+            return super().run(state, start, k)
+        state, aux = self.step(state, self.batch, start=start)
+        return state, *_one_step(aux, self)
+
+
+def _one_step(aux, runner) -> tuple:
+    """``(aux history, Stop or None)`` of a one-step chunk from the step's aux with a [1] step axis
+    (``(aux, flag)`` for a `runner` that is flagged): the host checks each step."""
+    aux, flags = aux if runner.flagged else (aux, None)
+    return aux, Stop(1, flags) if runner.flagged or runner.stop_on_nonfinite else None
 
 
 def _with_step_axis(update: Callable) -> Callable:

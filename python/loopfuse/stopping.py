@@ -32,7 +32,7 @@ def flag(until: Callable | None, stop_on_nonfinite: bool):
         return None
 
     def stop(new_state, aux, kept: dict) -> jax.Array:
-        flags = [_predicate(until(new_state, aux))] if until is not None else []
+        flags = [predicate(until(new_state, aux))] if until is not None else []
         if stop_on_nonfinite:
             flags.append(_nonfinite(kept))
         return functools.reduce(operator.or_, flags)
@@ -40,14 +40,14 @@ def flag(until: Callable | None, stop_on_nonfinite: bool):
     return stop
 
 
-def _predicate(value) -> jax.Array:
-    """The value `until` returned, if it is a scalar bool (else a TypeError naming what it is)."""
+def predicate(value, example: str = "until=lambda state, aux: aux['loss'] < 1e-4") -> jax.Array:
+    """The value `until` returned, if it is a scalar bool (else a TypeError naming what it is and
+    showing `example`)."""
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if isinstance(value, bool) or (shape == () and dtype == jnp.bool_):
         return jnp.asarray(value)
     what = f"{dtype}{list(shape)}" if shape is not None and dtype is not None else f"{type(value).__name__} {value!r:.60}"
-    raise TypeError(f"until must return a scalar bool, it returned {what}; compare a scalar, "
-                    f"e.g. until=lambda state, aux: aux['loss'] < 1e-4")
+    raise TypeError(f"until must return a scalar bool, it returned {what}; compare a scalar, e.g. {example}")
 
 
 def _nonfinite(kept: dict) -> jax.Array:

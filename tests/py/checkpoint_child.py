@@ -43,11 +43,16 @@ def problem():
     return step, (params, OPT.init(params), jax.random.key(7)), data
 
 
-def fit(directory, num_steps, step=None):
+def fit(directory, num_steps, step=None, **kwargs):
     """The checkpointed fit of `problem` (one Step may serve several fits, compiling once)."""
     fn, state, data = problem()
     return loopfuse.fit(step or loopfuse.compile_step(fn), state, data, num_steps, chunk=CHUNK, progress=False,
-                        checkpoint_dir=directory, checkpoint_every=EVERY)
+                        checkpoint_dir=directory, checkpoint_every=EVERY, **kwargs)
+
+
+def until_ten(state, aux):
+    """Ends a run after its 10th step (adam's count in the new state): mid-chunk, between saves."""
+    return state[1][0].count >= 10
 
 
 def raw(tree) -> list:
@@ -65,14 +70,19 @@ def multidevice(directory) -> dict:
     replicated = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jax.devices()), ("d",)),
                                             jax.sharding.PartitionSpec())
     template = jax.device_put(problem()[1], replicated)
-    _, restored, _ = Checkpoints(f"{directory}/b", 3).restore(template, ["['loss']"])
+    _, restored, _, _ = Checkpoints(f"{directory}/b", 3).restore(template, ["['loss']"])
+    stopped = fit(f"{directory}/c", 16, step, until=until_ten)
+    again = fit(f"{directory}/c", 16, step, until=until_ten)
+    ten = fit(f"{directory}/d", 10, step)
     return {"device_count": jax.device_count(), "first_steps": first.steps, "resumed_from": resumed.resumed_from,
             "steps": resumed.steps,
             "bitwise": all(np.array_equal(a, b) for a, b in zip(raw(resumed.state), raw(whole.state))),
             "history_equal": bool(np.array_equal(resumed.history["loss"], whole.history["loss"])),
             "state_devices": sorted({len(x.sharding.device_set) for x in jax.tree_util.tree_leaves(whole.state)}),
             "restored_on_template": all(x.sharding == replicated for x in jax.tree_util.tree_leaves(restored)),
-            "restored_equal": all(np.array_equal(a, b) for a, b in zip(raw(restored), raw(whole.state)))}
+            "restored_equal": all(np.array_equal(a, b) for a, b in zip(raw(restored), raw(whole.state))),
+            "until": [stopped.steps, stopped.retcode, again.resumed_from, again.steps, again.retcode],
+            "until_bitwise": all(np.array_equal(a, b) for r in (stopped, again) for a, b in zip(raw(r.state), raw(ten.state)))}
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def _solve_all(loss, params, data, optimizer, steps, backends=BACKENDS):
     solutions = [minimize(loss, params, data, optimizer, steps, backend=b) for b in backends]
     for s, b in zip(solutions, backends):
         assert isinstance(s, Solution) and s.backend == b
-        assert s.loss_history.shape == (steps,)
+        assert s.loss_history.shape == (steps,) and s.steps == steps and s.retcode == "max_steps"
         assert s.steps_per_second > 0 and s.compile_seconds > 0
     return solutions
 

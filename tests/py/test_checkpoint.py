@@ -14,7 +14,7 @@ import optax
 import pytest
 
 import loopfuse
-from checkpoint_child import CHUNK, EVERY, fit, problem, raw
+from checkpoint_child import CHUNK, EVERY, fit, problem, raw, until_ten
 from loopfuse.backends import CompiledLoop, CompiledStep, GradOnly
 
 pytest.importorskip("orbax.checkpoint", reason="checkpoints need the 'checkpoint' extra (orbax-checkpoint)")
@@ -186,4 +186,50 @@ def test_four_devices_resume_bitwise(tmp_path):
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert facts == {"device_count": 4, "first_steps": 8, "resumed_from": 8, "steps": 16, "bitwise": True,
                      "history_equal": True, "state_devices": [4], "restored_on_template": True,
-                     "restored_equal": True}
+                     "restored_equal": True, "until": [10, "until", 10, 10, "until"], "until_bitwise": True}
+
+
+def _meta(directory, steps) -> dict:
+    return json.loads((Path(directory) / str(steps) / "meta" / "metadata").read_text())
+
+
+def test_a_run_until_ended_saves_its_end_and_resuming_it_runs_no_step(step, tmp_path):
+    stopped = fit(tmp_path / "stopped", 24, step, until=until_ten)
+    assert stopped.steps == 10 and stopped.retcode == "until" and stopped.history["loss"].shape == (10,)
+    assert _steps(tmp_path / "stopped") == [4, 8, 10]
+    assert _meta(tmp_path / "stopped", 10)["stopped"] == "until" and _meta(tmp_path / "stopped", 8)["stopped"] is None
+    plain = fit(tmp_path / "plain", 10, step)
+    _assert_bitwise(stopped.state, plain.state)
+    np.testing.assert_array_equal(stopped.history["loss"], plain.history["loss"])
+
+    before = _snapshot(tmp_path / "stopped")
+    for kwargs in (dict(until=until_ten), {}):          # finished: also without until, and with more steps
+        again = fit(tmp_path / "stopped", 30, step, **kwargs)
+        assert again.resumed_from == 10 and again.steps == 10 and again.retcode == "until"
+        _assert_bitwise(again.state, plain.state)
+        np.testing.assert_array_equal(again.history["loss"], plain.history["loss"])
+    assert _snapshot(tmp_path / "stopped") == before
+
+
+def test_a_run_resumed_before_its_stop_stops_there_bitwise(step, tmp_path):
+    whole = fit(tmp_path / "whole", 24, step, until=until_ten)
+    first = fit(tmp_path / "split", 8, step, until=until_ten)
+    assert first.retcode == "max_steps" and first.steps == 8
+    resumed = fit(tmp_path / "split", 24, step, until=until_ten)
+    assert resumed.resumed_from == 8 and resumed.steps == 10 and resumed.retcode == "until"
+    _assert_bitwise(resumed.state, whole.state)
+    np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])
+
+
+def test_minimize_resuming_a_converged_solve_runs_no_step(tmp_path):
+    loss = lambda p: jnp.sum((p - 2.0) ** 2)
+    run = lambda: loopfuse.minimize(loss, jnp.zeros(3), optimizer=optax.sgd(0.1), steps=40,
+                                    backend=CompiledLoop(steps=8), until=lambda p, value: value < 1e-3,
+                                    checkpoint_dir=tmp_path, checkpoint_every=8)
+    solved = run()
+    assert solved.retcode == "converged" and solved.steps % 8 != 0 and solved.loss_history.shape == (solved.steps,)
+    assert _steps(tmp_path)[-1] == solved.steps and _meta(tmp_path, solved.steps)["stopped"] == "until"
+    again = run()
+    assert again.retcode == "converged" and again.steps == solved.steps
+    _assert_bitwise(again.params, solved.params)
+    np.testing.assert_array_equal(again.loss_history, solved.loss_history)

@@ -30,7 +30,7 @@ def test_fit_equals_single_steps_and_reports_history():
         losses.append(aux["loss"])
     assert_trees_close(result.state, ref, rtol=1e-5)
     np.testing.assert_allclose(result.history["loss"], losses, rtol=1e-5)
-    assert result.steps == 25 and not result.interrupted
+    assert result.steps == 25 and result.retcode == "max_steps" and not result.interrupted
 
 
 def test_fit_with_dataset_continues_the_step_index_across_chunks():
@@ -56,7 +56,7 @@ def test_keyboard_interrupt_returns_the_last_complete_state():
 
     result = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 100, chunk=10, progress=False,
                           callback=stop_after_two)
-    assert result.interrupted and result.steps == 20
+    assert result.interrupted and result.retcode == "interrupted" and result.steps == 20
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
     ref, ref_step = init_state(opt), jax.jit(train_step(opt))
     for _ in range(20):
@@ -82,6 +82,8 @@ def test_fit_progress_bar(capsys):
     (dict(checkpoint_every=5), ValueError, "checkpoint_every= needs checkpoint_dir="),
     (dict(checkpoint_dir="unused", checkpoint_every=0), ValueError, "checkpoint_every must be a positive int"),
     (dict(checkpoint_dir="unused", keep=1.5), TypeError, "keep must be a positive int"),
+    (dict(until=0.5), TypeError, "until must be a function \\(state, aux\\) -> scalar bool, got float"),
+    (dict(stop_on_nonfinite=1), TypeError, "stop_on_nonfinite must be a bool, got 1"),
 ])
 def test_fit_validates_before_running(kwargs, error, match):
     opt = optax.sgd(0.1)
@@ -104,7 +106,7 @@ def test_an_exception_after_a_chunk_raises_fit_error_with_the_state_reached():
                      callback=fail_after_three)
     result = info.value.result
     assert isinstance(info.value.__cause__, RuntimeError)
-    assert isinstance(result, loopfuse.FitResult) and result.steps == 30 and not result.interrupted
+    assert isinstance(result, loopfuse.FitResult) and result.steps == 30 and result.retcode == "error"
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
     assert result.history["loss"].shape == (30,)
     ref = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 30, chunk=10, progress=False)
@@ -157,7 +159,7 @@ def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted
             timer.start()
             result = run(10**4, state)
         except KeyboardInterrupt:      # landed before the first chunk ran: then nothing may be consumed
-            result = loopfuse.FitResult(state, None, 0, interrupted=True)
+            result = loopfuse.FitResult(state, None, 0, "interrupted")
         timer.join()
         assert result.interrupted and result.steps % 5 == 0
         assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))

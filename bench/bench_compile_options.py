@@ -46,7 +46,7 @@ def main() -> None:
         for kind, text in texts.items():
             for label, options in (("defaults", None), ("off", OFF)):
                 t0, c0 = time.perf_counter(), time.process_time()
-                executable = runtime.compile_module(text, devices, options)
+                executable = runtime.compile_module(text, devices, xla_options=options)
                 seconds[kind, label].append(time.perf_counter() - t0)
                 cpu[kind, label].append(time.process_time() - c0)
                 temp[kind, label] = runtime.MemoryStats.of(executable).temp

@@ -70,7 +70,7 @@ def module_options(text: str, devices, xla_options=None):
     return compile_options(devices, shardy="sdy.mesh" in text, xla_options=xla_options)
 
 
-def compile_module(text: str, devices, host_callbacks=(), xla_options=None):
+def compile_module(text: str, devices, *, host_callbacks=(), xla_options=None):
     """Compile MLIR text for `devices` (one device, or an SPMD mesh of several): a LoadedExecutable.
 
     `host_callbacks` are the Python callbacks the module's callback custom calls index into (from

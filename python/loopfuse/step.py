@@ -201,7 +201,8 @@ class Step:
             executable, traced.module = cache.found
         else:
             t0 = time.perf_counter()
-            executable = runtime.compile_module(text, devices, traced.effects.host_callbacks, self.options.xla_options)
+            executable = runtime.compile_module(text, devices, host_callbacks=traced.effects.host_callbacks,
+                                                xla_options=self.options.xla_options)
             seconds["xla"] = time.perf_counter() - t0
             if cache is not None:
                 cache.store(executable, traced.module)

@@ -1,10 +1,10 @@
-"""Per-call time of a compiled step vs `jax.jit(f, donate_argnums=0)`, device and numpy batches.
+"""Per-call time of a compiled step vs `jax.jit(f, donate_argnums=0)`, device, numpy and Python-scalar batches.
 
     python bench/bench_call.py [--leaves 1000] [--calls 200] [--rounds 7] [--out bench/out]
 
 Problems: a tiny Adam MLP step (bench_loop.py "tiny") and the Adam step over `--leaves`
 parameter leaves of bench_compile.py. For each problem and batch kind (device arrays, numpy
-arrays), jax.jit + donation and `loopfuse.compile_step` are timed round-robin: each round runs
+arrays, device arrays with a Python float that scales them), jax.jit + donation and `loopfuse.compile_step` are timed round-robin: each round runs
 `--calls` calls per variant, chaining the returned state. Reported: median microseconds per call
 and the median over rounds of the per-round ratio jit time / loopfuse time (>= 1.0: loopfuse is
 at least as fast). Writes call.md and call.json into --out.
@@ -37,6 +37,14 @@ def problems(leaves: int) -> dict:
     return {"tiny Adam MLP": tiny, f"{leaves} leaves Adam": many}
 
 
+def weighted(fn):
+    """`fn` taking ``(batch, weight)``: the batch scaled by a Python float (a weak-typed scalar leaf)."""
+    def step(state, batch):
+        data, weight = batch
+        return fn(state, jax.tree_util.tree_map(lambda x: x * weight, data))
+    return step
+
+
 def per_call_us(call, state, batch, calls: int):
     t0 = time.perf_counter()
     for _ in range(calls):
@@ -59,8 +67,12 @@ def main() -> None:
     rows = []
     for name, (fn, init, batch, options) in problems(ns.leaves).items():
         calls = ns.calls if name.startswith("tiny") else max(5, ns.calls // 20)
-        variants = {"jit": jax.jit(fn, donate_argnums=0), "loopfuse": loopfuse.compile_step(fn, **options)}
-        for kind, b in (("device", batch), ("numpy", jax.tree_util.tree_map(np.asarray, batch))):
+        plain = {"jit": jax.jit(fn, donate_argnums=0), "loopfuse": loopfuse.compile_step(fn, **options)}
+        fw = weighted(fn)
+        scaled = {"jit": jax.jit(fw, donate_argnums=0), "loopfuse": loopfuse.compile_step(fw, **options)}
+        kinds = {"device": (plain, batch), "numpy": (plain, jax.tree_util.tree_map(np.asarray, batch)),
+                 "device + Python float": (scaled, (batch, 1.0))}
+        for kind, (variants, b) in kinds.items():
             states = {v: per_call_us(call, init(), b, 2)[0] for v, call in variants.items()}  # compile, warm up
             times = {v: [] for v in variants}
             for _ in range(ns.rounds):

@@ -6,6 +6,7 @@ its self-test, loopfuse warns once and takes the public route instead:
   private (fast)                                       public fallback
   jaxlib._jax.array_result_handler                     jax.make_array_from_single_device_arrays
   jaxlib.mlir._mlir_libs._jax_mlir_ext dialects        jax.interpreters.mlir.make_ir_context
+  jaxlib._jax.pjit (C++ dispatch of a step call)       loopfuse's Python call path
 
 ``LOOPFUSE_JAX_COMPAT=fallback`` forces the public routes (the tests run both). Public APIs are
 used directly where they exist: jax.extend.backend.get_compile_options (runtime) and
@@ -18,7 +19,7 @@ that has effects is refused with `UnsupportedJaxError` (a step without effects n
 import functools
 import os
 import warnings
-from typing import Callable
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -34,9 +35,10 @@ func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
 
 
 def status() -> dict:
-    """Which route each feature takes: {"result_handler": "private" | "fallback", "dialects": ...}."""
+    """Which route each feature takes: {"result_handler": "private" | "fallback", "dialects": ..., "dispatch": ...}."""
     return {"result_handler": "private" if _array_result_handler() else "fallback",
-            "dialects": "private" if _register_jax_dialects() else "fallback"}
+            "dialects": "private" if _register_jax_dialects() else "fallback",
+            "dispatch": "private" if _cpp_dispatch() else "fallback"}
 
 
 def result_handler(aval: jax.core.ShapedArray, sharding) -> Callable:
@@ -55,6 +57,51 @@ def mlir_context() -> ir.Context:
     if register is None:
         return jax.interpreters.mlir.make_ir_context()
     return _private_context(register)
+
+
+class FastpathData(NamedTuple):
+    """How jaxlib's C++ dispatcher repeats a call without Python (the fields jaxlib reads, by name):
+    the loaded executable; the output pytree (dispatch registry: typed keys as their raw data) and
+    per flat output its aval, sharding and committedness; per flat argument whether the executable
+    takes it; per taken argument its sharding (where a host value or a misplaced array is put) and
+    layout (None: default)."""
+
+    xla_executable: Any
+    out_pytree_def: Any
+    in_shardings: Sequence
+    out_shardings: Sequence
+    out_avals: Sequence
+    out_committed: Sequence
+    kept_var_bitvec: Sequence
+    in_device_local_layouts: Sequence
+    const_args: Sequence = ()
+
+
+def cpp_dispatcher(name: str, fun: Callable, cache_miss: Callable, static_argnames=()) -> Callable | None:
+    """A C++ callable that runs ``fun(*args, **static)`` as jax.jit's C++ path does, or None when this
+    jax lacks it (call `fun` then).
+
+    On a new signature (tree structures, avals, shardings, static arguments) it calls
+    ``cache_miss(*args, **static)``, which returns ``(outputs, FastpathData | None, False)``; with
+    data, later calls of that signature flatten, place and execute in C++; with None they call
+    `cache_miss` again. Under ``jax.disable_jit()`` it calls `fun`.
+    """
+    api = _cpp_dispatch()
+    if api is None:
+        return None
+    pjit, cache_type, registry = api
+    return pjit(name, fun, cache_miss, [], list(static_argnames), (), registry, _put, cache_type(capacity=4096))
+
+
+def dispatch_flatten(tree) -> tuple[list, Any]:
+    """(leaves, treedef) of `tree` as the C++ dispatcher flattens it (typed PRNG keys as their raw data)."""
+    return _cpp_dispatch()[2].flatten(tree, None)
+
+
+def _put(x, sharding, layout):
+    """Where the C++ dispatcher cannot place an argument itself (host values on several devices,
+    an array on another device count): put it with `sharding`."""
+    return jax.device_put(x, sharding)
 
 
 # ---- detection -------------------------------------------------------------------------------
@@ -117,6 +164,52 @@ def _test_jax_dialects(register) -> None:
 @functools.cache
 def _register_jax_dialects():
     return _detect("jaxlib.mlir._mlir_libs._jax_mlir_ext.register_dialects", _load_jax_dialects, _test_jax_dialects)
+
+
+def _load_cpp_dispatch():
+    from jax._src.tree_util import dispatch_registry
+    from jaxlib import _jax
+    return _jax.pjit, _jax.PjitFunctionCache, dispatch_registry
+
+
+_DONATING_MODULE = """
+func.func public @main(%a: tensor<2xf32> {tf.aliasing_output = 0 : i32}, %b: tensor<f32>) -> tensor<2xf32> {
+  %0 = stablehlo.broadcast_in_dim %b, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %1 = stablehlo.add %a, %0 : tensor<2xf32>
+  return %1 : tensor<2xf32>
+}"""
+
+
+def _test_cpp_dispatch(api) -> None:
+    """A donating executable run through the dispatcher: one cache miss, then C++ calls that
+    consume the donated argument, put a host scalar, and rebuild the output pytree."""
+    import jax.extend.backend as jeb
+    pjit, cache_type, registry = api
+    device = jax.devices()[0]
+    executable = jeb.get_backend(device.platform).compile_and_load(
+        _DONATING_MODULE, [device], jeb.get_compile_options(num_replicas=1, num_partitions=1))
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    misses = []
+
+    def cache_miss(x, b):
+        misses.append(b)
+        out = {"y": jax.device_put(np.asarray(x) + b, sharding)}
+        leaves, tree = registry.flatten(out, None)
+        return out, FastpathData(executable, tree, [sharding] * 2, [sharding], [y.aval for y in leaves],
+                                 [True], [True, True], [None, None]), False
+
+    call = pjit("loopfuse_self_test", None, cache_miss, [], [], (), registry, _put, cache_type(capacity=4))
+    call(jax.device_put(np.zeros(2, np.float32), sharding), 1.0)
+    x = jax.device_put(np.arange(2, dtype=np.float32), sharding)
+    out = call(x, 2.0)
+    if not (misses == [1.0] and x.is_deleted() and list(out) == ["y"] and out["y"].sharding == sharding
+            and np.array_equal(out["y"], [2.0, 3.0])):
+        raise AssertionError(f"misses {misses}, donated input deleted: {x.is_deleted()}, output {out!r}")
+
+
+@functools.cache
+def _cpp_dispatch():
+    return _detect("jaxlib._jax.pjit", _load_cpp_dispatch, _test_cpp_dispatch)
 
 
 # ---- effects: private only (a step with effects is refused when they are gone) ---------------

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from . import cache as compile_cache, pipeline, runtime, stopping, validate
+from . import cache as compile_cache, dispatch, pipeline, runtime, stopping, validate
 from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
@@ -136,8 +136,9 @@ class Step:
         self.compile_count = 0
         self._cache: dict = {}
         self._loops: dict = {}
-        self._lock = threading.Lock()      # guards compile_count, _loops and _compiling
+        self._lock = threading.Lock()      # guards compile_count, _loops, _compiling and _dispatchers
         self._compiling: dict = {}         # signature -> lock held while it compiles
+        self._dispatchers: dict = {}       # static argument names -> call (see `dispatch`)
 
     def loop(self, steps: int, *, until: Callable | None = None, stop_on_nonfinite: bool = False) -> "Step":
         """The same step run `steps` times per call inside one device loop (one Step per options,
@@ -268,10 +269,38 @@ class Step:
         The caller's donated state arrays are consumed: use the returned state.
         """
         batch = self._serve(batch, start)
+        names = tuple(static)
+        call = self._dispatchers.get(names) or self._dispatcher(names)
+        try:
+            return call(state, batch, start, **static)
+        except ValueError:
+            if dispatch.refused((state, batch)):  # the Python path names the gone leaf or copies the shared one
+                return self._call(state, batch, start, **static)
+            raise
+
+    def _dispatcher(self, names: tuple):
+        """The call for static arguments `names`: jaxlib's C++ dispatcher over `_call` (see `dispatch`)."""
+        with self._lock:
+            if names not in self._dispatchers:
+                self._dispatchers[names] = dispatch.dispatcher(
+                    getattr(self.fn, "__name__", "step"), self._call, self._cache_miss, names)
+            return self._dispatchers[names]
+
+    def _call(self, state, batch, start, **static):
+        """One call through loopfuse's Python path."""
+        return self._run(state, batch, start, static)[0]
+
+    def _cache_miss(self, state, batch, start, **static):
+        """The C++ dispatcher's first call of a signature: the outputs, and how to repeat it in C++."""
+        outs, executable = self._run(state, batch, start, static)
+        return outs, dispatch.fastpath(executable, (state, batch, start), outs), False
+
+    def _run(self, state, batch, start, static):
         key, leaves = self._signature(state, batch, static)
         if any(map(_deleted, leaves)):
             _raise_donated(state, batch)
-        return self._executable(key, state, batch, static)(leaves, start)
+        executable = self._executable(key, state, batch, static)
+        return executable(leaves, start), executable
 
 
 def _check_start_is_free(fn: Callable) -> None:

@@ -14,7 +14,7 @@ from loopfuse import _jax_compat
 @pytest.fixture
 def fresh_detection():
     """Forget which route each feature took (before and after the test)."""
-    caches = [_jax_compat._array_result_handler, _jax_compat._register_jax_dialects]
+    caches = [_jax_compat._array_result_handler, _jax_compat._register_jax_dialects, _jax_compat._cpp_dispatch]
     for c in caches:
         c.cache_clear()
     yield
@@ -34,7 +34,7 @@ def _run_loop():
 def test_private_apis_pass_their_self_test_on_the_installed_jax(fresh_detection):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _jax_compat.status() == {"result_handler": "private", "dialects": "private"}
+        assert _jax_compat.status() == {"result_handler": "private", "dialects": "private", "dispatch": "private"}
 
 
 def test_forced_fallback_gives_the_same_results(fresh_detection, monkeypatch):
@@ -42,7 +42,8 @@ def test_forced_fallback_gives_the_same_results(fresh_detection, monkeypatch):
     monkeypatch.setenv(_jax_compat.FORCE_ENV, "fallback")
     _jax_compat._array_result_handler.cache_clear()
     _jax_compat._register_jax_dialects.cache_clear()
-    assert _jax_compat.status() == {"result_handler": "fallback", "dialects": "fallback"}
+    _jax_compat._cpp_dispatch.cache_clear()
+    assert _jax_compat.status() == {"result_handler": "fallback", "dialects": "fallback", "dispatch": "fallback"}
     got = _run_loop()
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
         assert a.dtype == b.dtype and a.sharding == b.sharding

@@ -60,7 +60,7 @@ class Forward:
 
 
 AD = Reverse | Forward
-_MODES = {"reverse": Reverse(), "forward": Forward()}
+_MODES: dict[str, AD] = {"reverse": Reverse(), "forward": Forward()}
 
 
 def _check_ad(owner: str, ad) -> None:

@@ -85,7 +85,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                     jax.block_until_ready(state)
                     aux = jax.tree_util.tree_map(np.asarray, aux)
                 history.append(jax.tree_util.tree_leaves(aux))
-                if checkpoints is not None and (done % every == 0 or done == num_steps):
+                if checkpoints is not None and (every is not None and done % every == 0 or done == num_steps):
                     checkpoints.save(done, state, _stack(aux_def, history), wait=done == num_steps)
             if bar is not None or callback is not None:
                 aux = jax.tree_util.tree_map(np.asarray, aux)

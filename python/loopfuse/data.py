@@ -45,6 +45,7 @@ class Dataset:
                 raise StateMismatchError(
                     f"Dataset leaf {jax.tree_util.keystr(path)} has shape {tuple(leaf.shape)}; every leaf "
                     f"needs the same leading example axis ({n})")
+        assert n is not None  # a scalar first leaf failed the loop above
         if not 0 < self.batch_size <= n:
             raise StateMismatchError(f"Dataset batch_size={self.batch_size} must be in 1..{n} (examples)")
 

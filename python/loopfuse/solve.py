@@ -67,7 +67,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     value_and_grad = backend.ad.value_and_grad(objective)
     state = jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))
     if isinstance(backend, GradOnly):
-        runner = _Eager(_update(jax.jit(value_and_grad), optimizer), batch)
+        runner: _Eager | _Compiled = _Eager(_update(jax.jit(value_and_grad), optimizer), batch)
     else:
         runner = _Compiled(backend, _update(value_and_grad, optimizer), batch)
     chunk = min(runner.chunk, steps)
@@ -125,8 +125,8 @@ class _Compiled:
     def __init__(self, backend: CompiledStep | CompiledLoop, update: Callable, batch):
         loops = isinstance(backend, CompiledLoop)
         step = compile_step(update if loops else _with_step_axis(update), keep_aux=("loss",),
-                            **(backend.compile_options() if loops else {}))
-        self.chunk = backend.steps if loops else 1
+                            **(backend.compile_options() if isinstance(backend, CompiledLoop) else {}))
+        self.chunk = backend.steps if isinstance(backend, CompiledLoop) else 1
         self.call = step.loop if loops else lambda k: step   # the Step that runs k steps
         self.batch = batch
 

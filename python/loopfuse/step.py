@@ -241,7 +241,7 @@ class Step:
 
         Traces and runs the passes only; XLA is not invoked and nothing is cached.
         """
-        stages = {}
+        stages: dict[str, str] = {}
         self._lower(state, self._serve(batch), static, stages)
         return stages
 

@@ -37,6 +37,19 @@ SDY_SHARDING = "sdy.sharding"
 
 @dataclass(frozen=True)
 class WrapLoop(ModulePass):
+    """The wrap-loop pass; its one option, ``steps``, is K. Built from pipeline text:
+
+    Examples:
+        >>> from loopfuse.pass_manager import parse_pipeline
+        >>> parse_pipeline("builtin.module(wrap-loop{steps=8},cse)")
+        [WrapLoop(steps=8), UpstreamPass(name='cse', options='')]
+        >>> try:
+        ...     parse_pipeline("wrap-loop{steps=0}")
+        ... except ValueError as e:
+        ...     print(e)
+        pass 'wrap-loop' option 'steps': must be >= 1, got 0
+    """
+
     name = "wrap-loop"
     summary = "Run K steps of the update in one device call (a stablehlo.while around the step)"
 

@@ -20,6 +20,18 @@ class Dataset:
     ``key`` the examples are reshuffled each epoch by ``permutation(fold_in(key, epoch))``.
     A trailing partial batch is dropped. A compiled step copies host (numpy) arrays to the device
     once, at the first call that uses this Dataset, and computes each epoch's order once.
+
+    Examples:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> import loopfuse
+        >>> data = loopfuse.Dataset({"x": np.arange(10.0)}, batch_size=4)
+        >>> data.num_examples, data.batches_per_epoch  # examples 8 and 9 are dropped
+        (10, 2)
+        >>> def fn(total, batch):
+        ...     return total + batch["x"].sum(), {}
+        >>> total, _ = loopfuse.compile_step(fn, steps=3)(jnp.float32(0), data)
+        >>> total.item()  # batches 0, 1 and (the next epoch's) 0: 6 + 22 + 6
+        34.0
     """
 
     arrays: Any

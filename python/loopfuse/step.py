@@ -355,6 +355,20 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
 
     Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
     step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import loopfuse
+        >>> def fn(w, target):
+        ...     return w - 0.5 * (w - target), {"loss": jnp.sum((w - target) ** 2)}
+        >>> step = loopfuse.compile_step(fn)
+        >>> w, aux = step(jnp.ones(2), jnp.zeros(2))
+        >>> w.tolist(), aux["loss"].item()
+        ([0.5, 0.5], 2.0)
+        >>> loop = loopfuse.compile_step(fn, steps=3)  # 3 updates per call, aux per step
+        >>> w, aux = loop(jnp.ones(2), jnp.zeros(2))
+        >>> w.tolist(), aux["loss"].tolist()
+        ([0.125, 0.125], [2.0, 0.5, 0.125])
     """
     return Step(fn, StepOptions(donate=donate, passes=passes, keep_aux=keep_aux, steps=steps, device=device,
                                 devices=devices, sharding=sharding, dump_ir=dump_ir, cache_dir=cache_dir,

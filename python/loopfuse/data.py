@@ -61,8 +61,8 @@ class Dataset:
         if not 0 < self.batch_size <= n:
             raise StateMismatchError(f"Dataset batch_size={self.batch_size} must be in 1..{n} (examples)")
 
-    def batch(self, step):
-        """The batch for global step `step` (a traced int32 scalar)."""
+    def batch(self, step: jax.Array | np.integer | int) -> Any:
+        """The batch for global step `step` (an int32 scalar, traced in a compiled step)."""
         nb = self.batches_per_epoch
         start = (step % nb) * self.batch_size
         if self.key is None:
@@ -72,7 +72,7 @@ class Dataset:
         rows = jax.lax.dynamic_slice_in_dim(order, start, self.batch_size)
         return jax.tree_util.tree_map(lambda a: jnp.take(a, rows, axis=0), self.arrays)
 
-    def served(self, start: int, steps: int, sharding) -> "Dataset":
+    def served(self, start: int, steps: int, sharding: jax.sharding.Sharding) -> "Dataset":
         """What a compiled call of `steps` steps from global step `start` takes: the arrays on
         `sharding` (placed once per Dataset) and, with a key, the orders of the epochs those steps
         touch (each computed once), so the call only slices and gathers."""
@@ -105,7 +105,7 @@ class _Ordered(Dataset):
 
     orders: Any = None
 
-    def batch(self, step):
+    def batch(self, step: jax.Array | np.integer | int) -> Any:
         nb = self.batches_per_epoch
         row = (step // nb) % self.orders.shape[0]
         rows = jax.lax.dynamic_slice(self.orders, (row, (step % nb) * self.batch_size), (1, self.batch_size))[0]

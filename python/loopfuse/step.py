@@ -41,7 +41,7 @@ class StepOptions:
     stop_on_nonfinite: bool = False
     cache_dir: str | Path | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.steps is not None:
             object.__setattr__(self, "steps", validate.steps(self.steps))
         stopping.check(self.until, self.stop_on_nonfinite, self.steps)
@@ -236,7 +236,7 @@ class Step:
                 self._compiling.pop(key, None)
         return entry
 
-    def lower(self, state, batch, **static) -> dict:
+    def lower(self, state, batch, **static) -> dict[str, str]:
         """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}.
 
         Traces and runs the passes only; XLA is not invoked and nothing is cached.
@@ -258,7 +258,7 @@ class Step:
         return batch.served(start, self.options.steps or 1, sharding)
 
     # ---- running ---------------------------------------------------------------------------
-    def __call__(self, state, batch, *, start: int = 0, **static):
+    def __call__(self, state, batch, *, start: int = 0, **static) -> tuple[Any, Any]:
         """Run one step (or `steps` steps) and return ``(new_state, aux)``.
 
         With a `Dataset` batch, `start` is the global step index of the first step (it picks the

@@ -16,7 +16,8 @@ def main_func(module_op: ir.Operation) -> func.FuncOp:
 def _dicts(array_attr, n: int) -> list[dict]:
     if array_attr is None:
         return [{} for _ in range(n)]
-    return [{a.name: a.attr for a in ir.DictAttr(d)} for d in array_attr]
+    # DictAttr iterates by __len__/__getitem__; its stub declares no __iter__
+    return [{a.name: a.attr for a in ir.DictAttr(d)} for d in array_attr]  # type: ignore[attr-defined]
 
 
 def arg_attrs(f: func.FuncOp) -> list[dict]:
@@ -110,8 +111,8 @@ def erase_dead_ops(block: ir.Block, pure=frozenset()) -> int:
     `pure` names callees whose `func.call`s count as side-effect free (see `pure_callees`).
     """
     erased = 0
-    for op in reversed(list(block.operations)):
-        op = op.operation
+    for view in reversed(list(block.operations)):
+        op = view.operation
         if not is_dead(op, pure):
             continue
         op.erase()

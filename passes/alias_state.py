@@ -29,7 +29,7 @@ class AliasState(ModulePass):
     def apply(self, module_op: ir.Operation) -> None:
         f = main_func(module_op)
         args, results = arg_attrs(f), result_attrs(f)
-        outputs = {}
+        outputs: dict[str, int] = {}
         for j, attrs in enumerate(results):
             path = string_attr(attrs, STATE)
             if path is not None:
@@ -41,10 +41,10 @@ class AliasState(ModulePass):
             path = string_attr(attrs, STATE)
             if path is None or ALIAS in attrs or DONOR in attrs or not isinstance(in_types[i], ir.RankedTensorType):
                 continue  # (an effect token is carried state but has no buffer to reuse)
-            j = outputs.get(path)
-            if j is not None and j not in taken and in_types[i] == out_types[j]:
-                attrs[ALIAS] = ir.IntegerAttr.get(i32, j)
-                taken.add(j)
+            out = outputs.get(path)
+            if out is not None and out not in taken and in_types[i] == out_types[out]:
+                attrs[ALIAS] = ir.IntegerAttr.get(i32, out)
+                taken.add(out)
             else:
                 attrs[DONOR] = ir.BoolAttr.get(True)
         set_arg_attrs(f, args)

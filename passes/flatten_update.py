@@ -122,18 +122,22 @@ def _elementwise(op: ir.Operation) -> bool:
 
 def _tree(root: ir.Operation, inner: set) -> Tree:
     """The tree under `root` (whose inner nodes are in `inner`), walked operands first, in operand order."""
-    nodes, index, slots, slot_of, signature = [], {}, [], {}, []
+    nodes: list[ir.Operation] = []
+    index: dict[ir.Operation, int] = {}
+    slots: list[tuple[ir.Operation, int]] = []
+    slot_of: dict[ir.Value, int] = {}
+    signature: list[tuple] = []
     stack = [(root, False)]
     while stack:
         op, ready = stack.pop()
         if not ready:
             stack.append((op, True))
-            stack.extend((d, False) for d in reversed([producer(v) for v in op.operands]) if d in inner)
+            stack.extend((d, False) for d in reversed([producer(v) for v in op.operands]) if d is not None and d in inner)
             continue
-        refs = []
+        refs: list[tuple] = []
         for i, v in enumerate(op.operands):
             d = producer(v)
-            if d in inner:
+            if d is not None and d in inner:
                 refs.append(("node", index[d]))
             elif (scalar := _shared_scalar(v)) is not None:
                 refs.append(("scalar", *scalar))
@@ -169,9 +173,9 @@ class _Flattener:
 
     def __init__(self, block: ir.Block):
         self.block = block
-        self.slice_of = {}    # a value sliced out of a flat result -> (flat result, offset)
-        self.concat_of = {}   # tuple of values -> their concatenation
-        self.maybe_dead = {}  # ops that may have lost their last use (a dict: ordered, no repeats)
+        self.slice_of: dict[ir.Value, tuple[ir.Value, int]] = {}  # a value sliced out of a flat result -> (flat result, offset)
+        self.concat_of: dict[tuple, ir.OpResult] = {}  # tuple of values -> their concatenation
+        self.maybe_dead: dict[ir.Operation, None] = {}  # ops that may have lost their last use (ordered, no repeats)
 
     def batch(self, trees: list[Tree], scalars: list):
         """How many leading `trees` one point of the block can compute together, and that point: the
@@ -197,7 +201,8 @@ class _Flattener:
         columns = zip(*(t.operands() for t in trees))
         with ir.InsertionPoint(anchor), trees[0].nodes[-1].location:
             leaves = [self._flatten(list(col), sizes, anchor) for col in columns]
-            scalars, values = {}, []
+            scalars: dict[tuple, ir.Value] = {}
+            values: list[ir.Value] = []
             for name, attrs, et, refs in trees[0].signature:
                 operands = []
                 for ref in refs:
@@ -234,9 +239,9 @@ class _Flattener:
         """`trees` ordered so that an operand column is exactly an earlier flat result, if one can be."""
         operands = [t.operands() for t in trees]
         for k in range(len(trees[0].slots)):
-            at = [self.slice_of.get(ops[k]) for ops in operands]
-            if None in at:
+            if not all(ops[k] in self.slice_of for ops in operands):
                 continue
+            at = [self.slice_of[ops[k]] for ops in operands]
             order = sorted(range(len(trees)), key=lambda i: at[i][1])
             if self._source([operands[i][k] for i in order], [trees[i].size for i in order]) is not None:
                 return [trees[i] for i in order]
@@ -307,7 +312,9 @@ def _has_uses(value: ir.Value) -> bool:
 
 def _in_block(op: ir.Operation, block: ir.Block) -> ir.Operation:
     while op.block != block:
-        op = op.parent.operation
+        parent = op.parent
+        assert parent is not None, "op is not nested in block"
+        op = parent.operation
     return op
 
 

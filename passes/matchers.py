@@ -11,7 +11,7 @@ def producer(value: ir.Value, op_class: type | None = None) -> ir.Operation | No
     return op if op_class is None or isinstance(op.opview, op_class) else None
 
 
-def splat(value: ir.Value) -> ir.Attribute | None:
+def splat(value: ir.Value) -> ir.IntegerAttr | ir.FloatAttr | None:
     """The scalar attribute an integer or float splat ``stablehlo.constant`` is filled with, else None."""
     const = producer(value, stablehlo.ConstantOp)
     if const is None or not isinstance(value.type.element_type, (ir.IntegerType, ir.FloatType)):
@@ -19,4 +19,5 @@ def splat(value: ir.Value) -> ir.Attribute | None:
     attr = const.attributes["value"]  # may be a dense_resource blob, which is never read here
     if not isinstance(attr, ir.DenseElementsAttr) or not attr.is_splat:
         return None
-    return attr.get_splat_value()
+    scalar = attr.get_splat_value()  # downcast by the bindings: an IntegerAttr or a FloatAttr
+    return scalar if isinstance(scalar, (ir.IntegerAttr, ir.FloatAttr)) else None

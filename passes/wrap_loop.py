@@ -37,6 +37,19 @@ SDY_SHARDING = "sdy.sharding"
 
 @dataclass(frozen=True)
 class WrapLoop(ModulePass):
+    """The wrap-loop pass; its one option, ``steps``, is K. Built from pipeline text:
+
+    Examples:
+        >>> from loopfuse.pass_manager import parse_pipeline
+        >>> parse_pipeline("builtin.module(wrap-loop{steps=8},cse)")
+        [WrapLoop(steps=8), UpstreamPass(name='cse', options='')]
+        >>> try:
+        ...     parse_pipeline("wrap-loop{steps=0}")
+        ... except ValueError as e:
+        ...     print(e)
+        pass 'wrap-loop' option 'steps': must be >= 1, got 0
+    """
+
     name = "wrap-loop"
     summary = "Run K steps of the update in one device call (a stablehlo.while around the step)"
 
@@ -49,8 +62,8 @@ class WrapLoop(ModulePass):
 def _wrap(f: func.FuncOp, k: int) -> None:
     args, results = arg_attrs(f), result_attrs(f)
     in_types, out_types = list(f.type.inputs), list(f.type.results)
-    state_arg = {string_attr(a, STATE): i for i, a in enumerate(args) if STATE in a}
-    carried = {}  # result index -> argument index
+    state_arg = {ir.StringAttr(a[STATE]).value: i for i, a in enumerate(args) if STATE in a}
+    carried: dict[int, int] = {}  # result index -> argument index
     for j, a in enumerate(results):
         path = string_attr(a, STATE)
         if path is None:
@@ -102,18 +115,17 @@ def _wrap(f: func.FuncOp, k: int) -> None:
                 call_args[s] = stablehlo.AddOp(state[s], i).result
             outs = func.CallOp(out_types, ir.FlatSymbolRefAttr.get(BODY), call_args).results
             new_args = list(state)
-            for j, a in carried.items():
-                new_args[a] = outs[j]
+            for j, arg in carried.items():
+                new_args[arg] = outs[j]
             new_hist = [_write_row(h, outs[j], i) for h, j in zip(hist, aux)]
             flag = [] if stop is None else [outs[stop]]
             stablehlo.ReturnOp([stablehlo.AddOp(i, _scalar(1, i32)).result, *new_args, *new_hist, *flag])
 
         final = loop.results
-        new_results = [final[1 + carried[j]] if j in carried else None for j in range(len(out_types))]
-        for h, j in enumerate(aux):
-            new_results[j] = final[1 + n_args + h]
+        row = {j: 1 + n_args + h for h, j in enumerate(aux)}  # aux result -> its history's loop result
+        new_results = [final[1 + carried[j]] if j in carried else final[0] if j == stop else final[row[j]]
+                       for j in range(len(out_types))]
         if stop is not None:
-            new_results[stop] = final[0]
             del results[stop][STOP]
             results[stop][STEPS_RUN] = ir.UnitAttr.get()
         func.ReturnOp(new_results)

@@ -50,6 +50,7 @@ def demo(steps: int, chunk: int, dump: str) -> None:
     batch = {k: v[:128] for k, v in data.items()}
     ours = step.memory_stats(result.state, batch)
     m = jax.jit(train_step).lower(result.state, batch).compile().memory_analysis()
+    assert m is not None  # the CPU backend reports it
     jit_peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
     print("memory of one step (bytes)      arguments   outputs   aliased      temp      peak")
     print(f"  loopfuse.compile_step     {ours.argument:11d} {ours.output:9d} {ours.alias:9d} {ours.temp:9d} {ours.peak:9d}")

@@ -60,7 +60,7 @@ class Forward:
 
 
 AD = Reverse | Forward
-_MODES = {"reverse": Reverse(), "forward": Forward()}
+_MODES: dict[str, AD] = {"reverse": Reverse(), "forward": Forward()}
 
 
 def _check_ad(owner: str, ad) -> None:
@@ -77,7 +77,7 @@ class GradOnly:
 
     mode: str = "reverse"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.mode not in _MODES:
             raise ValueError(f"GradOnly(mode=...) must be one of {sorted(_MODES)}, got {self.mode!r}")
 
@@ -92,7 +92,7 @@ class CompiledStep:
 
     ad: AD = Reverse()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_ad("CompiledStep", self.ad)
 
 
@@ -109,7 +109,7 @@ class CompiledLoop:
     devices: Any = None
     sharding: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_ad("CompiledLoop", self.ad)
         validate.steps(self.steps, "CompiledLoop(steps=...)")
         if self.devices is not None:

@@ -118,7 +118,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                 done += ran
                 history.append(jax.tree_util.tree_leaves(aux))
                 ended = done == num_steps or retcode in STOPS
-                if checkpoints is not None and (done % every == 0 or ended):
+                if checkpoints is not None and (every is not None and done % every == 0 or ended):
                     checkpoints.save(done, state, _stack(aux_def, history), retcode if retcode in STOPS else None,
                                      wait=ended)
             if bar is not None or callback is not None:

@@ -20,6 +20,18 @@ class Dataset:
     ``key`` the examples are reshuffled each epoch by ``permutation(fold_in(key, epoch))``.
     A trailing partial batch is dropped. A compiled step copies host (numpy) arrays to the device
     once, at the first call that uses this Dataset, and computes each epoch's order once.
+
+    Examples:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> import loopfuse
+        >>> data = loopfuse.Dataset({"x": np.arange(10.0)}, batch_size=4)
+        >>> data.num_examples, data.batches_per_epoch  # examples 8 and 9 are dropped
+        (10, 2)
+        >>> def fn(total, batch):
+        ...     return total + batch["x"].sum(), {}
+        >>> total, _ = loopfuse.compile_step(fn, steps=3)(jnp.float32(0), data)
+        >>> total.item()  # batches 0, 1 and (the next epoch's) 0: 6 + 22 + 6
+        34.0
     """
 
     arrays: Any
@@ -45,11 +57,12 @@ class Dataset:
                 raise StateMismatchError(
                     f"Dataset leaf {jax.tree_util.keystr(path)} has shape {tuple(leaf.shape)}; every leaf "
                     f"needs the same leading example axis ({n})")
+        assert n is not None  # a scalar first leaf failed the loop above
         if not 0 < self.batch_size <= n:
             raise StateMismatchError(f"Dataset batch_size={self.batch_size} must be in 1..{n} (examples)")
 
-    def batch(self, step):
-        """The batch for global step `step` (a traced int32 scalar)."""
+    def batch(self, step: jax.Array | np.integer | int) -> Any:
+        """The batch for global step `step` (an int32 scalar, traced in a compiled step)."""
         nb = self.batches_per_epoch
         start = (step % nb) * self.batch_size
         if self.key is None:
@@ -59,7 +72,7 @@ class Dataset:
         rows = jax.lax.dynamic_slice_in_dim(order, start, self.batch_size)
         return jax.tree_util.tree_map(lambda a: jnp.take(a, rows, axis=0), self.arrays)
 
-    def served(self, start: int, steps: int, sharding) -> "Dataset":
+    def served(self, start: int, steps: int, sharding: jax.sharding.Sharding) -> "Dataset":
         """What a compiled call of `steps` steps from global step `start` takes: the arrays on
         `sharding` (placed once per Dataset) and, with a key, the orders of the epochs those steps
         touch (each computed once), so the call only slices and gathers."""
@@ -92,7 +105,7 @@ class _Ordered(Dataset):
 
     orders: Any = None
 
-    def batch(self, step):
+    def batch(self, step: jax.Array | np.integer | int) -> Any:
         nb = self.batches_per_epoch
         row = (step // nb) % self.orders.shape[0]
         rows = jax.lax.dynamic_slice(self.orders, (row, (step % nb) * self.batch_size), (1, self.batch_size))[0]

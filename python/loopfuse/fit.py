@@ -128,6 +128,15 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
                       remaining steps run, a `Dataset` continuing at the global step, so the result
                       is bitwise that of an uninterrupted run; ``result.resumed_from`` says from where.
                       A run that `until` or a non-finite value ended is finished: resuming it runs no step.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import loopfuse
+        >>> def fn(w, target):
+        ...     return w - 0.5 * (w - target), {"loss": jnp.sum((w - target) ** 2)}
+        >>> result = loopfuse.fit(loopfuse.compile_step(fn), jnp.ones(2), jnp.zeros(2), 4, chunk=2, progress=False)
+        >>> result.steps, result.retcode, result.state.tolist(), result.history["loss"].tolist()
+        (4, 'max_steps', [0.0625, 0.0625], [2.0, 0.5, 0.125, 0.03125])
     """
     if not isinstance(step, Step):
         raise TypeError(f"step must be a Step (loopfuse.compile_step(fn)), got {type(step).__name__}")

@@ -160,7 +160,9 @@ def _chunks(text: str, split: bool):
     """(first line number, text) of each chunk: the whole text, or the pieces between marker lines."""
     if not split:
         return [(1, text)]
-    chunks, lines, first = [], [], 1
+    chunks: list[tuple[int, str]] = []
+    lines: list[str] = []
+    first = 1
     for n, line in enumerate(text.splitlines(keepends=True), start=1):
         if line.rstrip() == SPLIT_MARKER:
             chunks.append((first, "".join(lines)))

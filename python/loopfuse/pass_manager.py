@@ -6,6 +6,7 @@ pass's `PassError` at the offending op, the verifier's at the invalid op.
 """
 import re
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from jaxlib.mlir import ir, passmanager
 
@@ -23,7 +24,7 @@ class UpstreamPass:
         return self.name + ("{" + self.options + "}" if self.options else "")
 
 
-Pass = ModulePass | UpstreamPass
+Pass: TypeAlias = ModulePass | UpstreamPass
 
 _ITEM = re.compile(r"\s*([A-Za-z0-9_.-]+)\s*(?:\{([^}]*)\})?\s*(?:,|$)")
 
@@ -51,7 +52,7 @@ def make_pass(name: str, options: str = "") -> Pass:
     cls = PASSES.get(name)
     if cls is None:
         return UpstreamPass(name, options.strip())
-    values = {}
+    values: dict[str, str] = {}
     for kv in options.split():
         key, eq, value = kv.partition("=")
         if not eq:

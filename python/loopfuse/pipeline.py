@@ -94,7 +94,7 @@ def run(module: ir.Module, specs, on_stage=None, repro_dir: Path | None = None) 
     """
     if on_stage:
         on_stage(TRACED_STAGE, module)
-    timings = {}
+    timings: dict[str, float] = {}
     for n, spec in enumerate(specs, start=1):
         snapshot = module.operation.clone()  # a failed pass may leave the IR half rewritten
         t0 = time.perf_counter()

@@ -64,6 +64,13 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     stop_on_nonfinite: end the solve after the first step whose loss is NaN or Inf (``retcode="non_finite"``).
     checkpoint_dir, checkpoint_every, keep: as for `fit` (the checkpointed state is ``(params, opt_state)``;
     steps_per_second counts only the steps this call ran).
+
+    Examples:
+        >>> import jax.numpy as jnp, optax
+        >>> import loopfuse
+        >>> sol = loopfuse.minimize(lambda w: jnp.sum((w - 3.0) ** 2), jnp.zeros(2), optimizer=optax.sgd(0.25), steps=3)
+        >>> sol.params.tolist(), sol.loss_history.tolist(), sol.steps, sol.retcode
+        ([2.625, 2.625], [18.0, 4.5, 1.125], 3, 'max_steps')
     """
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
@@ -81,7 +88,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     value_and_grad = backend.ad.value_and_grad(objective)
     state = jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))
     if isinstance(backend, GradOnly):
-        runner = _Eager(_update(jax.jit(value_and_grad), optimizer, until), batch, until is not None,
+        runner: _Eager | _Compiled = _Eager(_update(jax.jit(value_and_grad), optimizer, until), batch, until is not None,
                         stop_on_nonfinite)
     else:
         runner = _Compiled(backend, _update(value_and_grad, optimizer, until), batch, until is not None,
@@ -145,10 +152,11 @@ class _Compiled(LoopChunks):
     def __init__(self, backend: CompiledStep | CompiledLoop, update: Callable, batch, flagged: bool,
                  stop_on_nonfinite: bool):
         self.loops = isinstance(backend, CompiledLoop)
-        step = compile_step(update if self.loops else _with_step_axis(update),
-                            **(backend.compile_options() if self.loops else {}))
+        if isinstance(backend, CompiledLoop):
+            step, self.chunk = compile_step(update, **backend.compile_options()), backend.steps
+        else:
+            step, self.chunk = compile_step(_with_step_axis(update)), 1
         super().__init__(step, batch, flagged, stop_on_nonfinite)
-        self.chunk = backend.steps if self.loops else 1
 
     def compile(self, state, sizes) -> None:
         for k in sizes:

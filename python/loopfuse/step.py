@@ -41,7 +41,7 @@ class StepOptions:
     stop_on_nonfinite: bool = False
     cache_dir: str | Path | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.steps is not None:
             object.__setattr__(self, "steps", validate.steps(self.steps))
         stopping.check(self.until, self.stop_on_nonfinite, self.steps)
@@ -238,12 +238,12 @@ class Step:
                 self._compiling.pop(key, None)
         return entry
 
-    def lower(self, state, batch, **static) -> dict:
+    def lower(self, state, batch, **static) -> dict[str, str]:
         """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}.
 
         Traces and runs the passes only; XLA is not invoked and nothing is cached.
         """
-        stages = {}
+        stages: dict[str, str] = {}
         self._lower(state, self._serve(batch), static, stages)
         return stages
 
@@ -260,7 +260,7 @@ class Step:
         return batch.served(start, self.options.steps or 1, sharding)
 
     # ---- running ---------------------------------------------------------------------------
-    def __call__(self, state, batch, *, start: int = 0, **static):
+    def __call__(self, state, batch, *, start: int = 0, **static) -> tuple[Any, ...]:
         """Run one step (or `steps` steps) and return ``(new_state, aux)``.
 
         With a `Dataset` batch, `start` is the global step index of the first step (it picks the
@@ -385,6 +385,20 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
 
     Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
     step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import loopfuse
+        >>> def fn(w, target):
+        ...     return w - 0.5 * (w - target), {"loss": jnp.sum((w - target) ** 2)}
+        >>> step = loopfuse.compile_step(fn)
+        >>> w, aux = step(jnp.ones(2), jnp.zeros(2))
+        >>> w.tolist(), aux["loss"].item()
+        ([0.5, 0.5], 2.0)
+        >>> loop = loopfuse.compile_step(fn, steps=3)  # 3 updates per call, aux per step
+        >>> w, aux = loop(jnp.ones(2), jnp.zeros(2))
+        >>> w.tolist(), aux["loss"].tolist()
+        ([0.125, 0.125], [2.0, 0.5, 0.125])
     """
     return Step(fn, StepOptions(donate=donate, passes=passes, keep_aux=keep_aux, steps=steps, device=device,
                                 devices=devices, sharding=sharding, dump_ir=dump_ir, cache_dir=cache_dir,

@@ -195,6 +195,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
     lowered_module = lowered.compiler_ir("stablehlo")
+    assert lowered_module is not None  # None only for a dialect jax cannot lower to
     effects = _effects(lowered, lowered_module)
     module = _tag(lowered_module, state_paths, aux_kept, has_step, len(effects.ordered), stop is not None)
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
@@ -234,7 +235,7 @@ def _check_same_state(state, new_state) -> None:
     """new_state must have state's tree structure, shapes and dtypes; name the first leaf that differs."""
     old, old_def = jax.tree_util.tree_flatten_with_path(state)
     new, new_def = jax.tree_util.tree_flatten_with_path(new_state)
-    if old_def != new_def:
+    if old_def != new_def:  # type: ignore[operator]  # jax's PyTreeDef names an unstubbed jaxlib class
         old_paths = {jax.tree_util.keystr(p) for p, _ in old}
         new_paths = {jax.tree_util.keystr(p) for p, _ in new}
         missing, extra = sorted(old_paths - new_paths), sorted(new_paths - old_paths)

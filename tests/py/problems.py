@@ -1,4 +1,5 @@
-"""Small training problems shared by the tests: an MLP regression with any optax optimizer."""
+"""Small training problems shared by the tests (an MLP regression with any optax optimizer) and the
+tree comparisons they assert with: `assert_trees_equal` (bitwise) and `assert_trees_close`."""
 from typing import NamedTuple
 
 import jax
@@ -54,9 +55,23 @@ def fresh(tree):
     return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
 
 
+def assert_trees_equal(a, b):
+    """`a` and `b` have the same tree structure and bitwise the same leaves (dtype, shape and bytes:
+    NaN payloads and the sign of zero count)."""
+    la, ta = jax.tree_util.tree_flatten_with_path(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb, f"tree structures differ: {ta} vs {tb}"
+    for (path, x), y in zip(la, lb):
+        x, y = np.asarray(x), np.asarray(y)
+        where = jax.tree_util.keystr(path) or "leaf"
+        assert (x.dtype, x.shape) == (y.dtype, y.shape), f"{where}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+        assert x.tobytes() == y.tobytes(), f"{where} differs bitwise:\n{x}\nvs\n{y}"
+
+
 def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
+    """`a` and `b` have the same tree structure and leaves equal within `rtol`/`atol`."""
     la, ta = jax.tree_util.tree_flatten(a)
     lb, tb = jax.tree_util.tree_flatten(b)
-    assert ta == tb
+    assert ta == tb, f"tree structures differ: {ta} vs {tb}"
     for x, y in zip(la, lb):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)

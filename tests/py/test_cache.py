@@ -22,7 +22,7 @@ from loopfuse import cache, runtime
 from loopfuse.mlir_context import make_context
 
 sys.path.insert(0, str(Path(__file__).parent))
-from problems import batch, fresh, init_state, mlp_params, train_step  # noqa: E402
+from problems import assert_trees_equal, batch, fresh, init_state, mlp_params, train_step  # noqa: E402
 
 OPT = optax.adam(1e-2)
 STEP = train_step(OPT)
@@ -94,10 +94,6 @@ def compiled(where, fn=STEP, state=None, **kw):
     return ex, step(fresh(state), BATCH)
 
 
-def same(a, b) -> bool:
-    return all(np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
-
-
 def entries(where: Path) -> list:
     return sorted(where.glob("*.lfx"))
 
@@ -118,7 +114,8 @@ def test_hit_skips_passes_and_xla_and_keeps_the_layout(tmp_path):
     assert "xla" in miss.seconds and "simplify" in miss.seconds
     assert set(hit.seconds) == {"trace", "cache"}
     assert hit.results == miss.results and str(hit.traced.module) == str(miss.traced.module)
-    assert same(out_hit, out_miss) and jax.tree_util.tree_leaves(out_hit[1]["grads"]) == []
+    assert_trees_equal(out_hit, out_miss)
+    assert jax.tree_util.tree_leaves(out_hit[1]["grads"]) == []
 
 
 def test_environment_variable_names_the_folder(tmp_path, monkeypatch):
@@ -224,11 +221,13 @@ def test_damaged_entry_warns_once_and_recompiles(tmp_path, damage):
     with pytest.warns(cache.CacheWarning, match="unusable") as caught:
         ex, out = compiled(tmp_path)
     assert len(caught) == 1 and str(path) in str(caught[0].message)
-    assert "xla" in ex.seconds and same(out, reference)
+    assert "xla" in ex.seconds
+    assert_trees_equal(out, reference)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again, out = compiled(tmp_path)      # the entry was rewritten
-    assert "xla" not in again.seconds and same(out, reference)
+    assert "xla" not in again.seconds
+    assert_trees_equal(out, reference)
 
 
 def test_unwritable_folder_warns_and_runs_uncached(tmp_path):
@@ -237,7 +236,8 @@ def test_unwritable_folder_warns_and_runs_uncached(tmp_path):
     _, reference = compiled(None)
     with pytest.warns(cache.CacheWarning, match="running uncached") as caught:
         ex, out = compiled(blocker / "cache")
-    assert len(caught) == 1 and "xla" in ex.seconds and same(out, reference)
+    assert len(caught) == 1 and "xla" in ex.seconds
+    assert_trees_equal(out, reference)
 
 
 def test_concurrent_writers_both_succeed_and_readers_never_see_half_an_entry(tmp_path):

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 import pytest
 
 import loopfuse
 from loopfuse import runtime
-from problems import batch, fresh, init_state, mlp_params, train_step
+from problems import assert_trees_equal, batch, fresh, init_state, mlp_params, train_step
 
 OPTION = "xla_cpu_copy_insertion_use_region_analysis"
 OFF = {OPTION: False}
@@ -29,14 +28,6 @@ OPTIMIZERS = {
     "adam": optax.adam(1e-2),
     "adamw": optax.adamw(1e-2, weight_decay=1e-2),
 }
-
-
-def assert_trees_equal(a, b):
-    la, ta = jax.tree_util.tree_flatten(a)
-    lb, tb = jax.tree_util.tree_flatten(b)
-    assert ta == tb
-    for x, y in zip(la, lb):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_cpu_default_is_region_analysis():

@@ -12,6 +12,7 @@ from loopfuse.pass_manager import make_pass, run_pass
 from loopfuse.passes import FlattenUpdate, PassOptionError
 from loopfuse.trace import trace
 from ir_helpers import interpret, op_counts
+from problems import assert_trees_equal
 
 SHAPES = [(3,), (2, 3), (4, 1, 2), (5,), (1,), (2, 2), (3, 4), (6,), (2, 1), (1, 3, 2),
           (7,), (4, 4), (2, 5), (3, 1), (8,), (1, 1), (2, 2, 2), (9,), (3, 3), (5, 2)]
@@ -54,13 +55,6 @@ def _flat_args(state, batch) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(state) + jax.tree_util.tree_leaves(batch)]
 
 
-def _assert_same_bits(expected: list[np.ndarray], actual: list[np.ndarray]) -> None:
-    assert len(expected) == len(actual)
-    for e, a in zip(expected, actual):
-        assert (e.dtype, e.shape) == (a.dtype, a.shape)
-        assert e.tobytes() == a.tobytes(), (e, a)
-
-
 @pytest.mark.parametrize("make_opt", [lambda: optax.adam(1e-2), lambda: optax.adamw(1e-2, weight_decay=0.1)],
                          ids=["adam", "adamw"])
 def test_optax_step_bits(make_opt):
@@ -81,7 +75,7 @@ def test_optax_step_bits(make_opt):
     for seed in range(3):
         state, batch = _state_and_batch(opt, np.random.default_rng(seed))
         args = _flat_args(state, batch)
-        _assert_same_bits(interpret(before, args), interpret(after, args))
+        assert_trees_equal(interpret(before, args), interpret(after, args))
 
 
 def test_compile_step_matches_jit(tmp_path):

@@ -10,6 +10,7 @@ from loopfuse.mlir_context import parse_module
 from loopfuse.pass_manager import run_pass
 from loopfuse.passes import Simplify
 from ir_helpers import interpret, op_counts
+from problems import assert_trees_equal
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
 
@@ -43,19 +44,12 @@ def _simplified(text: str) -> tuple[ir.Module, ir.Module]:
     return before, after
 
 
-def _assert_same_bits(expected: list[np.ndarray], actual: list[np.ndarray]) -> None:
-    assert len(expected) == len(actual)
-    for e, a in zip(expected, actual):
-        assert (e.dtype, e.shape) == (a.dtype, a.shape)
-        assert e.tobytes() == a.tobytes(), (e, a)
-
-
 def _check(text: str, expected_counts: dict) -> ir.Module:
     before, after = _simplified(text)
     counts = op_counts(after)
     assert {name: counts[name] for name in expected_counts} == expected_counts, str(after)
     args = _random_inputs(before, np.random.default_rng(0))
-    _assert_same_bits(interpret(before, args), interpret(after, args))
+    assert_trees_equal(interpret(before, args), interpret(after, args))
     return after
 
 
@@ -175,4 +169,4 @@ def test_lowered_jax_function():
     counts = op_counts(after)
     assert counts["stablehlo.reshape"] == 1 and counts["stablehlo.transpose"] == 1, str(after)
     assert counts["stablehlo.multiply"] == 0 and counts["stablehlo.broadcast_in_dim"] == 0, str(after)
-    _assert_same_bits([np.asarray(f(x))], interpret(after, [x]))
+    assert_trees_equal([np.asarray(f(x))], interpret(after, [x]))

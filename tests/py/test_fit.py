@@ -11,7 +11,7 @@ import optax
 import pytest
 
 import loopfuse
-from problems import assert_trees_close, batch, fresh, init_state, train_step
+from problems import assert_trees_close, assert_trees_equal, batch, fresh, init_state, train_step
 
 
 def _step(opt):
@@ -110,7 +110,7 @@ def test_an_exception_after_a_chunk_raises_fit_error_with_the_state_reached():
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
     assert result.history["loss"].shape == (30,)
     ref = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 30, chunk=10, progress=False)
-    _assert_bitwise(result.state, ref.state)
+    assert_trees_equal(result.state, ref.state)
     np.testing.assert_array_equal(result.history["loss"], ref.history["loss"])
 
 
@@ -120,14 +120,6 @@ def test_an_exception_before_any_chunk_completes_is_raised_as_is_and_consumes_no
     with pytest.raises(TypeError, match="contracting dimensions"):   # the batch has 3 features, not 4
         loopfuse.fit(_step(opt), state, dict(batch(), x=np.zeros((16, 3), np.float32)), 10, chunk=5, progress=False)
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
-
-
-def _assert_bitwise(a, b):
-    la, ta = jax.tree_util.tree_flatten(a)
-    lb, tb = jax.tree_util.tree_flatten(b)
-    assert ta == tb
-    for x, y in zip(la, lb):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def _slow_step(state, batch):
@@ -165,7 +157,7 @@ def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted
         assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
         if result.steps not in refs:
             refs[result.steps] = run(result.steps, _slow_state()).state if result.steps else _slow_state()
-        _assert_bitwise(result.state, refs[result.steps])
+        assert_trees_equal(result.state, refs[result.steps])
 
 
 def test_a_second_fit_reuses_the_compiled_loops():

@@ -13,7 +13,7 @@ import loopfuse
 from loopfuse.errors import AuxPathError
 from loopfuse.backends import CompiledLoop, CompiledStep, GradOnly
 from loopfuse.solve import minimize
-from problems import batch, fresh, init_state, train_step
+from problems import assert_trees_equal, batch, fresh, init_state, train_step
 
 BACKENDS = [GradOnly(), CompiledStep(), CompiledLoop(steps=8)]
 IDS = ["grad-only", "step", "loop8"]
@@ -50,14 +50,6 @@ def _between(losses, n):
     return float(losses[n - 2] + losses[n - 1]) / 2
 
 
-def _assert_bitwise(a, b):
-    la, ta = jax.tree_util.tree_flatten(a)
-    lb, tb = jax.tree_util.tree_flatten(b)
-    assert ta == tb
-    for x, y in zip(la, lb):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
 # ---- minimize --------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
 def test_minimize_converging_mid_chunk_stops_there_on_every_backend(backend, losses):
@@ -67,7 +59,7 @@ def test_minimize_converging_mid_chunk_stops_there_on_every_backend(backend, los
     np.testing.assert_allclose(s.loss_history, losses[:13], rtol=1e-5)
     plain = _solve(13, backend, stop_on_nonfinite=False)      # the converged step's update is applied
     assert plain.retcode == "max_steps" and plain.steps == 13
-    _assert_bitwise((s.params, s.loss_history), (plain.params, plain.loss_history))
+    assert_trees_equal((s.params, s.loss_history), (plain.params, plain.loss_history))
 
 
 def test_minimize_converging_on_the_last_step_of_a_chunk_runs_no_further_chunk(losses):
@@ -155,7 +147,7 @@ def test_fit_until_stops_mid_chunk_equal_to_the_plain_fit_of_the_steps_run(adam)
     assert seen == [(10, (10,)), (13, (3,))]
     plain = _fit(step, 13, 10)
     assert plain.retcode == "max_steps"
-    _assert_bitwise((result.state, result.history), (plain.state, plain.history))
+    assert_trees_equal((result.state, result.history), (plain.state, plain.history))
 
 
 def test_fit_until_on_the_new_state_at_a_chunk_end_runs_no_further_chunk():
@@ -172,7 +164,7 @@ def test_fit_stop_on_nonfinite(chunk):
     loss = result.history["loss"]
     assert loss.shape == (6,) and np.isinf(loss[-1]) and np.isfinite(loss[:-1]).all()
     plain = _fit(step, 6, chunk, opt)
-    _assert_bitwise((result.state, result.history), (plain.state, plain.history))
+    assert_trees_equal((result.state, result.history), (plain.state, plain.history))
 
 
 @pytest.mark.parametrize("until, returned", [

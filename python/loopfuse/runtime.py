@@ -24,7 +24,12 @@ class MemoryStats:
 
     @classmethod
     def of(cls, executable) -> "MemoryStats":
-        s = executable.get_compiled_memory_stats()
+        return cls.from_analysis(executable.get_compiled_memory_stats())
+
+    @classmethod
+    def from_analysis(cls, s) -> "MemoryStats":
+        """From XLA's ``*_size_in_bytes`` fields (a PJRT executable's compiled memory stats, or
+        ``jax.jit(f).lower(...).compile().memory_analysis()``)."""
         return cls(s.argument_size_in_bytes, s.output_size_in_bytes, s.alias_size_in_bytes, s.temp_size_in_bytes)
 
 

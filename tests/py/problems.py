@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from loopfuse import MemoryStats
+
 
 class Layer(NamedTuple):
     w: jax.Array
@@ -75,3 +77,31 @@ def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
     assert ta == tb, f"tree structures differ: {ta} vs {tb}"
     for x, y in zip(la, lb):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+def adam_mlp_8x1024(with_grads: bool = False):
+    """The memory benchmarks' problem, abstract (to compile, never run): 8 x 1024x1024 tanh layers,
+    Adam, batch 64. Aux is the loss, or ``{"loss", "grads"}`` with `with_grads`."""
+    opt = optax.adam(1e-3)
+
+    def fn(state, b):
+        params, opt_state = state
+
+        def loss(p):
+            h = b["x"]
+            for w in p[:-1]:
+                h = jnp.tanh(h @ w)
+            return jnp.mean((h @ p[-1] - b["y"]) ** 2)
+        value, grads = jax.value_and_grad(loss)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), {"loss": value, "grads": grads} if with_grads else value
+
+    params = [jax.ShapeDtypeStruct((1024, 1024), jnp.float32) for _ in range(8)]
+    state = (params, jax.eval_shape(opt.init, params))
+    b = {"x": jax.ShapeDtypeStruct((64, 1024), jnp.float32), "y": jax.ShapeDtypeStruct((64, 1024), jnp.float32)}
+    return fn, state, b
+
+
+def jit_memory(fn, *args):
+    """The compiled memory of undonated ``jax.jit(fn)`` on `args`, as loopfuse reports its own."""
+    return MemoryStats.from_analysis(jax.jit(fn).lower(*args).compile().memory_analysis())

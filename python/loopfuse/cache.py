@@ -20,7 +20,6 @@ import io
 import json
 import os
 import platform
-import re
 import struct
 import tempfile
 import time
@@ -39,7 +38,6 @@ from . import passes, runtime
 CACHE_ENV = "LOOPFUSE_CACHE_DIR"
 FORMAT = 1
 _MAGIC = b"loopfuse compile cache\n"
-_HOST_CALLBACK = re.compile(r"custom_call @\"?\w*python_\w*callback")
 
 
 class CacheWarning(UserWarning):
@@ -65,11 +63,6 @@ def versions() -> dict:
         version = "unknown"
     return {"format": FORMAT, "jax": jax.__version__, "jaxlib": jaxlib.__version__,
             "loopfuse": version, "loopfuse-sources": sources.hexdigest()[:16]}
-
-
-def has_host_callbacks(text: str) -> bool:
-    """Whether a module calls back into this Python process (such an executable is not cached)."""
-    return _HOST_CALLBACK.search(text) is not None
 
 
 def key(text: str, pipeline: str, devices, options) -> str:
@@ -108,10 +101,8 @@ class Entry:
     options: object                # the xc.CompileOptions it was compiled with
 
     @classmethod
-    def of(cls, where: Path, text: str, pipeline: str, devices, options) -> "Entry | None":
-        """The entry for a program (None when it must not be cached: host callbacks)."""
-        if has_host_callbacks(text):
-            return None
+    def of(cls, where: Path, text: str, pipeline: str, devices, options) -> "Entry":
+        """The entry for a program."""
         return cls(where / f"{key(text, pipeline, devices, options)}.lfx", list(devices), options)
 
     def load(self, context: ir.Context):
@@ -206,8 +197,14 @@ class Lookup:
         where = folder(explicit)
         return cls(where, devices, xla_options) if where is not None else None
 
-    def find(self, module: ir.Module, pipeline: str):
-        """(executable, final module) of traced `module` run through `pipeline`, or None (a miss)."""
+    def find(self, module: ir.Module, pipeline: str, cacheable: bool = True):
+        """(executable, final module) of traced `module` run through `pipeline`, or None (a miss).
+
+        A program that is not `cacheable` (it has host callbacks, which live in the process that
+        traced them) is never looked up nor stored."""
+        if not cacheable:
+            self.entry = self.found = None
+            return None
         t0 = time.perf_counter()
         text = str(module)
         self.entry = Entry.of(self.where, text, pipeline, self.devices, runtime.module_options(text, self.devices, self.xla_options))

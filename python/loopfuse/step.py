@@ -184,7 +184,8 @@ class Step:
         seconds = {"trace": time.perf_counter() - t0}
         specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate)
         root = pipeline.dump_dir(o.dump_ir)
-        hit = cache is not None and cache.find(traced.module, pipeline.pipeline_string(specs))
+        hit = cache is not None and cache.find(traced.module, pipeline.pipeline_string(specs),
+                                               cacheable=not traced.effects.host_callbacks)
         if hit and root is None and stages is None:
             return traced, None, seconds
         dump = None if root is None else pipeline.dump_folder(

@@ -180,15 +180,21 @@ def test_devices_and_shardings_never_share_an_entry(tmp_path):
     assert facts["same_after_hit"]
 
 
-def test_host_callbacks_are_not_cached():
-    def f(x):
+def test_host_callbacks_are_not_cached(tmp_path, capfd):
+    def f(x, b):
         jax.debug.print("x = {}", x)
-        return x + 1
-    text = jax.jit(f).lower(jnp.ones(3)).as_text()
-    d = jax.devices()[:1]
-    assert cache.has_host_callbacks(text)
-    assert cache.Entry.of(Path("unused"), text, "p", d, runtime.compile_options(d, False)) is None
-    assert not cache.has_host_callbacks(jax.jit(lambda x: x + 1).lower(jnp.ones(3)).as_text())
+        return x + b, ()
+    where = tmp_path / "cache"
+    step = loopfuse.compile_step(f, cache_dir=where, dump_ir=tmp_path / "dump")
+    step(jnp.ones(3), jnp.ones(3))
+    jax.effects_barrier()
+    assert "x = [1. 1. 1.]" in capfd.readouterr().out
+    assert not where.exists() or not any(where.iterdir())
+    (note,) = (tmp_path / "dump").glob("*/executable.txt")
+    assert "not cached (the program has host callbacks)" in note.read_text()
+    plain = loopfuse.compile_step(lambda x, b: (x + b, ()), cache_dir=where)
+    plain(jnp.ones(3), jnp.ones(3))
+    assert len(list(where.glob("*"))) == 1      # the same folder does cache a program without callbacks
 
 
 # ---- damaged entries and folders ------------------------------------------------------------

@@ -135,7 +135,30 @@ def _slow_state():
     return (jnp.asarray(rng.normal(size=(128, 128)).astype(np.float32) / 12), jnp.ones((128, 128), jnp.float32))
 
 
-def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted_fit():
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raising KeyboardInterrupt, whatever this process inherited (a shell starts a background
+    job with SIGINT ignored, and Python then leaves it ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("handler, retcode", [(signal.default_int_handler, "interrupted"), (signal.SIG_IGN, "max_steps")])
+def test_sigint_between_chunks_interrupts_unless_the_process_ignores_it(handler, retcode):
+    """The SIGINT is sent by the callback after chunk 2, so it surely lands during the run."""
+    step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
+    kill = lambda done, aux: done == 10 and os.kill(os.getpid(), signal.SIGINT)
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        result = loopfuse.fit(step, _slow_state(), bias, 50, chunk=5, progress=False, callback=kill)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert (result.retcode, result.steps) == (retcode, 10 if retcode == "interrupted" else 50)
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted_fit(sigint_raises):
     """A real SIGINT (os.kill from a timer thread) mostly lands while a chunk runs in XLA."""
     step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
     run = lambda n, state: loopfuse.fit(step, state, bias, n, chunk=5, progress=False)

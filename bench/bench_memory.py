@@ -6,7 +6,8 @@ without loopfuse's copy-free default (XLA copy insertion with region analysis).
 Every figure is from the compiled executables (argument + output - alias + temp), so it is
 deterministic. Rows: the Adam MLPs of bench_loop.py (tiny, medium, large) and the 8-layer
 1024x1024 tanh MLP (batch 64); then the same on 4 CPU devices (a subprocess with
---xla_force_host_platform_device_count=4; loopfuse sharding "data" and "params"). Also: the
+--xla_force_host_platform_device_count=4; loopfuse sharding "data" and "params"; for "data" also
+with XLA's all-reduce combiner back on, which loopfuse turns off for large replicated state). Also: the
 "never materialize all gradients" figure (step temp bytes vs the bytes of all gradients).
 Writes memory.md and memory.json into --out.
 """
@@ -30,6 +31,7 @@ import loopfuse  # noqa: E402
 
 OPTION = "xla_cpu_copy_insertion_use_region_analysis"
 OFF = {OPTION: False}
+COMBINED = {"xla_disable_hlo_passes": ""}  # XLA:CPU's all-reduce combiner back on (see runtime.SPLIT_ALL_REDUCE)
 PROBLEMS = {name: (spec["layers"], spec["batch"]) for name, spec in SIZES.items()}
 PROBLEMS["8x1024"] = ((1024,) * 9, 64)
 TARGET = "8x1024"
@@ -67,7 +69,9 @@ def four_devices(k: int) -> dict:
         state, batch = init_state(layers), make_batch(layers, bsz)
         rows = {}
         for sharding in ("data", "params"):
-            for label, options in (("defaults", None), ("option off", OFF)):
+            variants = (("defaults", None), ("option off", OFF)) + ((("all-reduces combined", COMBINED),)
+                                                                     if sharding == "data" else ())
+            for label, options in variants:
                 step = loopfuse.compile_step(train_step, keep_aux=("loss",), devices=devices, sharding=sharding,
                                              xla_options=options)
                 rows[f"{sharding}: step, {label}"] = step.memory_stats(state, batch)

@@ -184,21 +184,22 @@ def _unpack(data: bytes) -> tuple[bytes, bytes]:
 class Lookup:
     """The cache as one compile sees it: `find` the program's entry, or `store` it once compiled."""
 
-    def __init__(self, where: Path, devices, xla_options=None):
-        self.where, self.devices, self.xla_options = where, list(devices), xla_options
+    def __init__(self, where: Path, devices):
+        self.where, self.devices = where, list(devices)
         self.entry: Entry | None = None
         self.found = None            # (executable, final module) on a hit
         self.seconds = 0.0           # spent keying, loading and storing
 
     @classmethod
-    def of(cls, explicit, devices, xla_options=None) -> "Lookup | None":
+    def of(cls, explicit, devices) -> "Lookup | None":
         """A lookup in the folder `explicit` (else $LOOPFUSE_CACHE_DIR) for programs compiled on
-        `devices` with `xla_options`; None when no folder is set."""
+        `devices`; None when no folder is set."""
         where = folder(explicit)
-        return cls(where, devices, xla_options) if where is not None else None
+        return cls(where, devices) if where is not None else None
 
-    def find(self, module: ir.Module, pipeline: str, cacheable: bool = True):
-        """(executable, final module) of traced `module` run through `pipeline`, or None (a miss).
+    def find(self, module: ir.Module, pipeline: str, xla_options=None, cacheable: bool = True):
+        """(executable, final module) of traced `module` run through `pipeline` and compiled with
+        `xla_options`, or None (a miss).
 
         A program that is not `cacheable` (it has host callbacks, which live in the process that
         traced them) is never looked up nor stored."""
@@ -207,7 +208,7 @@ class Lookup:
             return None
         t0 = time.perf_counter()
         text = str(module)
-        self.entry = Entry.of(self.where, text, pipeline, self.devices, runtime.module_options(text, self.devices, self.xla_options))
+        self.entry = Entry.of(self.where, text, pipeline, self.devices, runtime.module_options(text, self.devices, xla_options))
         self.found = self.entry.load(module.context) if self.entry else None
         self.seconds += time.perf_counter() - t0
         return self.found

@@ -42,6 +42,23 @@ XLA_DEFAULTS = {
     "gpu": {"xla_gpu_copy_insertion_use_region_analysis": True},
 }
 
+# XLA:CPU merges every independent all-reduce of a program into one, whatever their size (XLA:GPU
+# stops at 30 MiB). In a data-parallel step that one collective holds all gradients at once, as
+# operands and as results: 64 MiB of temporaries for 32 MiB of gradients. A program whose
+# replicated state reaches SPLIT_ALL_REDUCE_BYTES is compiled with the combiner off, so each
+# gradient is reduced and applied as soon as it is computed (the same sums, bitwise); a smaller
+# one keeps the single collective, which costs less latency than many small ones.
+SPLIT_ALL_REDUCE = {"cpu": {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}}
+SPLIT_ALL_REDUCE_BYTES = 32 << 20
+
+
+def program_xla_options(platform: str, replicated_state_bytes: int, xla_options=None) -> dict:
+    """The XLA options of one program beyond its platform's `XLA_DEFAULTS`: all-reduces left
+    uncombined when `replicated_state_bytes` (of a program over several devices) reach
+    `SPLIT_ALL_REDUCE_BYTES`, then the caller's `xla_options` over them."""
+    split = SPLIT_ALL_REDUCE.get(platform, {}) if replicated_state_bytes >= SPLIT_ALL_REDUCE_BYTES else {}
+    return {**split, **check_xla_options(xla_options)}
+
 
 def check_xla_options(xla_options) -> dict:
     """`xla_options` (None or a mapping of XLA option name to bool/int/float/str) as a dict."""

@@ -172,7 +172,7 @@ class Step:
         return (s_def, b_def, tuple(map(_aval, leaves)), static_key), leaves
 
     def _lower(self, state, batch, static, stages: dict | None = None, cache: compile_cache.Lookup | None = None):
-        """Trace and run the pipeline: (traced, final MLIR text, seconds per stage).
+        """Trace and run the pipeline: (traced, final MLIR text, seconds per stage, XLA options).
 
         Dumps every stage when a dump folder is set; `stages` (if given) collects their texts. On a
         hit in `cache` (a `cache.Lookup`) the passes are skipped unless dumping and the text is None.
@@ -182,29 +182,41 @@ class Step:
         traced = trace(self.fn, state, batch, static, o.keep_aux, self.placement,
                        stopping.flag(o.until, o.stop_on_nonfinite))
         seconds = {"trace": time.perf_counter() - t0}
+        xla_options = self._xla_options(traced, state)
         specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate)
         root = pipeline.dump_dir(o.dump_ir)
-        hit = cache is not None and cache.find(traced.module, pipeline.pipeline_string(specs),
+        hit = cache is not None and cache.find(traced.module, pipeline.pipeline_string(specs), xla_options,
                                                cacheable=not traced.effects.host_callbacks)
         if hit and root is None and stages is None:
-            return traced, None, seconds
+            return traced, None, seconds, xla_options
         dump = None if root is None else pipeline.dump_folder(
             root, getattr(self.fn, "__name__", "step"), traced.module, specs, (o.device, o.devices, o.xla_options))
         text, timings = pipeline.lower(traced.module, specs, dump=dump, stages=stages,
                                        note=cache.note() if cache is not None else None)
         seconds.update(timings)
-        return traced, text, seconds
+        return traced, text, seconds, xla_options
+
+    def _xla_options(self, traced: Traced, state) -> dict:
+        """The XLA options of `traced`'s program (`runtime.program_xla_options`), given the bytes of
+        floating-point state it replicates over a mesh."""
+        replicated = 0
+        if traced.arg_shardings is not None:
+            for x, s in zip(jax.tree_util.tree_leaves(state), traced.arg_shardings):
+                a = _aval(x)
+                if s.is_fully_replicated and jax.numpy.issubdtype(a.dtype, jax.numpy.floating):
+                    replicated += a.size * a.dtype.itemsize
+        return runtime.program_xla_options(self._devices()[0].platform, replicated, self.options.xla_options)
 
     def _compile(self, state, batch, static) -> Executable:
-        devices = self.placement.devices if self.placement else [self._device()]
-        cache = compile_cache.Lookup.of(self.options.cache_dir, devices, self.options.xla_options)
-        traced, text, seconds = self._lower(state, batch, static, cache=cache)
+        devices = self._devices()
+        cache = compile_cache.Lookup.of(self.options.cache_dir, devices)
+        traced, text, seconds, xla_options = self._lower(state, batch, static, cache=cache)
         if cache is not None and cache.found:
             executable, traced.module = cache.found
         else:
             t0 = time.perf_counter()
             executable = runtime.compile_module(text, devices, host_callbacks=traced.effects.host_callbacks,
-                                                xla_options=self.options.xla_options)
+                                                xla_options=xla_options)
             seconds["xla"] = time.perf_counter() - t0
             if cache is not None:
                 cache.store(executable, traced.module)
@@ -218,6 +230,10 @@ class Step:
 
     def _device(self):
         return self.options.device or jax.devices()[0]
+
+    def _devices(self) -> list:
+        """The devices the program runs on: the mesh's, or the one device."""
+        return self.placement.devices if self.placement else [self._device()]
 
     def compiled(self, state, batch, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached)."""
@@ -269,7 +285,8 @@ class Step:
         keyword arguments are static arguments of the step function (part of the signature).
         The caller's donated state arrays are consumed: use the returned state.
         """
-        batch = self._serve(batch, start)
+        if isinstance(batch, Dataset):
+            batch = self._serve(batch, start)
         names = tuple(static)
         call = self._dispatchers.get(names) or self._dispatcher(names)
         try:

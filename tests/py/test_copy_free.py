@@ -112,3 +112,22 @@ def test_four_devices_bitwise_equal_to_compiled_without_the_option(four_devices,
     assert facts["num_devices"] == 4
     assert facts["state_equal"] and facts["aux_equal"], facts
     assert facts["temp_on"] <= facts["temp_off"], facts
+
+
+def test_large_data_parallel_state_reduces_each_gradient_on_its_own(four_devices):
+    """One all-reduce per gradient: bitwise the combined collective's results, and never all the
+    gradients at once (the combined one holds them twice: operands and results)."""
+    facts = four_devices["split all-reduce"]
+    assert facts["replicated_bytes"] >= runtime.SPLIT_ALL_REDUCE_BYTES
+    assert facts["state_equal"] and facts["aux_equal"], facts
+    assert facts["temp_off"] >= 2 * facts["gradient_bytes"], facts   # combined
+    assert facts["temp_on"] < facts["gradient_bytes"], facts            # split (the default): one layer at a time
+
+
+def test_all_reduces_are_split_only_for_large_replicated_state_on_cpu():
+    split = {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}
+    limit = runtime.SPLIT_ALL_REDUCE_BYTES
+    assert runtime.program_xla_options("cpu", limit) == split
+    assert runtime.program_xla_options("cpu", limit - 1) == {}
+    assert runtime.program_xla_options("gpu", 100 * limit) == {}   # XLA:GPU bounds its combiner itself
+    assert runtime.program_xla_options("cpu", limit, {"xla_disable_hlo_passes": ""}) == {"xla_disable_hlo_passes": ""}

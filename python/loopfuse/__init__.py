@@ -1,12 +1,41 @@
-"""loopfuse: compile the whole optimization step, and the whole inner loop, through MLIR to XLA."""
-from .backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
-from .data import Dataset
-from .errors import DonatedArrayError, FitError, LoopfuseError, StateMismatchError
-from .fit import FitResult, fit
-from .runtime import MemoryStats
-from .solve import Solution, minimize
-from .step import Step, StepOptions, compile_step
+"""loopfuse: compile the whole optimization step, and the whole inner loop, through MLIR to XLA.
 
-__all__ = ["compile_step", "Step", "StepOptions", "fit", "FitResult", "Dataset", "MemoryStats", "minimize", "Solution",
-           "GradOnly", "CompiledStep", "CompiledLoop", "Reverse", "Forward", "LoopfuseError",
-           "StateMismatchError", "DonatedArrayError", "FitError"]
+The public names are imported on first use (PEP 562), so that tools which need only the pass
+library and MLIR (loopfuse-opt) start without importing jax.
+"""
+import importlib
+from typing import TYPE_CHECKING
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "compile_step": "step", "Step": "step", "StepOptions": "step",
+    "fit": "fitting", "FitResult": "fitting",
+    "Dataset": "data",
+    "MemoryStats": "runtime",
+    "minimize": "solve", "Solution": "solve",
+    "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
+    "Forward": "backends",
+    "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
+}
+__all__ = list(_EXPORTS)
+
+if TYPE_CHECKING:
+    from .backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
+    from .data import Dataset
+    from .errors import DonatedArrayError, FitError, LoopfuseError, StateMismatchError
+    from .fitting import FitResult, fit
+    from .runtime import MemoryStats
+    from .solve import Solution, minimize
+    from .step import Step, StepOptions, compile_step
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'loopfuse' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

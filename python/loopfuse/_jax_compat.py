@@ -15,15 +15,22 @@ jaxlib.mlir.dialects.stablehlo.eval_module (the tests' reference interpreter).
 Effects (host callbacks such as ``jax.debug.print``, ordered-effect tokens) have no public route:
 the functions under "effects" below use jax's own private objects, and when those are gone a step
 that has effects is refused with `UnsupportedJaxError` (a step without effects never needs them).
+
+jax itself is imported by the functions that use it, so that making an MLIR context (all that
+loopfuse-opt needs) does not import it.
 """
+from __future__ import annotations
+
 import functools
 import os
 import warnings
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
-import jax
 import numpy as np
 from jaxlib.mlir import ir
+
+if TYPE_CHECKING:
+    import jax
 
 FORCE_ENV = "LOOPFUSE_JAX_COMPAT"
 _SELF_TEST_MODULE = """
@@ -44,6 +51,7 @@ def status() -> dict:
 def result_handler(aval: jax.core.ShapedArray, sharding) -> Callable:
     """A callable turning one executable output's per-device arrays into a global jax Array with
     `sharding` (for ``ExecuteResults.consume_with_handlers``)."""
+    import jax
     make = _array_result_handler()
     if make is not None:
         return make(aval, sharding, committed=True, _skip_checks=True)
@@ -55,6 +63,7 @@ def mlir_context() -> ir.Context:
     loaded; stablehlo/chlo/sdy are loaded by the caller (public bindings)."""
     register = _register_jax_dialects()
     if register is None:
+        import jax.interpreters.mlir
         return jax.interpreters.mlir.make_ir_context()
     return _private_context(register)
 
@@ -101,6 +110,7 @@ def dispatch_flatten(tree) -> tuple[list, Any]:
 def _put(x, sharding, layout):
     """Where the C++ dispatcher cannot place an argument itself (host values on several devices,
     an array on another device count): put it with `sharding`."""
+    import jax
     return jax.device_put(x, sharding)
 
 
@@ -114,6 +124,7 @@ def _detect(feature: str, load: Callable, self_test: Callable):
         self_test(api)
         return api
     except Exception as e:  # missing, renamed or changed in this jax: any failure means the fallback
+        import jax
         warnings.warn(f"loopfuse: {feature} in jax {jax.__version__} failed its self-test "
                       f"({type(e).__name__}: {e}); using the public fallback", stacklevel=3)
         return None
@@ -125,6 +136,7 @@ def _load_array_result_handler():
 
 
 def _test_array_result_handler(make) -> None:
+    import jax
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     data = np.arange(2, dtype=np.float32)
     out = make(jax.core.ShapedArray((2,), np.float32), sharding, committed=True, _skip_checks=True)(
@@ -183,6 +195,7 @@ func.func public @main(%a: tensor<2xf32> {tf.aliasing_output = 0 : i32}, %b: ten
 def _test_cpp_dispatch(api) -> None:
     """A donating executable run through the dispatcher: one cache miss, then C++ calls that
     consume the donated argument, put a host scalar, and rebuild the output pytree."""
+    import jax
     import jax.extend.backend as jeb
     pjit, cache_type, registry = api
     device = jax.devices()[0]
@@ -247,6 +260,7 @@ def runtime_tokens():
 
 def effect_token(bufs):
     """One effect's output token buffers (one per device) as a jax Token."""
+    import jax
     try:
         from jax._src.core import Token
     except ImportError as e:

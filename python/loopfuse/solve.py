@@ -14,7 +14,7 @@ from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
 from .chunks import Stop, chunk_sizes, drive
 from .data import Dataset
-from .fit import LoopChunks, aux_structure, check_checkpoint_options
+from .fitting import LoopChunks, aux_structure, check_checkpoint_options
 from .step import compile_step
 
 RETCODES = {"until": "converged", "max_steps": "max_steps", "non_finite": "non_finite"}   # the driver's: minimize's

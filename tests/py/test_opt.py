@@ -164,3 +164,12 @@ def test_reproducer_replays_loopfuse_and_allowlisted_upstream_passes(tmp_path, c
     code, out, err = opt_in_process(capsys, monkeypatch, "--reproducer", str(repro))
     assert code == 0, err
     assert "tf.aliasing_output = 0" in out and "cosine" not in out
+
+
+def test_loopfuse_opt_runs_without_importing_jax(module_file):
+    """The tool needs only the pass library and MLIR: it starts in a fraction of jax's import time."""
+    code = ("import sys\nfrom loopfuse.opt import main\n"
+            f"assert main(['--simplify', {str(module_file)!r}]) == 0\n"
+            "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if m.startswith('jax.'))[:5]\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]

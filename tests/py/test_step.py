@@ -259,20 +259,3 @@ def test_one_buffer_behind_two_state_leaves_is_donated_safely(devices):
         out, _ = step(state, 1.0)
         for leaf in jax.tree_util.tree_leaves(out):
             np.testing.assert_array_equal(leaf, 2 * np.ones(3))
-
-
-def test_threads_calling_a_new_signature_compile_it_once():
-    import threading
-    step = loopfuse.compile_step(_add_batch, donate=False)
-    barrier, outs = threading.Barrier(4), []
-
-    def call():
-        barrier.wait()
-        outs.append(step(jnp.ones(3), 1.0)[0])
-    threads = [threading.Thread(target=call) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert len(outs) == 4 and all(np.array_equal(o, 2 * np.ones(3)) for o in outs)
-    assert step.compile_count == 1

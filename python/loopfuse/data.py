@@ -109,7 +109,7 @@ class _Ordered(Dataset):
         nb = self.batches_per_epoch
         row = (step // nb) % self.orders.shape[0]
         rows = jax.lax.dynamic_slice(self.orders, (row, (step % nb) * self.batch_size), (1, self.batch_size))[0]
-        return jax.tree_util.tree_map(lambda a: jnp.take(a, rows, axis=0), self.arrays)
+        return jax.tree_util.tree_map(lambda a: jnp.take(a, rows, axis=0, mode="clip"), self.arrays)
 
 
 def epoch_order(key, epoch: int, n: int) -> np.ndarray:

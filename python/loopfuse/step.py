@@ -235,9 +235,9 @@ class Step:
         """The devices the program runs on: the mesh's, or the one device."""
         return self.placement.devices if self.placement else [self._device()]
 
-    def compiled(self, state, batch, **static) -> Executable:
-        """The executable for this signature (compiled on first use, then cached)."""
-        batch = self._serve(batch)
+    def compiled(self, state, batch, *, start: int = 0, **static) -> Executable:
+        """The executable for this signature (compiled on first use, then cached); `start` as in `__call__`."""
+        batch = self._serve(batch, start)
         key, _ = self._signature(state, batch, static)
         return self._executable(key, state, batch, static)
 
@@ -255,18 +255,18 @@ class Step:
                 self._compiling.pop(key, None)
         return entry
 
-    def lower(self, state, batch, **static) -> dict[str, str]:
+    def lower(self, state, batch, *, start: int = 0, **static) -> dict[str, str]:
         """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}.
 
         Traces and runs the passes only; XLA is not invoked and nothing is cached.
         """
         stages: dict[str, str] = {}
-        self._lower(state, self._serve(batch), static, stages)
+        self._lower(state, self._serve(batch, start), static, stages)
         return stages
 
-    def memory_stats(self, state, batch, **static) -> runtime.MemoryStats:
+    def memory_stats(self, state, batch, *, start: int = 0, **static) -> runtime.MemoryStats:
         """Argument/output/alias/temp bytes of the compiled executable for this signature."""
-        return self.compiled(state, batch, **static).memory
+        return self.compiled(state, batch, start=start, **static).memory
 
     def _serve(self, batch, start: int = 0):
         """A `Dataset` as the executable takes it (`Dataset.served`); other batches as they are."""

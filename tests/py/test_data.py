@@ -94,3 +94,15 @@ def test_host_order_falls_back_to_jax_when_it_stops_matching(monkeypatch):
     with pytest.warns(UserWarning, match="no longer matches"):
         np.testing.assert_array_equal(data.epoch_order(key, 0, n), reference[0])
     np.testing.assert_array_equal(data.epoch_order(key, 1, n), reference[1])  # decided once, no second warning
+
+
+def test_inspection_takes_start_like_a_call_and_never_passes_it_to_the_step():
+    ds = Dataset(arrays(), batch_size=BS, key=jax.random.key(2))
+    step = compile_step(rows_step).loop(2)
+    state = {"n": jnp.zeros((), jnp.int32)}
+    executable = step.compiled(state, ds, start=5)
+    assert "final" in step.lower(state, ds, start=5)
+    assert step.memory_stats(state, ds, start=5) == executable.memory
+    _, aux = step(state, ds, start=5)
+    assert step.compile_count == 1  # the call runs the executable `compiled` built
+    np.testing.assert_array_equal(np.asarray(aux["rows"]).reshape(2, BS), documented_rows(ds.key, range(5, 7)))

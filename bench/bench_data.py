@@ -94,19 +94,19 @@ def main() -> None:
                               cpu_vs_unshuffled=statistics.median(
                                   a / b for a, b in zip(cpu_rates[v], cpu_rates[base[v]])))
                       for v, x in rates.items()}
-        order_cpu_s = epoch_order_cpu_seconds(n)
-        md += [f"### {size} (batch {BATCH}: {n // BATCH:,} steps per epoch; {steps:,} steps per round)", "",
-               "| Dataset | steps/s (median) | rounds min-max | vs unshuffled | steps per CPU s | vs unshuffled (CPU) | target (CPU) |",
-               "|---|---:|---:|---:|---:|---:|---|"]
-        md += [f"| {v} | {r['steps_per_s']:,.0f} | {min(r['rounds']):,.0f}-{max(r['rounds']):,.0f} | "
-               f"{r['vs_unshuffled']:.2f}x | {r['steps_per_cpu_s']:,.0f} | {r['cpu_vs_unshuffled']:.2f}x | "
-               + ("" if v.endswith("unshuffled") else
-                  f"{'PASS' if r['cpu_vs_unshuffled'] >= TARGET else 'MISS'} (>= {TARGET}x)")
-               + " |" for v, r in rows[size].items()]
-        md += ["", f"One epoch's order (`loopfuse.data.epoch_order`, {n:,} examples): {order_cpu_s:.3f} CPU s, "
-               f"{order_cpu_s / (n // BATCH) * 1e6:.1f} CPU us per step of that epoch.", ""]
-        print("\n".join(md[-len(variants) - 7:]), flush=True)
-        orders[size] = order_cpu_s
+        orders[size] = order_cpu_s = epoch_order_cpu_seconds(n)
+        section = [f"### {size} (batch {BATCH}: {n // BATCH:,} steps per epoch; {steps:,} steps per round)", "",
+                   "| Dataset | steps/s (median) | rounds min-max | vs unshuffled | steps per CPU s | vs unshuffled (CPU) | target (CPU) |",
+                   "|---|---:|---:|---:|---:|---:|---|"]
+        section += [f"| {v} | {r['steps_per_s']:,.0f} | {min(r['rounds']):,.0f}-{max(r['rounds']):,.0f} | "
+                    f"{r['vs_unshuffled']:.2f}x | {r['steps_per_cpu_s']:,.0f} | {r['cpu_vs_unshuffled']:.2f}x | "
+                    + ("" if v.endswith("unshuffled") else
+                       f"{'PASS' if r['cpu_vs_unshuffled'] >= TARGET else 'MISS'} (>= {TARGET}x)")
+                    + " |" for v, r in rows[size].items()]
+        section += ["", f"One epoch's order (`loopfuse.data.epoch_order`, {n:,} examples): {order_cpu_s:.3f} CPU s, "
+                    f"{order_cpu_s / (n // BATCH) * 1e6:.1f} CPU us per step of that epoch.", ""]
+        print("\n".join(section), flush=True)
+        md += section
     ns.out.mkdir(parents=True, exist_ok=True)
     (ns.out / "data.md").write_text("\n".join(md) + "\n")
     (ns.out / "data.json").write_text(json.dumps(dict(variants=rows, epoch_order_cpu_s=orders), indent=2))

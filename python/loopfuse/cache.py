@@ -22,7 +22,6 @@ import os
 import platform
 import struct
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
@@ -33,7 +32,7 @@ import jax.extend.backend as jeb
 import jaxlib
 from jaxlib.mlir import ir
 
-from . import passes, runtime
+from . import passes
 
 CACHE_ENV = "LOOPFUSE_CACHE_DIR"
 FORMAT = 1
@@ -181,49 +180,8 @@ def _unpack(data: bytes) -> tuple[bytes, bytes]:
     return payload[:sizes[0]], payload[sizes[0]:]
 
 
-class Lookup:
-    """The cache as one compile sees it: `find` the program's entry, or `store` it once compiled."""
-
-    def __init__(self, where: Path, devices):
-        self.where, self.devices = where, list(devices)
-        self.entry: Entry | None = None
-        self.found = None            # (executable, final module) on a hit
-        self.seconds = 0.0           # spent keying, loading and storing
-
-    @classmethod
-    def of(cls, explicit, devices) -> "Lookup | None":
-        """A lookup in the folder `explicit` (else $LOOPFUSE_CACHE_DIR) for programs compiled on
-        `devices`; None when no folder is set."""
-        where = folder(explicit)
-        return cls(where, devices) if where is not None else None
-
-    def find(self, module: ir.Module, pipeline: str, xla_options=None, cacheable: bool = True):
-        """(executable, final module) of traced `module` run through `pipeline` and compiled with
-        `xla_options`, or None (a miss).
-
-        A program that is not `cacheable` (it has host callbacks, which live in the process that
-        traced them) is never looked up nor stored."""
-        if not cacheable:
-            self.entry = self.found = None
-            return None
-        t0 = time.perf_counter()
-        text = str(module)
-        self.entry = Entry.of(self.where, text, pipeline, self.devices, runtime.module_options(text, self.devices, xla_options))
-        self.found = self.entry.load(module.context) if self.entry else None
-        self.seconds += time.perf_counter() - t0
-        return self.found
-
-    def store(self, executable, module: ir.Module) -> None:
-        """Write the compiled program's entry (nothing for a program that is not cached)."""
-        t0 = time.perf_counter()
-        if self.entry is not None:
-            self.entry.store(executable, module)
-        self.seconds += time.perf_counter() - t0
-
-    def note(self) -> str:
-        """Where the executable came from, for the IR dump."""
-        if self.entry is None:
-            return "compiled by XLA; not cached (the program has host callbacks)\n"
-        if self.found:
-            return f"loaded from the compile cache ({self.entry.path}); XLA did not run\n"
-        return f"compiled by XLA and stored in the compile cache ({self.entry.path})\n"
+def entry(explicit, text: str, pipeline: str, devices, options) -> Entry | None:
+    """The entry of traced module `text` run through `pipeline` and compiled with `options` on
+    `devices`, in the folder `explicit` (else $LOOPFUSE_CACHE_DIR); None when no folder is set."""
+    where = folder(explicit)
+    return None if where is None else Entry.of(where, text, pipeline, devices, options)

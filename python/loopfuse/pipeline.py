@@ -22,7 +22,7 @@ from .passes import AliasState, DropUnusedOutputs, WrapLoop
 from .passes.vocabulary import FINAL_STAGE, PIPELINE_HEADER, TRACED_STAGE, after_pass_stage
 
 DUMP_ENV = "LOOPFUSE_DUMP_IR"
-DEFAULT_PASSES = ("simplify",)
+DEFAULT_PASSES: tuple = ()
 
 
 def build(passes=None, *, steps: int | None = None, donate: bool = True) -> list[Pass]:

@@ -1,12 +1,16 @@
 """PJRT runtime: compile a StableHLO module with jaxlib's client and run it on device arrays."""
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping
 
 import jax
 import jax.extend.backend as jeb
 import numpy as np
+from jaxlib.mlir import ir
 
 from . import _jax_compat
 from .mlir_context import parse_module
+from .passes import control_flow
 
 
 @dataclass(frozen=True)
@@ -33,14 +37,13 @@ class MemoryStats:
         return cls(s.argument_size_in_bytes, s.output_size_in_bytes, s.alias_size_in_bytes, s.temp_size_in_bytes)
 
 
-# XLA options loopfuse sets on each executable it compiles, per device platform (`Device.platform`).
 # Copy insertion with region analysis sees that a while loop overwrites each carried state buffer
 # only after its last read, so a K-step loop updates parameters and optimizer moments in place
-# instead of copying every one the backward pass reads at the top of each iteration.
-XLA_DEFAULTS = {
-    "cpu": {"xla_cpu_copy_insertion_use_region_analysis": True},
-    "gpu": {"xla_gpu_copy_insertion_use_region_analysis": True},
-}
+# instead of copying every one the backward pass reads at the top of each iteration. The option is
+# exact on straight-line steps and wrap-loop's loop around them, but it changes the results of
+# programs with loops and conditionals of their own (diffrax's ODE solves), so `program_options`
+# turns it on only for programs without them (see `passes.control_flow`).
+COPY_FREE = {"cpu": "xla_cpu_copy_insertion_use_region_analysis", "gpu": "xla_gpu_copy_insertion_use_region_analysis"}
 
 # XLA:CPU merges every independent all-reduce of a program into one, whatever their size (XLA:GPU
 # stops at 30 MiB). In a data-parallel step that one collective holds all gradients at once, as
@@ -52,65 +55,112 @@ SPLIT_ALL_REDUCE = {"cpu": {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}
 SPLIT_ALL_REDUCE_BYTES = 32 << 20
 
 
-def program_xla_options(platform: str, replicated_state_bytes: int, xla_options=None) -> dict:
-    """The XLA options of one program beyond its platform's `XLA_DEFAULTS`: all-reduces left
-    uncombined when `replicated_state_bytes` (of a program over several devices) reach
-    `SPLIT_ALL_REDUCE_BYTES`, then the caller's `xla_options` over them."""
-    split = SPLIT_ALL_REDUCE.get(platform, {}) if replicated_state_bytes >= SPLIT_ALL_REDUCE_BYTES else {}
-    return {**split, **check_xla_options(xla_options)}
+@dataclass(frozen=True)
+class ProgramOptions:
+    """The XLA options one program is compiled with (only those loopfuse or the caller set; XLA's
+    defaults otherwise) and one line per decision saying why."""
+
+    values: Mapping[str, Any]
+    reasons: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return "".join(f"{line}\n" for line in self.reasons)
+
+
+def program_options(module: ir.Module, platform: str, replicated_state_bytes: int = 0,
+                    xla_options=None) -> ProgramOptions:
+    """The XLA options of `module` on `platform`: the only place they are decided.
+
+    - the copy-free loop carry (`COPY_FREE`) when the module has no control flow of its own;
+    - all-reduces left uncombined when the floating-point state a mesh replicates reaches
+      `SPLIT_ALL_REDUCE_BYTES`;
+    - then the caller's `xla_options` over both (a value of None removes an option).
+
+    Examples:
+        >>> from loopfuse.mlir_context import parse_module
+        >>> m = parse_module("func.func @main(%x: tensor<f32>) -> tensor<f32> { return %x : tensor<f32> }")
+        >>> dict(program_options(m, "cpu").values)
+        {'xla_cpu_copy_insertion_use_region_analysis': True}
+        >>> dict(program_options(m, "cpu", xla_options={COPY_FREE["cpu"]: None}).values)
+        {}
+    """
+    values: dict[str, Any] = {}
+    reasons = []
+    flag = COPY_FREE.get(platform)
+    if flag is not None:
+        own = control_flow.own_control_flow(module.operation)
+        if own:
+            reasons.append(f"{flag}: off, the program has control flow of its own ({control_flow.describe(own[0])}"
+                           f"{f' and {len(own) - 1} more' if len(own) > 1 else ''}), where XLA's region analysis "
+                           "can change results")
+        else:
+            values[flag] = True
+            reasons.append(f"{flag}: on (copy-free loop carry), the program has no control flow besides wrap-loop's loop")
+    if replicated_state_bytes >= SPLIT_ALL_REDUCE_BYTES and platform in SPLIT_ALL_REDUCE:
+        values.update(SPLIT_ALL_REDUCE[platform])
+        reasons.append(f"{SPLIT_ALL_REDUCE[platform]}: each gradient reduced on its own, the mesh replicates "
+                       f"{replicated_state_bytes / 2**20:.1f} MiB of floating-point state")
+    for name, value in check_xla_options(xla_options).items():
+        if value is None:
+            values.pop(name, None)
+            reasons.append(f"{name}: not set (xla_options)")
+        else:
+            values[name] = value
+            reasons.append(f"{name}={value!r} (xla_options)")
+    return ProgramOptions(MappingProxyType(dict(sorted(values.items()))), tuple(reasons))
 
 
 def check_xla_options(xla_options) -> dict:
-    """`xla_options` (None or a mapping of XLA option name to bool/int/float/str) as a dict."""
+    """`xla_options` (None or a mapping of XLA option name to bool/int/float/str, or None to leave an
+    option unset) as a dict."""
     if xla_options is None:
         return {}
     if not hasattr(xla_options, "items"):
         raise TypeError(f"xla_options must be a mapping of XLA option names to values, got {xla_options!r}")
     for name, value in xla_options.items():
-        if not isinstance(name, str) or not isinstance(value, (bool, int, float, str)):
+        if not isinstance(name, str) or not (value is None or isinstance(value, (bool, int, float, str))):
             raise TypeError(f"xla_options[{name!r}] = {value!r}: names must be str and values bool, int, "
-                            "float or str")
+                            "float, str, or None (leave the option unset)")
     return dict(xla_options)
 
 
-def compile_options(devices, shardy: bool, xla_options=None):
-    """SPMD options over `devices` (one partition per device), as jax.jit builds them, with
-    loopfuse's XLA options for their platform and `xla_options` merged over them."""
+def uses_shardy(module: ir.Module) -> bool:
+    """Whether the module is partitioned with Shardy (it declares an ``sdy.mesh``)."""
+    return any(op.operation.name == "sdy.mesh" for op in module.body.operations)
+
+
+def compile_options(devices, values: Mapping[str, Any], *, shardy: bool):
+    """SPMD options over `devices` (one partition per device), as jax.jit builds them, with the XLA
+    option `values` (from `program_options`)."""
     n = len(devices)
-    overrides = {**XLA_DEFAULTS.get(devices[0].platform, {}), **check_xla_options(xla_options)}
     opts = jeb.get_compile_options(num_replicas=1, num_partitions=n,
                                    device_assignment=np.array([[d.id for d in devices]]),
-                                   env_options_overrides=dict(sorted(overrides.items())))
+                                   env_options_overrides=dict(values))
     build = opts.executable_build_options
     build.use_spmd_partitioning = n > 1
     build.use_shardy_partitioner = shardy
     return opts
 
 
-def module_options(text: str, devices, xla_options=None):
-    """The compile options of MLIR `text` on `devices` (what `compile_module` compiles with)."""
-    return compile_options(devices, shardy="sdy.mesh" in text, xla_options=xla_options)
-
-
-def compile_module(text: str, devices, *, host_callbacks=(), xla_options=None):
-    """Compile MLIR text for `devices` (one device, or an SPMD mesh of several): a LoadedExecutable.
+def compile_module(text: str, devices, options, *, host_callbacks=()):
+    """Compile MLIR text for `devices` (one device, or an SPMD mesh of several) with the compile
+    `options` (`compile_options`): a LoadedExecutable.
 
     `host_callbacks` are the Python callbacks the module's callback custom calls index into (from
-    jax's lowering); the caller keeps them alive as long as the executable. `xla_options` override
-    loopfuse's per-platform XLA options (`XLA_DEFAULTS`).
+    jax's lowering); the caller keeps them alive as long as the executable.
     """
     backend = jeb.get_backend(devices[0].platform)
-    opts = module_options(text, devices, xla_options)
     try:
         if host_callbacks:  # only the ir.Module overload takes callbacks
-            return backend.compile_and_load(parse_module(text), _jax_compat.device_list(devices), opts,
+            return backend.compile_and_load(parse_module(text), _jax_compat.device_list(devices), options,
                                             host_callbacks=list(host_callbacks))
-        return backend.compile_and_load(text, list(devices), opts)
+        return backend.compile_and_load(text, list(devices), options)
     except jax.errors.JaxRuntimeError as e:
         if "compile option" not in str(e) and "While setting option" not in str(e):
             raise
-        raise ValueError(f"xla_options {xla_options!r}: {str(e).removeprefix('INVALID_ARGUMENT: ')} (names are "
-                         f"XLA DebugOptions fields, e.g. {XLA_DEFAULTS})") from None
+        overrides = dict(options.env_option_overrides)
+        raise ValueError(f"XLA options {overrides}: {str(e).removeprefix('INVALID_ARGUMENT: ')} (names are "
+                         f"XLA DebugOptions fields, e.g. {COPY_FREE['cpu']!r})") from None
 
 
 def result_handlers(outputs) -> list:

@@ -2,30 +2,28 @@
 import inspect
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
-from jaxlib.mlir import ir
 
 from . import cache as compile_cache, dispatch, pipeline, runtime, stopping, validate
 from .data import Dataset
 from .errors import DonatedArrayError
-from .passes._func import main_func, result_attrs
+from .executable import Executable
 from .sharding import Placement
-from .passes.vocabulary import RESULT, STEPS_RUN
-from .trace import Traced, is_key, is_weak, trace, wrap_keys
+from .trace import Traced, is_weak, trace
 
 
 @dataclass(frozen=True)
 class StepOptions:
     """Everything that changes the compiled program (each field as in `compile_step`).
 
-    `xla_options`: XLA compile options (``{"xla_...": value}``) merged over loopfuse's per-platform
-    defaults (`runtime.XLA_DEFAULTS`).
+    `xla_options`: XLA compile options (``{"xla_...": value}``, None leaves one unset) merged over the
+    options loopfuse decides per program (`runtime.program_options`).
     """
 
     donate: bool = True
@@ -56,74 +54,6 @@ class StepOptions:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.xla_options is not None:
             object.__setattr__(self, "xla_options", MappingProxyType(runtime.check_xla_options(self.xla_options)))
-
-
-@dataclass
-class Executable:
-    """One executable for one abstract signature and its calling convention: flat leaves in
-    (placed, keys as raw data, no buffer donated twice), pytrees out."""
-
-    traced: Traced
-    executable: Any
-    results: list                  # flat output index of each executable result
-    handlers: list                 # result handler of each executable result (makes the jax Array)
-    arg_targets: list              # sharding of each executable argument
-    key_args: list                 # argument positions that hold typed PRNG keys (passed as raw data)
-    donate: bool
-    seconds: dict = field(default_factory=dict)    # trace / each pass / xla
-
-    @classmethod
-    def build(cls, traced: Traced, executable, leaves, placement, device, donate: bool, seconds) -> "Executable":
-        """The calling convention of `executable` compiled from `traced` for the flat input `leaves`:
-        which flat output each result is, where results land, where arguments must be."""
-        with traced.module.context:
-            main = main_func(traced.module.operation)
-            tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
-            results = [ir.IntegerAttr(a[RESULT]).value for a, _ in tagged]  # effect tokens have no RESULT
-            specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else traced.out_specs[j]
-                     for j, (a, _) in zip(results, tagged)]
-            shapes = [tuple(ir.RankedTensorType(t).shape) for _, t in tagged]
-            n_args = len(main.type.inputs) - len(traced.effects.ordered)
-        if traced.arg_shardings is None:
-            single = jax.sharding.SingleDeviceSharding(device)
-            arg_targets, out_shardings = [single] * n_args, [single] * len(results)
-        else:
-            n_state = len(traced.state_paths)
-            arg_targets = traced.arg_shardings
-            out_shardings = [arg_targets[j] if j < n_state else placement.replicated for j in results]
-        handlers = runtime.result_handlers(
-            [(s, spec.dtype, spec.weak_type, sh) for spec, s, sh in zip(specs, shapes, out_shardings)])
-        key_args = [i for i, x in enumerate(leaves) if is_key(x)]
-        return cls(traced, executable, results, handlers, arg_targets, key_args, donate, seconds)
-
-    @property
-    def memory(self) -> runtime.MemoryStats:
-        return runtime.MemoryStats.of(self.executable)
-
-    def __call__(self, leaves: list, start: int = 0):
-        """Run on the flat state+batch `leaves`; returns ``(new_state, aux)`` (and the steps run, for
-        a loop that can stop early)."""
-        outs = runtime.execute(self.executable, self._arguments(leaves, start), self.handlers, self.traced.effects)
-        return self._unflatten(outs)
-
-    def _arguments(self, leaves, start) -> list:
-        args = leaves + [np.int32(start)] if self.traced.has_step_index else list(leaves)
-        for i in self.key_args:
-            args[i] = jax.random.key_data(args[i])
-        args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(args, self.arg_targets)]
-        if self.donate and len(set(map(id, leaves))) < len(leaves):
-            _unshare(args, leaves)
-        return args
-
-    def _unflatten(self, outs):
-        t = self.traced
-        n_state = len(t.state_paths)
-        n_out = n_state + len(t.aux_paths)
-        flat = [None] * (n_out + t.stops)
-        for j, value in zip(self.results, outs):
-            flat[j] = value
-        return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.state_keys)),
-                jax.tree_util.tree_unflatten(t.aux_def, wrap_keys(flat[n_state:n_out], t.aux_keys)), *flat[n_out:])
 
 
 class Step:
@@ -171,33 +101,12 @@ class Step:
             raise TypeError(f"static keyword arguments must be hashable: {e}") from None
         return (s_def, b_def, tuple(map(_aval, leaves)), static_key), leaves
 
-    def _lower(self, state, batch, static, stages: dict | None = None, cache: compile_cache.Lookup | None = None):
-        """Trace and run the pipeline: (traced, final MLIR text, seconds per stage, XLA options).
-
-        Dumps every stage when a dump folder is set; `stages` (if given) collects their texts. On a
-        hit in `cache` (a `cache.Lookup`) the passes are skipped unless dumping and the text is None.
-        """
+    def _trace(self, state, batch, static) -> Traced:
         o = self.options
-        t0 = time.perf_counter()
-        traced = trace(self.fn, state, batch, static, o.keep_aux, self.placement,
-                       stopping.flag(o.until, o.stop_on_nonfinite))
-        seconds = {"trace": time.perf_counter() - t0}
-        xla_options = self._xla_options(traced, state)
-        specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate)
-        root = pipeline.dump_dir(o.dump_ir)
-        hit = cache is not None and cache.find(traced.module, pipeline.pipeline_string(specs), xla_options,
-                                               cacheable=not traced.effects.host_callbacks)
-        if hit and root is None and stages is None:
-            return traced, None, seconds, xla_options
-        dump = None if root is None else pipeline.dump_folder(
-            root, getattr(self.fn, "__name__", "step"), traced.module, specs, (o.device, o.devices, o.xla_options))
-        text, timings = pipeline.lower(traced.module, specs, dump=dump, stages=stages,
-                                       note=cache.note() if cache is not None else None)
-        seconds.update(timings)
-        return traced, text, seconds, xla_options
+        return trace(self.fn, state, batch, static, o.keep_aux, self.placement, stopping.flag(o.until, o.stop_on_nonfinite))
 
-    def _xla_options(self, traced: Traced, state) -> dict:
-        """The XLA options of `traced`'s program (`runtime.program_xla_options`), given the bytes of
+    def _program(self, traced: Traced, state) -> runtime.ProgramOptions:
+        """The XLA options of `traced`'s program (`runtime.program_options`), given the bytes of
         floating-point state it replicates over a mesh."""
         replicated = 0
         if traced.arg_shardings is not None:
@@ -205,28 +114,50 @@ class Step:
                 a = _aval(x)
                 if s.is_fully_replicated and jax.numpy.issubdtype(a.dtype, jax.numpy.floating):
                     replicated += a.size * a.dtype.itemsize
-        return runtime.program_xla_options(self._devices()[0].platform, replicated, self.options.xla_options)
+        return runtime.program_options(traced.module, self._devices()[0].platform, replicated, self.options.xla_options)
+
+    def _dump_folder(self, traced: Traced, specs) -> Path | None:
+        o = self.options
+        root = pipeline.dump_dir(o.dump_ir)
+        return None if root is None else pipeline.dump_folder(
+            root, getattr(self.fn, "__name__", "step"), traced.module, specs, (o.device, o.devices, o.xla_options))
 
     def _compile(self, state, batch, static) -> Executable:
-        devices = self._devices()
-        cache = compile_cache.Lookup.of(self.options.cache_dir, devices)
-        traced, text, seconds, xla_options = self._lower(state, batch, static, cache=cache)
-        if cache is not None and cache.found:
-            executable, traced.module = cache.found
+        """Trace, decide the XLA options, then load the executable from the compile cache or run the
+        passes and XLA (and store it)."""
+        o, devices = self.options, self._devices()
+        t0 = time.perf_counter()
+        traced = self._trace(state, batch, static)
+        seconds = {"trace": time.perf_counter() - t0}
+        program = self._program(traced, state)
+        options = runtime.compile_options(devices, program.values, shardy=runtime.uses_shardy(traced.module))
+        specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate)
+        t0 = time.perf_counter()
+        entry = None if traced.effects.host_callbacks else compile_cache.entry(
+            o.cache_dir, str(traced.module), pipeline.pipeline_string(specs), devices, options)
+        loaded = entry.load(traced.module.context) if entry is not None else None
+        cache_seconds = time.perf_counter() - t0
+        dump = self._dump_folder(traced, specs)
+        if loaded is None or dump is not None:
+            note = _origin(entry, loaded, compile_cache.folder(o.cache_dir) is not None) + str(program)
+            text, timings = pipeline.lower(traced.module, specs, dump=dump, note=note)
+            seconds.update(timings)
+        if loaded is not None:
+            executable, traced.module = loaded
         else:
             t0 = time.perf_counter()
-            executable = runtime.compile_module(text, devices, host_callbacks=traced.effects.host_callbacks,
-                                                xla_options=xla_options)
+            executable = runtime.compile_module(text, devices, options, host_callbacks=traced.effects.host_callbacks)
             seconds["xla"] = time.perf_counter() - t0
-            if cache is not None:
-                cache.store(executable, traced.module)
-        if cache is not None:
-            seconds["cache"] = cache.seconds
+            if entry is not None:
+                t0 = time.perf_counter()
+                entry.store(executable, traced.module)
+                cache_seconds += time.perf_counter() - t0
+        if compile_cache.folder(o.cache_dir) is not None:
+            seconds["cache"] = cache_seconds
         with self._lock:
             self.compile_count += 1
         leaves = jax.tree_util.tree_leaves((state, batch))
-        return Executable.build(traced, executable, leaves, self.placement, self._device(), self.options.donate,
-                                seconds)
+        return Executable.build(traced, executable, leaves, self.placement, self._device(), o.donate, program, seconds)
 
     def _device(self):
         return self.options.device or jax.devices()[0]
@@ -260,8 +191,10 @@ class Step:
 
         Traces and runs the passes only; XLA is not invoked and nothing is cached.
         """
+        traced = self._trace(state, self._serve(batch, start), static)
+        specs = pipeline.build(self.options.passes, steps=self.options.steps, donate=self.options.donate)
         stages: dict[str, str] = {}
-        self._lower(state, self._serve(batch, start), static, stages)
+        pipeline.lower(traced.module, specs, dump=self._dump_folder(traced, specs), stages=stages)
         return stages
 
     def memory_stats(self, state, batch, *, start: int = 0, **static) -> runtime.MemoryStats:
@@ -321,6 +254,15 @@ class Step:
         return executable(leaves, start), executable
 
 
+def _origin(entry: compile_cache.Entry | None, loaded, cache_set: bool) -> str:
+    """Where the executable comes from, for the IR dump's executable.txt."""
+    if loaded is not None:
+        return f"loaded from the compile cache ({entry.path}); XLA did not run\n"
+    if entry is not None:
+        return f"compiled by XLA and stored in the compile cache ({entry.path})\n"
+    return "compiled by XLA; not cached (the program has host callbacks)\n" if cache_set else "compiled by XLA\n"
+
+
 def _check_start_is_free(fn: Callable) -> None:
     """Raise TypeError when `fn` takes a keyword argument named `start` (reserved by `Step.__call__`)."""
     try:
@@ -332,16 +274,6 @@ def _check_start_is_free(fn: Callable) -> None:
         raise TypeError(
             f"{getattr(fn, '__name__', fn)!r} takes an argument named 'start', which loopfuse reserves for the "
             "step index of a Dataset batch (step(state, batch, start=i)) and would never pass to it; rename it")
-
-
-def _unshare(args: list, leaves: list) -> None:
-    """Copy, in place, each argument whose leaf is an array an earlier leaf already is: one buffer
-    passed as two leaves cannot be donated twice (even when placing it made two Array objects)."""
-    seen = set()
-    for i, x in enumerate(leaves):
-        if id(x) in seen:
-            args[i] = jax.device_put(args[i], args[i].sharding, may_alias=False)
-        seen.add(id(x))
 
 
 def _raise_donated(state, batch) -> None:
@@ -362,13 +294,6 @@ def _deleted(x) -> bool:
         return x.is_deleted()
     except AttributeError:  # numpy arrays and Python scalars
         return False
-
-
-def _place(x, sharding):
-    """`x` as a device array with `sharding` (no copy when it already has an equal one)."""
-    if isinstance(x, jax.Array) and x.sharding == sharding:
-        return x
-    return jax.device_put(x, sharding)
 
 
 def _aval(x):
@@ -397,9 +322,10 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
               replicates the state, "params" also splits large state leaves (see `sharding`).
     cache_dir: folder of the persistent compile cache (or $LOOPFUSE_CACHE_DIR); a program compiled
               once on this machine loads from it instead of running the passes and XLA again.
-    xla_options: XLA compile options merged over loopfuse's per-platform defaults
-              (`runtime.XLA_DEFAULTS`: copy-free loop carry), e.g.
-              ``{"xla_cpu_copy_insertion_use_region_analysis": False}`` turns that default off.
+    xla_options: XLA compile options merged over the options loopfuse decides per program
+              (`runtime.program_options`: the copy-free loop carry where it is safe), e.g.
+              ``{"xla_cpu_copy_insertion_use_region_analysis": False}`` turns that off; a value of
+              None leaves an option unset.
 
     Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
     step index of a `Dataset` batch), so `fn` may not take an argument named `start`.

@@ -1,11 +1,14 @@
-"""Copy-free loop carry: loopfuse's per-executable XLA defaults (`runtime.XLA_DEFAULTS`).
+"""Copy-free loop carry: the XLA options loopfuse decides per program (`runtime.program_options`).
 
-The defaults change only where XLA copies buffers, never what is computed: every result is
-bitwise equal to the same step or loop compiled with the default turned off (also on 4 devices,
-in a fresh process), and the compiled executable needs fewer temporary bytes.
+The options change only where XLA copies buffers, never what is computed: every result is
+bitwise equal to the same step or loop compiled with the option turned off (also on 4 devices,
+in a fresh process), and the compiled executable needs fewer temporary bytes. Region-analysis
+copy insertion is applied only to programs without control flow of their own (the differential
+corpus, test_corpus.py, shows where it is unsafe).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +20,7 @@ import pytest
 
 import loopfuse
 from loopfuse import runtime
+from loopfuse.mlir_context import parse_module
 from problems import (adam_mlp_8x1024, assert_trees_equal, batch, fresh, init_state, jit_memory, mlp_params,
                       train_step)
 
@@ -31,10 +35,26 @@ OPTIMIZERS = {
 }
 
 
-def test_cpu_default_is_region_analysis():
-    assert runtime.XLA_DEFAULTS["cpu"] == {OPTION: True}
-    assert loopfuse.compile_step(lambda s, b: (s, ())).loop(3).options.xla_options is None
-    assert loopfuse.compile_step(lambda s, b: (s, ()), xla_options=OFF).loop(3).options.xla_options == OFF
+def _while_step(s, b):
+    """A step with a loop of its own: the copy-free option is not applied to it."""
+    return jax.lax.fori_loop(0, 3, lambda i, x: x * b, s), ()
+
+
+def test_copy_free_only_for_programs_without_control_flow_of_their_own(tmp_path):
+    assert runtime.COPY_FREE["cpu"] == OPTION
+    opt = optax.sgd(0.1)
+    loop = loopfuse.compile_step(train_step(opt), dump_ir=tmp_path / "mlp").loop(3)
+    assert loop.compiled(init_state(opt), batch()).xla_options == {OPTION: True}
+    (note,) = (tmp_path / "mlp").glob("*/executable.txt")
+    assert f"{OPTION}: on" in note.read_text()
+    own = loopfuse.compile_step(_while_step, dump_ir=tmp_path / "while").loop(3)
+    assert own.compiled(jnp.ones(2), jnp.ones(2)).xla_options == {}
+    (note,) = (tmp_path / "while").glob("*/executable.txt")
+    assert re.search(f"{OPTION}: off, the program has control flow of its own \\(stablehlo.while at loc", note.read_text())
+    forced = loopfuse.compile_step(_while_step, xla_options={OPTION: True})
+    assert forced.compiled(jnp.ones(2), jnp.ones(2)).xla_options == {OPTION: True}
+    unset = loopfuse.compile_step(train_step(opt), xla_options={OPTION: None})
+    assert unset.compiled(init_state(opt), batch()).xla_options == {}
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
@@ -85,7 +105,7 @@ def test_unknown_option_is_named_and_keeps_the_state():
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
 
 
-@pytest.mark.parametrize("options, match", [({OPTION: None}, OPTION), ([OPTION], "mapping"), ({1: True}, "str")])
+@pytest.mark.parametrize("options, match", [({OPTION: [1]}, OPTION), ([OPTION], "mapping"), ({1: True}, "str")])
 def test_bad_xla_options_are_refused_at_compile_step(options, match):
     with pytest.raises(TypeError, match=match):
         loopfuse.compile_step(lambda s, b: (s, ()), xla_options=options)
@@ -127,7 +147,13 @@ def test_large_data_parallel_state_reduces_each_gradient_on_its_own(four_devices
 def test_all_reduces_are_split_only_for_large_replicated_state_on_cpu():
     split = {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}
     limit = runtime.SPLIT_ALL_REDUCE_BYTES
-    assert runtime.program_xla_options("cpu", limit) == split
-    assert runtime.program_xla_options("cpu", limit - 1) == {}
-    assert runtime.program_xla_options("gpu", 100 * limit) == {}   # XLA:GPU bounds its combiner itself
-    assert runtime.program_xla_options("cpu", limit, {"xla_disable_hlo_passes": ""}) == {"xla_disable_hlo_passes": ""}
+    module = parse_module("func.func @main(%x: tensor<f32>) -> tensor<f32> { return %x : tensor<f32> }")
+
+    def chosen(platform, replicated, xla_options=None):
+        values = dict(runtime.program_options(module, platform, replicated, xla_options).values)
+        return {k: v for k, v in values.items() if k not in runtime.COPY_FREE.values()}
+
+    assert chosen("cpu", limit) == split
+    assert chosen("cpu", limit - 1) == {}
+    assert chosen("gpu", 100 * limit) == {}   # XLA:GPU bounds its combiner itself
+    assert chosen("cpu", limit, {"xla_disable_hlo_passes": ""}) == {"xla_disable_hlo_passes": ""}

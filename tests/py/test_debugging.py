@@ -17,8 +17,7 @@ from loopfuse.mlir_context import parse_module
 from loopfuse.passes import Simplify
 from problems import batch, init_state, train_step
 
-EXPECTED = ["00-traced", "01-after-drop-unused-outputs", "02-after-simplify", "03-after-wrap-loop",
-            "04-after-alias-state", "05-final"]
+EXPECTED = ["00-traced", "01-after-drop-unused-outputs", "02-after-wrap-loop", "03-after-alias-state", "04-final"]
 
 
 def _check_dump(root):
@@ -27,7 +26,7 @@ def _check_dump(root):
     assert files == EXPECTED
     for p in folder.glob("*.mlir"):
         parse_module(p.read_text())  # every stage is valid MLIR
-    assert "stablehlo.while" in (folder / "05-final.mlir").read_text()
+    assert "stablehlo.while" in (folder / "04-final.mlir").read_text()
     assert "stablehlo.while" not in (folder / "00-traced.mlir").read_text()
 
 
@@ -52,7 +51,7 @@ def test_pass_failure_names_the_pass_and_writes_a_replayable_reproducer(tmp_path
     monkeypatch.setattr(Simplify, "apply", _broken)
     state = init_state(optax.sgd(0.1))
     with pytest.raises(pipeline.PipelineError, match="pass 'simplify' failed: deliberately broken") as err:
-        loopfuse.compile_step(train_step(optax.sgd(0.1)), dump_ir=tmp_path)(state, batch())
+        loopfuse.compile_step(train_step(optax.sgd(0.1)), dump_ir=tmp_path, passes=["simplify"])(state, batch())
     repro = err.value.reproducer
     assert repro.parent.parent == tmp_path
     text = repro.read_text()
@@ -69,7 +68,7 @@ def test_pass_failure_names_the_pass_and_writes_a_replayable_reproducer(tmp_path
 def test_failure_without_dump_dir_still_writes_a_reproducer(monkeypatch):
     monkeypatch.setattr(Simplify, "apply", _broken)
     with pytest.raises(pipeline.PipelineError) as err:
-        loopfuse.compile_step(lambda s, b: (s + b, 0.0))(jnp.ones(2), jnp.ones(2))
+        loopfuse.compile_step(lambda s, b: (s + b, 0.0), passes=["simplify"])(jnp.ones(2), jnp.ones(2))
     assert err.value.reproducer.exists()
 
 
@@ -84,13 +83,13 @@ def _add(s, b):
 
 def test_programs_that_differ_get_their_own_dump_folders(tmp_path):
     step = loopfuse.compile_step(_add, dump_ir=tmp_path)
-    for variant in [step, step.loop(2), step.loop(3), loopfuse.compile_step(_add, dump_ir=tmp_path, passes=[]),
+    for variant in [step, step.loop(2), step.loop(3), loopfuse.compile_step(_add, dump_ir=tmp_path, passes=["simplify"]),
                     loopfuse.compile_step(_add, dump_ir=tmp_path, donate=False)]:
         variant.lower(jnp.ones(2), jnp.ones(2))
     folders = [d for d in tmp_path.iterdir()]
     assert len(folders) == 5 and all(d.name.startswith("_add-") for d in folders)
     finals = {p.name for d in folders for p in d.glob("*-final.mlir")}
-    assert finals == {"03-final.mlir", "04-final.mlir", "05-final.mlir"}  # (no simplify or no alias), step, loop
+    assert finals == {"02-final.mlir", "03-final.mlir", "04-final.mlir"}  # no alias, step, loop or simplify
 
 
 def test_a_function_name_cannot_escape_the_dump_folder(tmp_path):
@@ -118,7 +117,7 @@ def test_a_full_disk_neither_masks_the_pass_failure_nor_leaves_an_empty_reproduc
     with pytest.warns(UserWarning, match="IR dump stopped.*No space left on device"):
         with pytest.raises(pipeline.PipelineError,
                            match="(?s)deliberately broken.*reproducer: not written.*No space") as err:
-            loopfuse.compile_step(_add, dump_ir=tmp_path)(state, jnp.ones(2))
+            loopfuse.compile_step(_add, dump_ir=tmp_path, passes=["simplify"])(state, jnp.ones(2))
     assert err.value.reproducer is None and err.value.write_error.errno == errno.ENOSPC
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # no empty or partial file left behind
     assert not state.is_deleted()

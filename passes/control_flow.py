@@ -1,0 +1,58 @@
+"""Where a module has control flow of its own: an analysis (it reads the module, never rewrites it).
+
+`own_control_flow` lists every ``stablehlo.while``, ``stablehlo.case`` and ``stablehlo.if`` in
+any function of a module, except the loop that wrap-loop builds (the ``stablehlo.while`` at the top
+of ``@main`` whose body calls the step, ``@loopfuse_step``). The runtime uses it to decide where
+XLA's region-analysis copy insertion may be turned on: that option is exact on straight-line steps
+and on wrap-loop's loop around them, but it changed the results of programs with loops and
+conditionals of their own (diffrax's ODE solves: a save loop nested in the step loop), so such a
+program is compiled without it.
+
+loopfuse's passes add no control flow besides wrap-loop's loop, so the traced module and the final
+one give the same answer.
+
+Examples:
+    >>> from loopfuse.mlir_context import parse_module
+    >>> m = parse_module('''
+    ... func.func @main(%x: tensor<f32>) -> tensor<f32> {
+    ...   %0 = stablehlo.while(%a = %x) : tensor<f32>
+    ...     cond { %c = stablehlo.compare LT, %a, %a : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    ...            stablehlo.return %c : tensor<i1> }
+    ...     do { stablehlo.return %a : tensor<f32> }
+    ...   return %0 : tensor<f32>
+    ... }''')
+    >>> [op.name for op in own_control_flow(m.operation)]
+    ['stablehlo.while']
+"""
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func
+
+from .wrap_loop import BODY
+
+CONTROL_FLOW = ("stablehlo.while", "stablehlo.case", "stablehlo.if")
+
+
+def own_control_flow(module_op: ir.Operation) -> list[ir.Operation]:
+    """Every while/case/if op of the module (in walk order) but wrap-loop's own loop."""
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in CONTROL_FLOW and not _is_wrap_loop(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    return found
+
+
+def _is_wrap_loop(op: ir.Operation) -> bool:
+    """Whether `op` is the while that wrap-loop puts in @main: its body calls @loopfuse_step."""
+    parent = op.parent.opview
+    if op.name != "stablehlo.while" or not isinstance(parent, func.FuncOp) or parent.sym_name.value != "main":
+        return False
+    return any(isinstance(o, func.CallOp) and o.callee.value == BODY for o in op.regions[1].blocks[0].operations)
+
+
+def describe(op: ir.Operation) -> str:
+    """``stablehlo.while at <location>`` for messages."""
+    return f"{op.name} at {op.location}"

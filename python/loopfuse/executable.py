@@ -1,0 +1,105 @@
+"""One compiled executable and its calling convention: flat leaves in (placed, typed keys as raw
+data, no buffer donated twice), pytrees out."""
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+from jaxlib.mlir import ir
+
+from . import runtime
+from .passes._func import main_func, result_attrs
+from .passes.vocabulary import RESULT, STEPS_RUN
+from .trace import Traced, is_key, wrap_keys
+
+
+@dataclass
+class Executable:
+    """One executable for one abstract signature and its calling convention: flat leaves in
+    (placed, keys as raw data, no buffer donated twice), pytrees out."""
+
+    traced: Traced
+    executable: Any
+    results: list                  # flat output index of each executable result
+    handlers: list                 # result handler of each executable result (makes the jax Array)
+    arg_targets: list              # sharding of each executable argument
+    key_args: list                 # argument positions that hold typed PRNG keys (passed as raw data)
+    donate: bool
+    program: runtime.ProgramOptions                # the XLA options it was compiled with, and why
+    seconds: dict = field(default_factory=dict)    # trace / each pass / xla
+
+    @classmethod
+    def build(cls, traced: Traced, executable, leaves, placement, device, donate: bool,
+              program: runtime.ProgramOptions, seconds) -> "Executable":
+        """The calling convention of `executable` compiled from `traced` for the flat input `leaves`:
+        which flat output each result is, where results land, where arguments must be."""
+        with traced.module.context:
+            main = main_func(traced.module.operation)
+            tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
+            results = [ir.IntegerAttr(a[RESULT]).value for a, _ in tagged]  # effect tokens have no RESULT
+            specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else traced.out_specs[j]
+                     for j, (a, _) in zip(results, tagged)]
+            shapes = [tuple(ir.RankedTensorType(t).shape) for _, t in tagged]
+            n_args = len(main.type.inputs) - len(traced.effects.ordered)
+        if traced.arg_shardings is None:
+            single = jax.sharding.SingleDeviceSharding(device)
+            arg_targets, out_shardings = [single] * n_args, [single] * len(results)
+        else:
+            n_state = len(traced.state_paths)
+            arg_targets = traced.arg_shardings
+            out_shardings = [arg_targets[j] if j < n_state else placement.replicated for j in results]
+        handlers = runtime.result_handlers(
+            [(s, spec.dtype, spec.weak_type, sh) for spec, s, sh in zip(specs, shapes, out_shardings)])
+        key_args = [i for i, x in enumerate(leaves) if is_key(x)]
+        return cls(traced, executable, results, handlers, arg_targets, key_args, donate, program, seconds)
+
+    @property
+    def xla_options(self) -> dict:
+        """The XLA options loopfuse compiled this executable with (beyond XLA's defaults)."""
+        return dict(self.program.values)
+
+    @property
+    def memory(self) -> runtime.MemoryStats:
+        return runtime.MemoryStats.of(self.executable)
+
+    def __call__(self, leaves: list, start: int = 0):
+        """Run on the flat state+batch `leaves`; returns ``(new_state, aux)`` (and the steps run, for
+        a loop that can stop early)."""
+        outs = runtime.execute(self.executable, self._arguments(leaves, start), self.handlers, self.traced.effects)
+        return self._unflatten(outs)
+
+    def _arguments(self, leaves, start) -> list:
+        args = leaves + [np.int32(start)] if self.traced.has_step_index else list(leaves)
+        for i in self.key_args:
+            args[i] = jax.random.key_data(args[i])
+        args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(args, self.arg_targets)]
+        if self.donate and len(set(map(id, leaves))) < len(leaves):
+            _unshare(args, leaves)
+        return args
+
+    def _unflatten(self, outs):
+        t = self.traced
+        n_state = len(t.state_paths)
+        n_out = n_state + len(t.aux_paths)
+        flat = [None] * (n_out + t.stops)
+        for j, value in zip(self.results, outs):
+            flat[j] = value
+        return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.state_keys)),
+                jax.tree_util.tree_unflatten(t.aux_def, wrap_keys(flat[n_state:n_out], t.aux_keys)), *flat[n_out:])
+
+
+def _unshare(args: list, leaves: list) -> None:
+    """Copy, in place, each argument whose leaf is an array an earlier leaf already is: one buffer
+    passed as two leaves cannot be donated twice (even when placing it made two Array objects)."""
+    seen = set()
+    for i, x in enumerate(leaves):
+        if id(x) in seen:
+            args[i] = jax.device_put(args[i], args[i].sharding, may_alias=False)
+        seen.add(id(x))
+
+
+def _place(x, sharding):
+    """`x` as a device array with `sharding` (no copy when it already has an equal one)."""
+    if isinstance(x, jax.Array) and x.sharding == sharding:
+        return x
+    return jax.device_put(x, sharding)

@@ -16,13 +16,14 @@ _EXPORTS = {
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
     "Forward": "backends",
     "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
+    "MiscompileError": "errors",
 }
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:
     from .backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
     from .data import Dataset
-    from .errors import DonatedArrayError, FitError, LoopfuseError, StateMismatchError
+    from .errors import DonatedArrayError, FitError, LoopfuseError, MiscompileError, StateMismatchError
     from .fitting import FitResult, fit
     from .runtime import MemoryStats
     from .solve import Solution, minimize

@@ -21,6 +21,22 @@ class AuxPathError(LoopfuseError, ValueError):
     """A `keep_aux` entry names no leaf or subtree of the step's aux."""
 
 
+class MiscompileError(LoopfuseError, AssertionError):
+    """A verified executable (``compile_step(..., verify=True)``) computed other values than
+    ``jax.jit`` of the same function.
+
+    ``path`` names the first differing leaf, ``max_abs``/``max_rel`` its largest absolute and
+    relative difference, ``passes`` the pipeline and ``xla_options`` the XLA options in effect,
+    ``culprits`` what makes the result equal to jax.jit when removed alone (see `verify`).
+    """
+
+    def __init__(self, message: str, *, path: str, max_abs: float, max_rel: float, passes: str,
+                 xla_options: dict, culprits: list):
+        super().__init__(message)
+        self.path, self.max_abs, self.max_rel = path, max_abs, max_rel
+        self.passes, self.xla_options, self.culprits = passes, xla_options, culprits
+
+
 class FitError(LoopfuseError, RuntimeError):
     """`fit` or `minimize` failed after some steps ran; ``result`` holds the state they reached.
 

@@ -32,14 +32,18 @@ def build(passes=None, *, steps: int | None = None, donate: bool = True) -> list
     ``"flatten-update{min-group=3}"``). drop-unused-outputs always runs first (it removes work),
     wrap-loop next to last for ``steps``, alias-state last.
     """
-    items = [passes] if isinstance(passes, str) else DEFAULT_PASSES if passes is None else passes
-    chosen = [q for p in items for q in (parse_pipeline(p) if isinstance(p, str) else [p])]
-    specs = [DropUnusedOutputs(), *chosen]
+    specs = [DropUnusedOutputs(), *chosen(passes)]
     if steps is not None:
         specs.append(WrapLoop(steps=steps))
     if donate:
         specs.append(AliasState())
     return specs
+
+
+def chosen(passes=None) -> list[Pass]:
+    """The optimization passes `passes` names (see `build`), as pass objects."""
+    items = [passes] if isinstance(passes, str) else DEFAULT_PASSES if passes is None else passes
+    return [q for p in items for q in (parse_pipeline(p) if isinstance(p, str) else [p])]
 
 
 def pipeline_string(specs) -> str:

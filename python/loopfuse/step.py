@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from . import cache as compile_cache, dispatch, pipeline, runtime, stopping, validate
+from . import cache as compile_cache, dispatch, pipeline, runtime, stopping, validate, verify
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
@@ -38,6 +38,7 @@ class StepOptions:
     until: Callable | None = None
     stop_on_nonfinite: bool = False
     cache_dir: str | Path | None = None
+    verify: bool | None = None
 
     def __post_init__(self) -> None:
         if self.steps is not None:
@@ -69,6 +70,7 @@ class Step:
         self._lock = threading.Lock()      # guards compile_count, _loops, _compiling and _dispatchers
         self._compiling: dict = {}         # signature -> lock held while it compiles
         self._dispatchers: dict = {}       # static argument names -> call (see `dispatch`)
+        self._verified: set = set()        # signatures whose first call `verify` checked
 
     def loop(self, steps: int, *, until: Callable | None = None, stop_on_nonfinite: bool = False) -> "Step":
         """The same step run `steps` times per call inside one device loop (one Step per options,
@@ -168,7 +170,10 @@ class Step:
 
     def compiled(self, state, batch, *, start: int = 0, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached); `start` as in `__call__`."""
-        batch = self._serve(batch, start)
+        return self.served_executable(state, self._serve(batch, start), static)
+
+    def served_executable(self, state, batch, static: dict) -> Executable:
+        """`compiled` for a batch as the executable takes it (a `Dataset` already served)."""
         key, _ = self._signature(state, batch, static)
         return self._executable(key, state, batch, static)
 
@@ -251,6 +256,9 @@ class Step:
         if any(map(_deleted, leaves)):
             _raise_donated(state, batch)
         executable = self._executable(key, state, batch, static)
+        if key not in self._verified and verify.enabled(self.options.verify):
+            verify.check(self, executable, state, batch, start, static)
+            self._verified.add(key)
         return executable(leaves, start), executable
 
 
@@ -308,7 +316,8 @@ def _aval(x):
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
                  keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None,
-                 cache_dir: str | Path | None = None, xla_options: Mapping[str, Any] | None = None) -> Step:
+                 cache_dir: str | Path | None = None, xla_options: Mapping[str, Any] | None = None,
+                 verify: bool | None = None) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
@@ -326,6 +335,9 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
               (`runtime.program_options`: the copy-free loop carry where it is safe), e.g.
               ``{"xla_cpu_copy_insertion_use_region_analysis": False}`` turns that off; a value of
               None leaves an option unset.
+    verify:   check each new executable's first call against jax.jit of `fn` on copies of the
+              inputs and raise `MiscompileError` naming the first differing leaf and the pass or
+              XLA option that causes it (default: $LOOPFUSE_VERIFY; see `verify`).
 
     Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
     step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
@@ -346,4 +358,4 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     """
     return Step(fn, StepOptions(donate=donate, passes=passes, keep_aux=keep_aux, steps=steps, device=device,
                                 devices=devices, sharding=sharding, dump_ir=dump_ir, cache_dir=cache_dir,
-                                xla_options=xla_options))
+                                xla_options=xla_options, verify=verify))

@@ -65,7 +65,7 @@ def _under(path: str, k: str) -> bool:
     return path == k or path.startswith(k + ".") or path.startswith(k + "[")
 
 
-def _aux_kept(aux_paths: list, keep_aux) -> list:
+def aux_kept(aux_paths: list, keep_aux) -> list:
     """Per aux leaf: whether `keep_aux` asks for it; an entry naming no aux leaf is an AuxPathError."""
     if keep_aux is None:
         return [True] * len(aux_paths)
@@ -169,10 +169,10 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         out_info["weak"] = [is_weak(x) for x in jax.tree_util.tree_leaves(outs)]  # lowered.out_info drops it
         if stop is None:
             return outs
-        kept = {p: x for p, (_, x), k in zip(out_info["aux_paths"], aux_leaves,
-                                             _aux_kept(out_info["aux_paths"], keep_aux)) if k}
+        returned = {p: x for p, (_, x), k in zip(out_info["aux_paths"], aux_leaves,
+                                                 aux_kept(out_info["aux_paths"], keep_aux)) if k}
         out_info["weak"].append(False)
-        return *outs, stop(new_state, aux, kept)
+        return *outs, stop(new_state, aux, returned)
 
     state_specs = [_input_spec("state", p, x) for p, x in state_leaves]
     specs = state_specs + [_input_spec("batch", p, x) for p, x in batch_leaves]
@@ -191,15 +191,15 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         out_sh = (state_sh, placement.replicated) + ((placement.replicated,) if stop is not None else ())
         jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh), out_shardings=out_sh)
     lowered = jitted.lower(*specs)
-    aux_kept = _aux_kept(out_info["aux_paths"], keep_aux)
+    kept = aux_kept(out_info["aux_paths"], keep_aux)
     out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
     lowered_module = lowered.compiler_ir("stablehlo")
     assert lowered_module is not None  # None only for a dialect jax cannot lower to
     effects = _effects(lowered, lowered_module)
-    module = _tag(lowered_module, state_paths, aux_kept, has_step, len(effects.ordered), stop is not None)
+    module = _tag(lowered_module, state_paths, kept, has_step, len(effects.ordered), stop is not None)
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
-                  out_info["aux_paths"], out_info["aux_keys"], aux_kept, has_step, in_sh, out_specs, effects,
+                  out_info["aux_paths"], out_info["aux_keys"], kept, has_step, in_sh, out_specs, effects,
                   stop is not None)
 
 

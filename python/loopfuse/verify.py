@@ -1,0 +1,170 @@
+"""Verify mode: check each new executable's first call against `jax.jit` of the unmodified step.
+
+``compile_step(fn, verify=True)`` (or ``LOOPFUSE_VERIFY=1``) runs loopfuse's executable and the
+reference on copies of the call's inputs before the call itself, so the caller's state is never
+consumed by the check, and compares every returned leaf bitwise. The reference of a step is
+``jax.jit(fn)``; of ``loop(K)``, K calls of ``jax.jit(fn)`` (stopping where the loop's `until` /
+``stop_on_nonfinite`` would, histories padded as the loop pads them) or, for a loop that runs all
+K steps, ``jax.jit`` of the same steps written as one ``lax.scan`` (XLA may compile a loop body to
+other last bits than a lone step; the loop must equal one of the two).
+
+On a difference it bisects, as LLVM's ``-opt-bisect-limit`` does: it compiles the program again
+with each loopfuse pass, buffer donation (alias-state) and each XLA option loopfuse set removed in
+turn, and names those whose removal makes the result equal to the reference. It raises
+`MiscompileError` naming the first differing leaf, the passes and XLA options in effect and the
+culprits. Later calls of the same executable are not checked, so the check costs nothing after
+the first call. The check runs the program a few more times: host callbacks run again with it.
+"""
+import os
+from dataclasses import replace
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import pipeline, stopping
+from .data import Dataset
+from .errors import MiscompileError
+from .trace import aux_kept, dotted, is_key
+
+VERIFY_ENV = "LOOPFUSE_VERIFY"
+
+
+def enabled(explicit: bool | None) -> bool:
+    """The keyword when given, else whether $LOOPFUSE_VERIFY is set to something other than 0."""
+    return explicit if explicit is not None else os.environ.get(VERIFY_ENV, "0") not in ("", "0")
+
+
+def check(step, executable, state, batch, start: int, static: dict) -> None:
+    """Raise `MiscompileError` unless `executable` (of `step`) computes what the reference does on
+    copies of ``(state, batch)``."""
+    got = _run(executable, state, batch, start)
+    references = _references(step, state, batch, start, static)
+    diffs = [_difference(got, ref) for ref in references]
+    if any(d is None for d in diffs):
+        return
+    options = step.options
+    culprits = [what for what, variant in _variants(options, executable)
+                if _difference(_run(type(step)(step.fn, variant).served_executable(state, batch, static),
+                                    state, batch, start), references[0]) is None]
+    path, max_abs, max_rel = diffs[0]
+    specs = pipeline.build(options.passes, steps=options.steps, donate=options.donate)
+    raise MiscompileError(
+        f"loopfuse's executable for {getattr(step.fn, '__name__', 'the step')} computes other values than jax.jit "
+        f"of the same function: {path} differs by up to {max_abs:.3g} (relative {max_rel:.3g}). "
+        f"Passes: {pipeline.pipeline_string(specs)}; XLA options: {executable.xla_options or 'none'}. "
+        + (f"Removing {' or '.join(culprits)} makes it equal to jax.jit." if culprits else
+           "No single pass, donation or XLA option explains it."),
+        path=path, max_abs=max_abs, max_rel=max_rel, passes=pipeline.pipeline_string(specs),
+        xla_options=executable.xla_options, culprits=culprits)
+
+
+def _copy(tree):
+    """Fresh device buffers for every jax Array leaf (donating them leaves `tree` intact)."""
+    return jax.tree_util.tree_map(lambda x: x.copy() if isinstance(x, jax.Array) else x, tree)
+
+
+def _run(executable, state, batch, start: int):
+    return executable(jax.tree_util.tree_leaves((_copy(state), batch)), start)
+
+
+def _select(batch, i):
+    """The step's batch at global step `i` (a served `Dataset` picks its rows)."""
+    return batch.batch(i) if isinstance(batch, Dataset) else batch
+
+
+def _references(step, state, batch, start: int, static: dict) -> list:
+    """The outputs `step` must equal, as its executable returns them: one step of ``jax.jit(fn)``
+    returning the aux leaves the call keeps (XLA may fuse a program that returns more, gradients
+    say, to other last bits); for a loop, K such steps (and, without a stop, their jitted scan)."""
+    o = step.options
+    stop = stopping.flag(o.until, o.stop_on_nonfinite)
+
+    def one(s, b, i):
+        new, aux = step.fn(s, _select(b, i), **static)
+        returned = _returned(aux, o.keep_aux)
+        if stop is None:
+            return new, returned
+        kept = {p: x for p, x in zip(_dotted_paths(returned), jax.tree_util.tree_leaves(returned))}
+        return new, returned, stop(new, aux, kept)
+
+    jitted = jax.jit(one)
+    if o.steps is None:
+        return [jitted(_copy(state), batch, np.int32(start))]
+    s, rows = _copy(state), []
+    for k in range(o.steps):
+        s, aux, *stopped = jitted(s, batch, np.int32(start + k))
+        rows.append(aux)
+        if stopped and bool(stopped[0]):
+            break
+    history = jax.tree_util.tree_map(lambda *r: _padded(jnp.stack(r), o.steps), *rows)
+    if stop is not None:
+        return [(s, history, np.int32(len(rows)))]
+    scan = jax.jit(lambda s, b: jax.lax.scan(lambda s, i: one(s, b, i), s,
+                                             start + jnp.arange(o.steps, dtype=jnp.int32)))
+    return [(s, history), scan(_copy(state), batch)]
+
+
+def _returned(aux, keep_aux):
+    """`aux` with the leaves a call does not keep (`keep_aux`) replaced by None."""
+    flat, tree = jax.tree_util.tree_flatten(aux)
+    return jax.tree_util.tree_unflatten(tree, [x if k else None for x, k in
+                                               zip(flat, aux_kept(_dotted_paths(aux), keep_aux))])
+
+
+def _dotted_paths(tree) -> list:
+    return [dotted(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def _padded(rows: jax.Array, k: int) -> jax.Array:
+    """A history of the steps run, padded to `k` rows as wrap-loop pads it (NaN, or 0 for integers)."""
+    if rows.shape[0] == k:
+        return rows
+    fill = jnp.nan if jnp.issubdtype(rows.dtype, jnp.inexact) else 0
+    return jnp.concatenate([rows, jnp.full((k - rows.shape[0], *rows.shape[1:]), fill, rows.dtype)])
+
+
+def _difference(got, ref) -> tuple[str, float, float] | None:
+    """None when every leaf loopfuse returned equals the reference's bitwise, else the first
+    differing leaf's (path, max abs difference, max relative difference). Aux leaves the call did
+    not keep (None) are not compared."""
+    ref_leaves = dict((jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(ref)[0])
+    got_leaves = jax.tree_util.tree_flatten_with_path(got, is_leaf=lambda x: x is None)[0]
+    for p, x in got_leaves:
+        if x is None:
+            continue
+        path = jax.tree_util.keystr(p)
+        a, b = _host(x), _host(ref_leaves[path])
+        if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+            return _describe(path, a, b)
+    return None
+
+
+def _host(x) -> np.ndarray:
+    return np.asarray(jax.random.key_data(x) if is_key(x) else x)
+
+
+def _describe(path: str, a: np.ndarray, b: np.ndarray) -> tuple[str, float, float]:
+    name = "the state" if path.startswith("[0]") else "the aux" if path.startswith("[1]") else "the steps run"
+    where = f"{name} leaf {path[3:] or '(whole)'}"
+    if a.shape != b.shape or not (np.issubdtype(a.dtype, np.number) and np.issubdtype(b.dtype, np.number)):
+        return f"{where} ({a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)})", float("inf"), float("inf")
+    a64, b64 = a.astype(np.complex128 if np.iscomplexobj(a) else np.float64), b.astype(a.dtype).astype(
+        np.complex128 if np.iscomplexobj(a) else np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diff = np.abs(a64 - b64)
+        rel = diff / np.abs(b64)
+    return where, float(np.nanmax(diff, initial=0.0)), float(np.nanmax(rel, initial=0.0))
+
+
+def _variants(options, executable) -> list[tuple[str, Any]]:
+    """(what, options without it) for each loopfuse pass, donation and XLA option in effect."""
+    passes = pipeline.chosen(options.passes)
+    out = [(f"the pass {p.name!r}", replace(options, passes=tuple(q for q in passes if q is not p))) for p in passes]
+    if options.donate:
+        out.append(("buffer donation (alias-state)", replace(options, donate=False)))
+    user = dict(options.xla_options or {})
+    out += [(f"the XLA option {name}", replace(options, xla_options={**user, name: None}))
+            for name in executable.xla_options]
+    return [(what, replace(v, verify=False, dump_ir=None, cache_dir=None)) for what, v in out]

@@ -1,0 +1,135 @@
+"""verify=True / LOOPFUSE_VERIFY=1: each new executable's first call is checked against jax.jit of
+the unmodified step, a difference is a MiscompileError naming the leaf and the culprit, and the
+caller's state survives the check."""
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+import loopfuse
+from loopfuse import verify
+from loopfuse.passes import ModulePass
+from loopfuse.passes._func import main_func, return_op
+from problems import assert_trees_equal, batch, fresh, init_state, train_step
+
+OPTION = "xla_cpu_copy_insertion_use_region_analysis"
+
+
+@dataclass(frozen=True)
+class NegateFirstResult(ModulePass):
+    """A deliberately wrong pass: @main returns the negation of its first result."""
+
+    name = "negate-first-result"
+    summary = "wrong on purpose (tests only)"
+
+    def apply(self, module_op) -> None:
+        ret = return_op(main_func(module_op))
+        with ir.InsertionPoint(ret), ret.location:
+            ret.operands[0] = stablehlo.NegOp(ret.operands[0]).result
+
+
+def _lotka_volterra_step():
+    """One Adam step of the Lotka-Volterra fit with diffrax (Tsit5, PID, SaveAt(ts)): the program that
+    region-analysis copy insertion miscompiles."""
+    import diffrax
+
+    def vf(t, y, th):
+        a, b, c, d = jnp.exp(th)
+        x, z = y
+        return jnp.stack([a * x - b * x * z, -c * z + d * x * z])
+
+    ts = jnp.linspace(0.0, 10.0, 21)
+
+    def solve(th):
+        return diffrax.diffeqsolve(diffrax.ODETerm(vf), diffrax.Tsit5(), 0.0, 10.0, 0.05, jnp.array([1.0, 1.0]),
+                                   args=th, saveat=diffrax.SaveAt(ts=ts), max_steps=1024,
+                                   stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-6)).ys
+
+    opt = optax.adam(1e-2)
+
+    def step(state, data):
+        th, opt_state = state
+        loss, g = jax.value_and_grad(lambda th: jnp.mean((solve(th) - data) ** 2))(th)
+        updates, opt_state = opt.update(g, opt_state, th)
+        return (optax.apply_updates(th, updates), opt_state), {"loss": loss}
+
+    th0 = jnp.log(jnp.array([1.2, 0.8, 2.8, 0.8]))
+    return step, (th0, opt.init(th0)), solve(jnp.log(jnp.array([1.5, 1.0, 3.0, 1.0])))
+
+
+def _alive(state) -> bool:
+    return not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
+
+
+def test_forced_copy_insertion_option_on_an_ode_solve_is_caught_and_named():
+    step, state, data = _lotka_volterra_step()
+    checked = loopfuse.compile_step(step, verify=True, xla_options={OPTION: True})
+    with pytest.raises(loopfuse.MiscompileError, match=f"state leaf .* differs by up to .*Removing the XLA option {OPTION}") as e:
+        checked(state, data)
+    assert e.value.culprits == [f"the XLA option {OPTION}"] and e.value.xla_options == {OPTION: True}
+    assert e.value.max_abs > 0 and e.value.path.startswith("the state leaf")
+    assert _alive(state)                                    # the check never consumes the caller's state
+    reference = jax.jit(step)(fresh(state), data)
+    new, aux = loopfuse.compile_step(step, verify=True)(state, data)   # the defaults pass
+    assert_trees_equal((new, aux), reference)
+
+
+def test_a_wrong_pass_is_named():
+    fn = lambda w, t: (w - 0.5 * (w - t), {"loss": jnp.sum((w - t) ** 2)})  # noqa: E731
+    w = jnp.ones(3)
+    step = loopfuse.compile_step(fn, verify=True, passes=[NegateFirstResult()])
+    with pytest.raises(loopfuse.MiscompileError, match="Removing the pass 'negate-first-result'") as e:
+        step(w, jnp.zeros(3))
+    assert e.value.path == "the state leaf (whole)" and e.value.max_abs == 1.0
+    assert _alive(w)
+
+
+def test_the_check_runs_once_per_executable_and_then_costs_nothing(monkeypatch):
+    calls = []
+    real = verify.check
+    monkeypatch.setattr(verify, "check", lambda *a: calls.append(1) or real(*a))
+    opt = optax.adam(1e-2)
+    step = loopfuse.compile_step(train_step(opt), verify=True)
+    state, reference = init_state(opt), fresh(init_state(opt))
+    jitted = jax.jit(train_step(opt))
+    for _ in range(3):
+        state, aux = step(state, batch())
+        reference, ref_aux = jitted(reference, batch())
+        assert_trees_equal(state, reference)
+    assert len(calls) == 1
+    unchecked = loopfuse.compile_step(train_step(opt))   # off by default
+    unchecked(init_state(opt), batch())
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("loop", [dict(), dict(until=lambda s, aux: aux["loss"] < 2.0), dict(stop_on_nonfinite=True)])
+@pytest.mark.parametrize("keep_aux", [None, ("loss",)])
+def test_loops_pass_against_k_jitted_steps_or_their_scan(monkeypatch, loop, keep_aux):
+    monkeypatch.setenv(verify.VERIFY_ENV, "1")
+    opt = optax.sgd(0.1)
+    step = loopfuse.compile_step(train_step(opt), keep_aux=keep_aux).loop(5, **loop)
+    out = step(init_state(opt), batch())
+    state = fresh(init_state(opt))
+    for _ in range(int(out[2]) if len(out) == 3 else 5):
+        state, _ = jax.jit(train_step(opt))(state, batch())
+    assert_trees_equal(out[0], state)
+
+
+def test_a_wrong_loop_is_caught_and_a_dataset_batch_is_followed():
+    rng = np.random.default_rng(0)
+    data = loopfuse.Dataset({"x": rng.normal(size=(40, 4)).astype(np.float32),
+                             "y": rng.normal(size=(40, 1)).astype(np.float32)}, batch_size=8, key=jax.random.key(1))
+    opt = optax.sgd(0.1)
+    good = loopfuse.compile_step(train_step(opt), keep_aux=("loss",), verify=True).loop(7)
+    good(init_state(opt), data, start=3)
+    bad = loopfuse.compile_step(train_step(opt), keep_aux=("loss",), verify=True,
+                                passes=[NegateFirstResult()]).loop(7)
+    state = init_state(opt)
+    with pytest.raises(loopfuse.MiscompileError, match="negate-first-result"):
+        bad(state, data, start=3)
+    assert _alive(state)

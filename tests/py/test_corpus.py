@@ -1,0 +1,68 @@
+"""The differential corpus (`corpus.PROGRAMS`) compiled by loopfuse with default options equals
+``jax.jit`` of the same step bitwise: one step, and ``loop(K)`` against K ``jax.jit`` steps or the
+hand-written ``jax.jit(lax.scan(...))`` (the program's `loop_reference`). Where forcing XLA's
+region-analysis copy insertion changes what ``jax.jit`` computes (`REGION_ANALYSIS_UNSAFE`), forcing
+it through loopfuse's `xla_options` changes loopfuse's result too: the case the default must avoid."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import loopfuse
+from corpus import PROGRAMS, REGION_ANALYSIS_UNSAFE, region_analysis_trigger
+from problems import assert_trees_equal, fresh
+
+OPTION = "xla_cpu_copy_insertion_use_region_analysis"
+K = 3
+
+
+@pytest.fixture(scope="module", params=list(PROGRAMS))
+def program(request):
+    """The program and ``jax.jit``'s one step of it."""
+    p = PROGRAMS[request.param]()
+    return p, jax.jit(p.fn)(fresh(p.state), p.batch)
+
+
+def _steps(fn, state, batch):
+    """K ``jax.jit`` steps, aux stacked as loop(K) returns it."""
+    step, auxes = jax.jit(fn), []
+    for _ in range(K):
+        state, aux = step(state, batch)
+        auxes.append(aux)
+    return state, jax.tree_util.tree_map(lambda *rows: jnp.stack(rows), *auxes)
+
+
+def _scan(fn, state, batch):
+    """The hand-written loop: ``jax.jit`` of a ``lax.scan`` of K steps."""
+    return jax.jit(lambda s, b: lax.scan(lambda c, _: fn(c, b), s, None, length=K))(state, batch)
+
+
+def _differs(a, b) -> bool:
+    return any(np.asarray(x).tobytes() != np.asarray(y).tobytes()
+               for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+
+def test_step_equals_jit(program):
+    p, expected = program
+    assert_trees_equal(loopfuse.compile_step(p.fn)(fresh(p.state), p.batch), expected)
+
+
+def test_loop_equals_its_reference(program):
+    p, _ = program
+    expected = {"steps": _steps, "scan": _scan}[p.loop_reference](p.fn, fresh(p.state), p.batch)
+    assert_trees_equal(loopfuse.compile_step(p.fn).loop(K)(fresh(p.state), p.batch), expected)
+
+
+@pytest.mark.parametrize("program", REGION_ANALYSIS_UNSAFE, indirect=True)
+def test_forced_region_analysis_changes_the_result(program):
+    p, expected = program
+    forced = loopfuse.compile_step(p.fn, xla_options={OPTION: True})(fresh(p.state), p.batch)
+    assert _differs(forced, expected)
+
+
+def test_region_analysis_trigger_changes_jit():
+    """The minimal pure-lax program: the forced option changes ``jax.jit``'s own result."""
+    fn, args = region_analysis_trigger()
+    assert jax.jit(fn)(*args) == 4
+    assert jax.jit(fn).lower(*args).compile(compiler_options={OPTION: True})(*args) == 5

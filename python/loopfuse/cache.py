@@ -32,7 +32,7 @@ import jax.extend.backend as jeb
 import jaxlib
 from jaxlib.mlir import ir
 
-from . import passes
+from . import passes, settings
 
 CACHE_ENV = "LOOPFUSE_CACHE_DIR"
 FORMAT = 1
@@ -45,8 +45,7 @@ class CacheWarning(UserWarning):
 
 def folder(explicit) -> Path | None:
     """The cache folder: the keyword, else $LOOPFUSE_CACHE_DIR, else None (no cache)."""
-    d = explicit if explicit is not None else os.environ.get(CACHE_ENV)
-    return Path(d) if d else None
+    return settings.folder(explicit, CACHE_ENV)
 
 
 @functools.cache

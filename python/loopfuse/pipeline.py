@@ -16,6 +16,7 @@ from pathlib import Path
 
 from jaxlib.mlir import ir
 
+from . import settings
 from .errors import LoopfuseError
 from .pass_manager import Pass, PassFailure, parse_pipeline, run_pass
 from .passes import AliasState, DropUnusedOutputs, WrapLoop
@@ -52,8 +53,7 @@ def pipeline_string(specs) -> str:
 
 def dump_dir(explicit) -> Path | None:
     """The dump directory: the keyword, else $LOOPFUSE_DUMP_IR, else None."""
-    d = explicit if explicit is not None else os.environ.get(DUMP_ENV)
-    return Path(d) if d else None
+    return settings.folder(explicit, DUMP_ENV)
 
 
 def dump_folder(root: Path, name: str, module: ir.Module, specs, settings=()) -> Path:

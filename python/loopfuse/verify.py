@@ -15,7 +15,6 @@ turn, and names those whose removal makes the result equal to the reference. It 
 culprits. Later calls of the same executable are not checked, so the check costs nothing after
 the first call. The check runs the program a few more times: host callbacks run again with it.
 """
-import os
 from dataclasses import replace
 from typing import Any
 
@@ -23,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import pipeline, stopping
+from . import pipeline, settings, stopping
 from .data import Dataset
 from .errors import MiscompileError
 from .trace import aux_kept, dotted, is_key
@@ -33,7 +32,7 @@ VERIFY_ENV = "LOOPFUSE_VERIFY"
 
 def enabled(explicit: bool | None) -> bool:
     """The keyword when given, else whether $LOOPFUSE_VERIFY is set to something other than 0."""
-    return explicit if explicit is not None else os.environ.get(VERIFY_ENV, "0") not in ("", "0")
+    return settings.flag(explicit, VERIFY_ENV)
 
 
 def check(step, executable, state, batch, start: int, static: dict) -> None:

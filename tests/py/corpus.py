@@ -50,11 +50,11 @@ def _lotka_volterra(t, y, th):
     return jnp.stack([a * x - b * x * z, -c * z + d * x * z])
 
 
-def _lv_fit(saveat, controller=None, dt0=0.25, adjoint=None, **kw) -> Program:
+def _lv_fit(saveat, controller=None, solver=diffrax.Tsit5(), adjoint=None, **kw) -> Program:
     extra = {} if adjoint is None else {"adjoint": adjoint}
 
     def solve(th):
-        return diffrax.diffeqsolve(diffrax.ODETerm(_lotka_volterra), diffrax.Tsit5(), 0.0, 2.0, dt0,
+        return diffrax.diffeqsolve(diffrax.ODETerm(_lotka_volterra), solver, 0.0, 2.0, 0.25,
                                    jnp.array([1.0, 1.0]), args=th, saveat=saveat, max_steps=16, throw=False,
                                    stepsize_controller=controller or diffrax.ConstantStepSize(), **extra).ys
 
@@ -71,16 +71,19 @@ def diffrax_pid_saveat_ts() -> Program:
 
 
 def diffrax_constant_saveat_ts() -> Program:
+    """Tsit5, constant step, SaveAt(ts)."""
     return _lv_fit(diffrax.SaveAt(ts=jnp.linspace(0.0, 2.0, 5)))
 
 
 def diffrax_saveat_t1() -> Program:
-    return _lv_fit(diffrax.SaveAt(t1=True))
+    """Euler (cheaper to compile than Tsit5), constant step, SaveAt(t1=True): no save loop."""
+    return _lv_fit(diffrax.SaveAt(t1=True), solver=diffrax.Euler())
 
 
 def diffrax_backsolve() -> Program:
-    return _lv_fit(diffrax.SaveAt(t1=True), diffrax.PIDController(rtol=1e-4, atol=1e-4),
-                   adjoint=diffrax.BacksolveAdjoint(), loop_reference="scan")
+    """Heun + PIDController, SaveAt(t1=True), gradients by BacksolveAdjoint (an adjoint solve)."""
+    return _lv_fit(diffrax.SaveAt(t1=True), diffrax.PIDController(rtol=1e-4, atol=1e-4), diffrax.Heun(),
+                   diffrax.BacksolveAdjoint(), loop_reference="scan")
 
 
 # --- optimistix inside a loss -------------------------------------------------------------------

@@ -6,7 +6,7 @@ that also records the reference its ``loop(K)`` must equal bitwise: K ``jax.jit`
 XLA compiles the loop body differently from a lone step, ``jax.jit`` of a hand-written ``lax.scan``.
 `REGION_ANALYSIS_UNSAFE` names the programs whose ``jax.jit`` result XLA changes under forced
 region-analysis copy insertion (``xla_cpu_copy_insertion_use_region_analysis``): the programs the
-copy-free loop carry must not reach. `region_analysis_trigger` is the smallest such program found.
+copy-free loop carry must not reach. `region_analysis_triggers` are the smallest such programs found.
 """
 from typing import Any, Callable, NamedTuple
 
@@ -50,11 +50,11 @@ def _lotka_volterra(t, y, th):
     return jnp.stack([a * x - b * x * z, -c * z + d * x * z])
 
 
-def _lv_fit(saveat, controller=None, dt0=0.25, adjoint=None, **kw) -> Program:
+def _lv_fit(saveat, controller=None, solver=diffrax.Tsit5(), adjoint=None, **kw) -> Program:
     extra = {} if adjoint is None else {"adjoint": adjoint}
 
     def solve(th):
-        return diffrax.diffeqsolve(diffrax.ODETerm(_lotka_volterra), diffrax.Tsit5(), 0.0, 2.0, dt0,
+        return diffrax.diffeqsolve(diffrax.ODETerm(_lotka_volterra), solver, 0.0, 2.0, 0.25,
                                    jnp.array([1.0, 1.0]), args=th, saveat=saveat, max_steps=16, throw=False,
                                    stepsize_controller=controller or diffrax.ConstantStepSize(), **extra).ys
 
@@ -71,16 +71,19 @@ def diffrax_pid_saveat_ts() -> Program:
 
 
 def diffrax_constant_saveat_ts() -> Program:
+    """Tsit5, constant step, SaveAt(ts)."""
     return _lv_fit(diffrax.SaveAt(ts=jnp.linspace(0.0, 2.0, 5)))
 
 
 def diffrax_saveat_t1() -> Program:
-    return _lv_fit(diffrax.SaveAt(t1=True))
+    """Euler (cheaper to compile than Tsit5), constant step, SaveAt(t1=True): no save loop."""
+    return _lv_fit(diffrax.SaveAt(t1=True), solver=diffrax.Euler())
 
 
 def diffrax_backsolve() -> Program:
-    return _lv_fit(diffrax.SaveAt(t1=True), diffrax.PIDController(rtol=1e-4, atol=1e-4),
-                   adjoint=diffrax.BacksolveAdjoint(), loop_reference="scan")
+    """Heun + PIDController, SaveAt(t1=True), gradients by BacksolveAdjoint (an adjoint solve)."""
+    return _lv_fit(diffrax.SaveAt(t1=True), diffrax.PIDController(rtol=1e-4, atol=1e-4), diffrax.Heun(),
+                   diffrax.BacksolveAdjoint(), loop_reference="scan")
 
 
 # --- optimistix inside a loss -------------------------------------------------------------------
@@ -124,7 +127,7 @@ def loops_dynamic_update_slice() -> Program:
 
 def nested_scans() -> Program:
     """An inner scan reads the outer scan's carry `h` while the outer body also computes the next
-    `h` from it: the structure of `region_analysis_trigger`."""
+    `h` from it: the structure of `region_analysis_triggers`."""
     def loss(w, x):
         def outer(carry, xs):
             h, total = carry
@@ -258,24 +261,33 @@ def batchnorm_state() -> Program:
     return Program(step, state, (_normal(rng, 8, 4), _normal(rng, 8, 1)))
 
 
-def region_analysis_trigger():
-    """The smallest program found whose ``jax.jit`` result XLA:CPU changes under
-    ``xla_cpu_copy_insertion_use_region_analysis``: ``(fn, args)``; ``fn(5)`` is 4, and 5 with the option.
+def region_analysis_triggers() -> dict:
+    """The smallest programs found whose ``jax.jit`` result XLA:CPU changes under forced
+    ``xla_cpu_copy_insertion_use_region_analysis``: name -> ``(fn, args, donate_argnums, expected)``
+    with `expected` what ``fn(*args)`` computes (with the option: the read sees ``i + 1``).
 
-    A while loop nested in a while loop's body reads an element `i` of the outer carry (here in its
-    condition) while the outer body also returns a new value for that element (``i + 1``). With
-    region analysis, XLA passes the outer carry's buffer of `i` into the inner loop without a copy
-    and writes ``i + 1`` into that same buffer before the inner loop runs, so the inner loop sees
-    ``i + 1``. The same holds for scans and fori_loops (both lower to while loops) nested in a while
-    or a scan, and reading `i` in the inner body; not for cond/switch in a loop. diffrax's save
-    loop (an inner while reading the step's old `y` and `t` from the step loop's carry, which the
-    step loop also updates) is this structure."""
-    def fn(n):
+    The structure: a while loop reads a value `i` that it does not change (carried through, here
+    into its condition) while the enclosing computation overwrites `i`'s buffer in place with a new
+    value (``i + 1``): an element of an enclosing loop's carry that the enclosing body updates
+    ("nested"), or a donated parameter whose buffer holds an output ("donated"). Region analysis
+    drops the copy of `i` into the inner loop and instead orders the in-place write after the loop
+    with a control dependency; XLA:CPU's SmallWhileLoopHoistingPass then outlines the (small) loop
+    into a ``call`` tagged ``xla_cpu_small_call`` and drops that control dependency
+    (``SafelyDropAllControlDependencies``), so the write may be scheduled before the loop runs and
+    the loop reads ``i + 1``. Scans and fori_loops (while loops) nested in a while or a scan do the
+    same; a cond/switch in a loop does not; a loop too large to be outlined keeps its ordering.
+    diffrax's solve is the nested case: its save loop and its Runge-Kutta stage loop (small while
+    loops) read the step loop's old `y` and `t`, which the step loop's body also updates."""
+    def nested(n):
         def body(carry):
             i, _ = carry
             return i + 1, lax.while_loop(lambda j: j < i, lambda j: j + 1, 0)
         return lax.while_loop(lambda carry: carry[0] < n, body, (0, 0))[1]
-    return fn, (5,)
+
+    def donated(i):
+        return i + 1, lax.while_loop(lambda j: j < i, lambda j: j + 1, 0)
+
+    return {"nested": (nested, (5,), (), 4), "donated": (donated, (5,), (0,), (6, 5))}
 
 
 REGION_ANALYSIS_UNSAFE = ("diffrax_pid_saveat_ts", "diffrax_constant_saveat_ts", "nested_scans")

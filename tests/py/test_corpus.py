@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 import loopfuse
-from corpus import PROGRAMS, REGION_ANALYSIS_UNSAFE, region_analysis_trigger
+from corpus import PROGRAMS, REGION_ANALYSIS_UNSAFE, region_analysis_triggers
 from problems import assert_trees_equal, fresh
 
 OPTION = "xla_cpu_copy_insertion_use_region_analysis"
@@ -61,8 +61,12 @@ def test_forced_region_analysis_changes_the_result(program):
     assert _differs(forced, expected)
 
 
-def test_region_analysis_trigger_changes_jit():
-    """The minimal pure-lax program: the forced option changes ``jax.jit``'s own result."""
-    fn, args = region_analysis_trigger()
-    assert jax.jit(fn)(*args) == 4
-    assert jax.jit(fn).lower(*args).compile(compiler_options={OPTION: True})(*args) == 5
+@pytest.mark.parametrize("name", ["nested", "donated"])
+def test_forced_region_analysis_changes_jit_on_the_minimal_triggers(name):
+    """The pure-lax triggers: ``jax.jit`` computes what Python says; the forced option changes it."""
+    fn, args, donate, expected = region_analysis_triggers()[name]
+    def run(**options):
+        compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile(compiler_options=options)
+        return jax.tree_util.tree_map(int, compiled(*map(jnp.asarray, args)))
+    assert run() == expected
+    assert run(**{OPTION: True}) != expected

@@ -10,7 +10,7 @@ from loopfuse.backends import CompiledLoop, CompiledStep, Forward, GradOnly, Rev
 from loopfuse.solve import Solution, minimize
 
 REVERSE = [GradOnly(), CompiledStep(), CompiledLoop(steps=16)]
-BACKENDS = REVERSE + [GradOnly("forward"), CompiledStep(Forward()), CompiledLoop(Forward(), steps=8)]
+BACKENDS = REVERSE + [GradOnly(Forward()), CompiledStep(Forward()), CompiledLoop(Forward(), steps=8)]
 IDS = ["grad-only", "step", "loop16", "grad-only-fwd", "step-fwd", "loop8-fwd"]
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -109,8 +109,8 @@ def test_progress_bar_runs():
 
 # ---- validation ----------------------------------------------------------------------------
 @pytest.mark.parametrize("make, error, match", [
-    (lambda: GradOnly("backward"), ValueError, "must be one of \\['forward', 'reverse'\\], got 'backward'"),
-    (lambda: GradOnly(Forward()), ValueError, "GradOnly\\(mode=...\\)"),
+    (lambda: GradOnly("forward"), TypeError, "GradOnly\\(ad=...\\) must be Reverse\\(\\) or Forward\\(\\), got 'forward'"),
+    (lambda: GradOnly(mode="forward"), TypeError, "unexpected keyword argument 'mode'"),
     (lambda: CompiledStep(ad="forward"), TypeError, "Reverse\\(\\) or Forward\\(\\)"),
     (lambda: CompiledLoop(ad=jax.grad), TypeError, "Reverse\\(\\) or Forward\\(\\)"),
     (lambda: CompiledLoop(steps=0), ValueError, "positive int.*got 0"),
@@ -133,7 +133,7 @@ def test_compile_options_only_set_keywords():
     assert CompiledLoop(sharding="params").compile_options() == {"sharding": "params"}
 
 
-@pytest.mark.parametrize("backend", [GradOnly("forward"), CompiledStep(Forward()), CompiledLoop(Forward()),
+@pytest.mark.parametrize("backend", [GradOnly(Forward()), CompiledStep(Forward()), CompiledLoop(Forward()),
                                      GradOnly(), CompiledLoop(Reverse())],
                          ids=["grad-only-fwd", "step-fwd", "loop-fwd", "grad-only", "loop"])
 def test_non_scalar_loss_is_a_clear_error(backend):

@@ -8,6 +8,7 @@ import pytest
 from loopfuse import Dataset
 from loopfuse.backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
 from loopfuse.solve import Solution, minimize
+from problems import progress_bar_updates
 
 REVERSE = [GradOnly(), CompiledStep(), CompiledLoop(steps=16)]
 BACKENDS = REVERSE + [GradOnly(Forward()), CompiledStep(Forward()), CompiledLoop(Forward(), steps=8)]
@@ -101,10 +102,12 @@ def test_callers_params_and_batch_stay_alive(backend):
     np.testing.assert_array_equal(params["w"], 0.0)
 
 
-def test_progress_bar_runs():
+def test_progress_bar_counts_steps_and_shows_each_chunks_last_loss(capsys):
     s = minimize(lsq_loss, _lsq_params(), _data(), optax.sgd(0.1), steps=10, backend=CompiledLoop(steps=4),
                  progress=True)
-    assert s.loss_history.shape == (10,)
+    h = s.loss_history
+    assert progress_bar_updates(capsys.readouterr().err, 10) == [
+        (0, ""), (4, f"['loss']={h[3]:.4g}"), (8, f"['loss']={h[7]:.4g}"), (10, f"['loss']={h[9]:.4g}")]
 
 
 # ---- validation ----------------------------------------------------------------------------

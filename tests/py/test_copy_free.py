@@ -2,7 +2,8 @@
 
 The defaults change only where XLA copies buffers, never what is computed: every result is
 bitwise equal to the same step or loop compiled with the default turned off (also on 4 devices,
-in a fresh process), and the compiled executable needs fewer temporary bytes.
+in a fresh process), and the compiled executable needs fewer temporary bytes where the backward
+pass reads a carried leaf (a data-parallel loop on 4 devices saves nothing measurable: 64 bytes).
 """
 import json
 import os

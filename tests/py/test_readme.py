@@ -38,9 +38,10 @@ CLAIMS = [
     "assert sol.loss_history.shape == (2000,) and sol.steps == 2000 and sol.steps_per_second > 0",
 ]
 
-# CamelCase names the README mentions that are not `loopfuse.X`: where each lives.
+# CamelCase names the README mentions that are neither `loopfuse.X` nor listed with their module in
+# its Layout section: where each lives.
 OTHER_HOMES = {"CheckpointManager": "orbax.checkpoint", "ModulePass": "loopfuse.passes.module_pass",
-               "Executable": "loopfuse.step", "TypeError": "builtins"}
+               "TypeError": "builtins"}
 # what `name.attr` refers to in the README's prose
 OWNERS = {"step": "Step", "result": "FitResult", "FitResult": "FitResult", "sol": "Solution", "Solution": "Solution"}
 # callables whose keyword arguments the README documents
@@ -80,9 +81,16 @@ def _documented_names(text: str) -> set[str]:
     return names
 
 
+def _layout_homes(text: str) -> dict[str, str]:
+    """name -> module for the README's "`module.py` (`name`, ...)" entries (its Layout section)."""
+    entries = re.findall(r"`(\w+)\.py`\s+\((`\w+`(?:,\s+`\w+`)*)\)", text)
+    return {name: f"loopfuse.{module}" for module, names in entries for name in re.findall(r"`(\w+)`", names)}
+
+
 def _exists(name: str) -> bool:
-    if name in OTHER_HOMES:
-        return hasattr(importlib.import_module(OTHER_HOMES[name]), name)
+    homes = {**OTHER_HOMES, **_layout_homes(README)}
+    if name in homes and not hasattr(loopfuse, name):
+        return hasattr(importlib.import_module(homes[name]), name)
     owner, _, attr = name.rpartition(".")
     try:
         obj = _resolve(owner) if owner else loopfuse
@@ -137,6 +145,12 @@ def test_each_backend_takes_ad(backend):
     assert "Each takes `ad=Reverse()` or `ad=Forward()`" in README
     cls = getattr(loopfuse, backend)
     assert cls(ad=loopfuse.Forward()).ad == loopfuse.Forward() and cls(ad=loopfuse.Reverse()).ad == loopfuse.Reverse()
+
+
+def test_the_layout_names_each_modules_definitions():
+    homes = _layout_homes(README)
+    assert {"compile_step", "Executable", "fit", "minimize"} <= set(homes)
+    assert not sorted(n for n, m in homes.items() if not hasattr(importlib.import_module(m), n))
 
 
 def test_documented_files_exist():

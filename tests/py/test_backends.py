@@ -112,7 +112,8 @@ def test_progress_bar_counts_steps_and_shows_each_chunks_last_loss(capsys):
 
 # ---- validation ----------------------------------------------------------------------------
 @pytest.mark.parametrize("make, error, match", [
-    (lambda: GradOnly("forward"), TypeError, "GradOnly\\(ad=...\\) must be Reverse\\(\\) or Forward\\(\\), got 'forward'"),
+    (lambda: GradOnly("forward"), TypeError,
+     "GradOnly\\(ad=...\\) must be Reverse\\(\\) or Forward\\(\\), got 'forward'"),
     (lambda: GradOnly(mode="forward"), TypeError, "unexpected keyword argument 'mode'"),
     (lambda: CompiledStep(ad="forward"), TypeError, "Reverse\\(\\) or Forward\\(\\)"),
     (lambda: CompiledLoop(ad=jax.grad), TypeError, "Reverse\\(\\) or Forward\\(\\)"),

@@ -16,15 +16,17 @@ _EXPORTS = {
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
     "Forward": "backends",
     "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
-    "MiscompileError": "errors",
+    "MiscompileError": "errors", "AuxPathError": "errors", "PipelineError": "pipeline", "CacheWarning": "cache",
 }
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:
     from .backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
+    from .cache import CacheWarning
     from .data import Dataset
-    from .errors import DonatedArrayError, FitError, LoopfuseError, MiscompileError, StateMismatchError
+    from .errors import AuxPathError, DonatedArrayError, FitError, LoopfuseError, MiscompileError, StateMismatchError
     from .fitting import FitResult, fit
+    from .pipeline import PipelineError
     from .runtime import MemoryStats
     from .solve import Solution, minimize
     from .step import Step, StepOptions, compile_step

@@ -60,7 +60,6 @@ class Forward:
 
 
 AD = Reverse | Forward
-_MODES: dict[str, AD] = {"reverse": Reverse(), "forward": Forward()}
 
 
 def _check_ad(owner: str, ad) -> None:
@@ -70,20 +69,12 @@ def _check_ad(owner: str, ad) -> None:
 
 @dataclass(frozen=True)
 class GradOnly:
-    """Jit only ``value_and_grad(loss)``; the optimizer update and the loop run eagerly in Python.
+    """Jit only ``value_and_grad(loss)``; the optimizer update and the loop run eagerly in Python."""
 
-    mode: "reverse" (jax.grad) or "forward" (jax.jacfwd).
-    """
-
-    mode: str = "reverse"
+    ad: AD = Reverse()
 
     def __post_init__(self) -> None:
-        if self.mode not in _MODES:
-            raise ValueError(f"GradOnly(mode=...) must be one of {sorted(_MODES)}, got {self.mode!r}")
-
-    @property
-    def ad(self) -> AD:
-        return _MODES[self.mode]
+        _check_ad("GradOnly", self.ad)
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,8 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     Between chunks a tqdm bar advances and ``callback(steps_done, history_chunk)`` sees that
     chunk's aux history (host numpy). On KeyboardInterrupt (Ctrl-C) the chunk in flight finishes
     and its state is returned with ``retcode="interrupted"``; any other exception after a chunk
-    completed is raised as `FitError` from it, with ``.result`` holding the state reached.
+    completed is raised as `FitError` from it, with ``.result`` holding the state reached
+    (``.result.retcode == "error"``).
 
     until:            ``until(new_state, aux) -> scalar bool``, evaluated inside the device loop after
                       every step: the run ends after the first step where it is true (``retcode="until"``).

@@ -1,12 +1,15 @@
 """Child processes for test_checkpoint.py: a checkpointed fit to kill, and the 4-device checks.
 
-    python checkpoint_child.py run DIR NUM_STEPS   # prints "ready" before the fit starts, then runs it
+    python checkpoint_child.py run DIR NUM_STEPS [PACE]   # prints "ready" before the fit starts, then
+        # runs it, sleeping PACE seconds (default 0) after each chunk so that a kill soon after a
+        # save lands before the run ends on any machine
     XLA_FLAGS=--xla_force_host_platform_device_count=4 python checkpoint_child.py multidevice DIR
         # prints one JSON object of facts that the test asserts on
 """
 import json
 import os
 import sys
+import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -88,6 +91,7 @@ def multidevice(directory) -> dict:
 if __name__ == "__main__":
     if sys.argv[1] == "run":
         print("ready", flush=True)
-        fit(sys.argv[2], int(sys.argv[3]))
+        pace = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+        fit(sys.argv[2], int(sys.argv[3]), callback=lambda done, aux: time.sleep(pace))
     else:
         print(json.dumps(multidevice(sys.argv[2])))

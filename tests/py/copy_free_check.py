@@ -27,7 +27,8 @@ OPT = optax.adam(1e-3)
 
 def step(state, batch):
     def loss_fn(p):
-        return jnp.mean((jnp.tanh(batch["x"] @ p["w"] + p["b"]) @ p["v"] - batch["y"]) ** 2)
+        h = jnp.tanh(batch["x"] @ p["w"] + p["b"])
+        return jnp.mean((jnp.tanh(h @ p["u"]) @ p["v"] - batch["y"]) ** 2)
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
     updates, opt_state = OPT.update(grads, state["opt"], state["params"])
@@ -35,10 +36,12 @@ def step(state, batch):
 
 
 def init():
-    """A (256, 1024) weight (1 MiB, leading axis divisible by 4): "params" splits it over the mesh."""
-    k = jax.random.split(jax.random.key(0), 3)
+    """(256, 1024) and (1024, 1024) weights (1 and 4 MiB, leading axes divisible by 4): "params"
+    splits them over the mesh. The backward pass reads `u` (to carry the gradient down to `w`), so
+    without region analysis each loop iteration copies the carried `u` before the update writes it."""
+    k = jax.random.split(jax.random.key(0), 4)
     params = {"w": jax.random.normal(k[0], (256, 1024)) * 0.02, "b": jnp.zeros(1024),
-              "v": jax.random.normal(k[1], (1024,)) * 0.05}
+              "u": jax.random.normal(k[3], (1024, 1024)) * 0.03, "v": jax.random.normal(k[1], (1024,)) * 0.05}
     x = jax.random.normal(k[2], (16, 256))
     return {"params": params, "opt": OPT.init(params)}, {"x": x, "y": jnp.sin(x[:, 0])}
 
@@ -82,8 +85,10 @@ def compare(make, options: tuple, state, batch, calls: int = 2) -> dict:
 
 
 def check(sharding: str) -> dict:
-    return compare(lambda o: loopfuse.compile_step(step, devices=jax.devices(), sharding=sharding, xla_options=o).loop(4),
-                   (None, OFF), *init())
+    state, batch = init()
+    facts = compare(lambda o: loopfuse.compile_step(step, devices=jax.devices(), sharding=sharding, xla_options=o)
+                    .loop(4), (None, OFF), state, batch)
+    return dict(facts, u_bytes=state["params"]["u"].nbytes)
 
 
 def check_split_all_reduce() -> dict:

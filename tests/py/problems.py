@@ -1,5 +1,7 @@
 """Small training problems shared by the tests (an MLP regression with any optax optimizer) and the
-tree comparisons they assert with: `assert_trees_equal` (bitwise) and `assert_trees_close`."""
+tree comparisons they assert with: `assert_trees_equal` (bitwise) and `assert_trees_close`; and
+`progress_bar_updates`, what a tqdm bar showed."""
+import re
 from typing import NamedTuple
 
 import jax
@@ -105,3 +107,9 @@ def adam_mlp_8x1024(with_grads: bool = False):
 def jit_memory(fn, *args):
     """The compiled memory of undonated ``jax.jit(fn)`` on `args`, as loopfuse reports its own."""
     return MemoryStats.from_analysis(jax.jit(fn).lower(*args).compile().memory_analysis())
+
+
+def progress_bar_updates(err: str, total: int) -> list[tuple[int, str]]:
+    """(steps done, postfix) of each distinct refresh of a tqdm bar over `total` steps in stderr `err`."""
+    updates = re.findall(rf"(\d+)/{total} \[[^,\]]*, [^,\]]*step/s(?:, (.*?))?\](?=[\r\n]|$)", err)
+    return list(dict.fromkeys((int(n), postfix) for n, postfix in updates))

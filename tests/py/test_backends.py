@@ -8,9 +8,10 @@ import pytest
 from loopfuse import Dataset
 from loopfuse.backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
 from loopfuse.solve import Solution, minimize
+from problems import progress_bar_updates
 
 REVERSE = [GradOnly(), CompiledStep(), CompiledLoop(steps=16)]
-BACKENDS = REVERSE + [GradOnly("forward"), CompiledStep(Forward()), CompiledLoop(Forward(), steps=8)]
+BACKENDS = REVERSE + [GradOnly(Forward()), CompiledStep(Forward()), CompiledLoop(Forward(), steps=8)]
 IDS = ["grad-only", "step", "loop16", "grad-only-fwd", "step-fwd", "loop8-fwd"]
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -101,16 +102,19 @@ def test_callers_params_and_batch_stay_alive(backend):
     np.testing.assert_array_equal(params["w"], 0.0)
 
 
-def test_progress_bar_runs():
+def test_progress_bar_counts_steps_and_shows_each_chunks_last_loss(capsys):
     s = minimize(lsq_loss, _lsq_params(), _data(), optax.sgd(0.1), steps=10, backend=CompiledLoop(steps=4),
                  progress=True)
-    assert s.loss_history.shape == (10,)
+    h = s.loss_history
+    assert progress_bar_updates(capsys.readouterr().err, 10) == [
+        (0, ""), (4, f"['loss']={h[3]:.4g}"), (8, f"['loss']={h[7]:.4g}"), (10, f"['loss']={h[9]:.4g}")]
 
 
 # ---- validation ----------------------------------------------------------------------------
 @pytest.mark.parametrize("make, error, match", [
-    (lambda: GradOnly("backward"), ValueError, "must be one of \\['forward', 'reverse'\\], got 'backward'"),
-    (lambda: GradOnly(Forward()), ValueError, "GradOnly\\(mode=...\\)"),
+    (lambda: GradOnly("forward"), TypeError,
+     "GradOnly\\(ad=...\\) must be Reverse\\(\\) or Forward\\(\\), got 'forward'"),
+    (lambda: GradOnly(mode="forward"), TypeError, "unexpected keyword argument 'mode'"),
     (lambda: CompiledStep(ad="forward"), TypeError, "Reverse\\(\\) or Forward\\(\\)"),
     (lambda: CompiledLoop(ad=jax.grad), TypeError, "Reverse\\(\\) or Forward\\(\\)"),
     (lambda: CompiledLoop(steps=0), ValueError, "positive int.*got 0"),
@@ -133,7 +137,7 @@ def test_compile_options_only_set_keywords():
     assert CompiledLoop(sharding="params").compile_options() == {"sharding": "params"}
 
 
-@pytest.mark.parametrize("backend", [GradOnly("forward"), CompiledStep(Forward()), CompiledLoop(Forward()),
+@pytest.mark.parametrize("backend", [GradOnly(Forward()), CompiledStep(Forward()), CompiledLoop(Forward()),
                                      GradOnly(), CompiledLoop(Reverse())],
                          ids=["grad-only-fwd", "step-fwd", "loop-fwd", "grad-only", "loop"])
 def test_non_scalar_loss_is_a_clear_error(backend):

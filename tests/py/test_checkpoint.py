@@ -128,22 +128,24 @@ def test_minimize_resumes_bitwise(backend, tmp_path):
     assert _steps(tmp_path / "split") == [9, 12, 14]             # 9: the end of the first run
 
 
-def _kill_at_random_moments(directory, kills: int, num_steps: int, seed: int) -> int:
+def _kill_at_random_moments(directory, kills: int, num_steps: int, seed: int, within: float = 1.0,
+                            pace: float = 0.0) -> int:
     """Start fits of `num_steps` on `directory` one after another and SIGKILL each at a random moment
-    after it saved a new checkpoint (mostly during a later save); return how many kills landed."""
+    up to `within` seconds after it saved a new checkpoint (mostly during a later save); each child
+    sleeps `pace` seconds after each chunk. Return how many kills landed (the child was still running)."""
     rng, landed = np.random.default_rng(seed), 0
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     for _ in range(kills):
         saved = max(_steps(directory), default=0)
-        child = subprocess.Popen([sys.executable, str(CHILD), "run", str(directory), str(num_steps)], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        child = subprocess.Popen([sys.executable, str(CHILD), "run", str(directory), str(num_steps), str(pace)],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             assert child.stdout.readline() == "ready\n"
             deadline = time.monotonic() + 120
             while child.poll() is None and max(_steps(directory), default=0) <= saved:
                 assert time.monotonic() < deadline, "the child saved no checkpoint in 120 s"
                 time.sleep(0.01)
-            time.sleep(rng.uniform(0, 1.0))
+            time.sleep(rng.uniform(0, within))
             child.send_signal(signal.SIGKILL)
             landed += child.wait(timeout=60) == -signal.SIGKILL
         finally:
@@ -162,11 +164,14 @@ def _assert_resumes_bitwise(directory, whole, num_steps):
 
 
 def test_sigkill_at_random_moments_leaves_a_restorable_checkpoint(tmp_path):
+    """Every kill lands mid-run: each child sleeps 0.15 s after each 3-step chunk, so the 48 steps
+    outlast three kills that each come at most 0.5 s after a new save, on any machine."""
     num_steps = 48
     whole = fit(tmp_path / "whole", num_steps)
-    landed = _kill_at_random_moments(tmp_path / "killed", 3, num_steps, seed=0)
+    landed = _kill_at_random_moments(tmp_path / "killed", 3, num_steps, seed=0, within=0.5, pace=0.15)
+    last = max(_steps(tmp_path / "killed"))
     resumed = _assert_resumes_bitwise(tmp_path / "killed", whole, num_steps)
-    assert landed == 0 or resumed.resumed_from > 0
+    assert landed == 3 and 0 < resumed.resumed_from == last < num_steps, (landed, resumed.resumed_from, last)
 
 
 @pytest.mark.slow

@@ -2,9 +2,10 @@
 
 The options change only where XLA copies buffers, never what is computed: every result is
 bitwise equal to the same step or loop compiled with the option turned off (also on 4 devices,
-in a fresh process), and the compiled executable needs fewer temporary bytes. Region-analysis
-copy insertion is applied only to programs without control flow of their own (the differential
-corpus, test_corpus.py, shows where it is unsafe).
+in a fresh process), and the compiled executable needs fewer temporary bytes where the backward
+pass reads a carried leaf (a data-parallel loop on 4 devices saves nothing measurable: 64 bytes).
+Region-analysis copy insertion is applied only to programs without control flow of their own (the
+differential corpus, test_corpus.py, shows where it is unsafe).
 """
 import json
 import os
@@ -128,10 +129,17 @@ def four_devices() -> dict:
 
 @pytest.mark.parametrize("sharding", ["data", "params"])
 def test_four_devices_bitwise_equal_to_compiled_without_the_option(four_devices, sharding):
+    """With "params" each device holds a quarter of the (1024, 1024) `u` the backward pass reads, and
+    the copy-free carry saves copying it every iteration. With "data" (jax 0.10.2) the option saves
+    nothing measurable: 64 bytes, measured; the test pins that, so a change either way is seen."""
     facts = four_devices[sharding]
     assert facts["num_devices"] == 4
     assert facts["state_equal"] and facts["aux_equal"], facts
-    assert facts["temp_on"] <= facts["temp_off"], facts
+    saved = facts["temp_off"] - facts["temp_on"]
+    if sharding == "params":
+        assert saved >= facts["u_bytes"] // 4, facts
+    else:
+        assert 0 <= saved < 1024, facts
 
 
 def test_large_data_parallel_state_reduces_each_gradient_on_its_own(four_devices):

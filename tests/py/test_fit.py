@@ -11,7 +11,7 @@ import optax
 import pytest
 
 import loopfuse
-from problems import assert_trees_close, assert_trees_equal, batch, fresh, init_state, train_step
+from problems import assert_trees_close, assert_trees_equal, batch, fresh, init_state, progress_bar_updates, train_step
 
 
 def _step(opt):
@@ -67,8 +67,9 @@ def test_keyboard_interrupt_returns_the_last_complete_state():
 
 def test_fit_progress_bar(capsys):
     opt = optax.sgd(0.1)
-    loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 4, chunk=2, progress=True)
-    assert "4/4" in capsys.readouterr().err
+    h = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 4, chunk=2, progress=True).history["loss"]
+    assert progress_bar_updates(capsys.readouterr().err, 4) == [
+        (0, ""), (2, f"['loss']={h[1]:.4g}"), (4, f"['loss']={h[3]:.4g}")]
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -109,9 +109,13 @@ def loopfuse_options(step, state, batch) -> dict:
     executable = step.compiled(state, batch)
     if hasattr(executable, "xla_options"):
         return dict(executable.xla_options)
-    # Until Executable.xla_options lands: the platform defaults and the step's own options
-    # (misses the all-reduce split, which bench_all_reduce.py passes explicitly).
-    return {**runtime.XLA_DEFAULTS.get(jax.devices()[0].platform, {}), **(step.options.xla_options or {})}
+    # Until Executable.xla_options lands: the platform defaults and `runtime.program_xla_options`
+    # (with sharding="data" all floating-point state is replicated).
+    platform = jax.devices()[0].platform
+    replicated = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state)
+                     if jax.numpy.issubdtype(x.dtype, jax.numpy.floating)) if step.options.sharding == "data" else 0
+    return {**runtime.XLA_DEFAULTS.get(platform, {}),
+            **runtime.program_xla_options(platform, replicated, step.options.xla_options)}
 
 
 def jit_compile(fn, state, batch, options: dict | None = None, donate: bool = True):

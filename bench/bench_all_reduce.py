@@ -78,10 +78,9 @@ def measure(fn, state, batch, rounds: int) -> dict:
     calls = {f"loopfuse, {w}": make(o) for w, o in WAYS.items()}
     default_opts = harness.loopfuse_options(make(None), state, batch)
     pstate, pbatch = placed(state, batch)
-    jits = {"jax.jit + donation": harness.jit_compile(fn, pstate, pbatch),
-            SAME: harness.jit_compile(fn, pstate, pbatch, default_opts)}
+    jits = {"jax.jit + donation": harness.jit(fn), SAME: harness.jit(fn, default_opts)}
     temps = {**{v: s.memory_stats(state, batch).temp for v, s in calls.items()},
-             **{v: harness.jit_memory(c).temp for v, c in jits.items()}}
+             **{v: harness.jit_memory(j, pstate, pbatch).temp for v, j in jits.items()}}
     calls.update(jits)
     states = {v: placed(jax.tree_util.tree_map(jnp.copy, state), batch)[0] for v in calls}
     for v, c in calls.items():

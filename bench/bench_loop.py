@@ -147,8 +147,11 @@ def loopfuse_build(step):
     return build
 
 
-def jit_build(fn, options):
-    return lambda state, batch: harness.jit_compile(fn, state, batch, options, donate=True)
+def jit_build(jitted):
+    def build(state, batch):
+        jitted.lower(state, batch).compile()
+        return jitted
+    return build
 
 
 def jax_runners(layers, batch_size, k) -> tuple[list, dict]:
@@ -159,23 +162,15 @@ def jax_runners(layers, batch_size, k) -> tuple[list, dict]:
     state = init()
     options = {"step": harness.loopfuse_options(step, state, batch), "loop": harness.loopfuse_options(loop, state, batch)}
     fori = partial(fori_train, steps=k)
-    runners = []
-    for name, fn, opts, n in [("jax.jit per step (no donation)", train_step, None, 1),
-                              (BASELINE, train_step, None, 1),
-                              (f"{BASELINE}, {SAME}", train_step, options["step"], 1),
-                              ("loopfuse per step", None, None, 1),
-                              (FORI, fori, None, k),
-                              (f"{FORI}, {SAME}", fori, options["loop"], k),
-                              (LOOP, None, None, k)]:
-        if name.startswith("loopfuse"):
-            s = step if n == 1 else loop
-            runners.append(StepRunner(name, loopfuse_build(s), init, batch, n, s.memory_stats(state, batch)))
-        elif name.startswith("jax.jit per step"):
-            compiled = harness.jit_compile(fn, state, batch, None, donate=False)
-            runners.append(StepRunner(name, lambda s, b, c=compiled: c, init, batch, n, harness.jit_memory(compiled)))
-        else:
-            compiled = harness.jit_compile(fn, state, batch, opts)
-            runners.append(StepRunner(name, jit_build(fn, opts), init, batch, n, harness.jit_memory(compiled)))
+    jitted = [("jax.jit per step (no donation)", harness.jit(train_step, donate=False), 1),
+              (BASELINE, harness.jit(train_step), 1),
+              (f"{BASELINE}, {SAME}", harness.jit(train_step, options["step"]), 1),
+              (FORI, harness.jit(fori), k),
+              (f"{FORI}, {SAME}", harness.jit(fori, options["loop"]), k)]
+    runners = [StepRunner(name, jit_build(j), init, batch, n, harness.jit_memory(j, state, batch))
+               for name, j, n in jitted]
+    runners += [StepRunner(name, loopfuse_build(s), init, batch, n, s.memory_stats(state, batch))
+                for name, s, n in (("loopfuse per step", step, 1), (LOOP, loop, k))]
     return runners, options
 
 

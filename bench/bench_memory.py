@@ -40,7 +40,7 @@ SAME = "loopfuse's XLA options"
 
 
 def jit_stats(fn, state, batch, options=None, donate=True) -> loopfuse.MemoryStats:
-    return harness.jit_memory(harness.jit_compile(fn, state, batch, options, donate))
+    return harness.jit_memory(harness.jit(fn, options, donate), state, batch)
 
 
 def one_device(k: int) -> dict:

@@ -12,7 +12,7 @@ Every script measures the same way:
 * `Report` starts with the environment line (CPU, cores, load at start and end, versions, date,
   git commit) and writes NAME.md (the markdown pasted into BENCHMARKS.md) and the JSON.
 * Same configuration on both sides: `loopfuse_options` is the XLA options loopfuse compiled an
-  executable with, and `jit_compile` compiles the `jax.jit` reference with them (or without).
+  executable with, and `jit` compiles the `jax.jit` reference with them (or without).
 
 ``python bench/harness.py paste BENCHMARKS.md bench/out`` replaces each block between
 ``<!-- figure: NAME -->`` and ``<!-- /figure -->`` in BENCHMARKS.md with bench/out/NAME.md.
@@ -118,16 +118,17 @@ def loopfuse_options(step, state, batch) -> dict:
             **runtime.program_xla_options(platform, replicated, step.options.xla_options)}
 
 
-def jit_compile(fn, state, batch, options: dict | None = None, donate: bool = True):
-    """`jax.jit(fn)` compiled for (state, batch) with XLA `options` (None: as users write it),
-    donating the state when `donate`."""
+def jit(fn, options: dict | None = None, donate: bool = True):
+    """`jax.jit(fn)` donating the state (argument 0) when `donate`, compiled with XLA `options`
+    (None: as users write it). Called like any jitted function (same C++ call path)."""
     import jax
-    return jax.jit(fn, donate_argnums=0 if donate else ()).lower(state, batch).compile(compiler_options=options)
+    return jax.jit(fn, donate_argnums=0 if donate else (), compiler_options=options)
 
 
-def jit_memory(compiled):
+def jit_memory(jitted, state, batch):
+    """MemoryStats of `jitted`'s executable for (state, batch)."""
     from loopfuse import MemoryStats
-    return MemoryStats.from_analysis(compiled.memory_analysis())
+    return MemoryStats.from_analysis(jitted.lower(state, batch).compile().memory_analysis())
 
 
 def options_text(options: dict) -> str:

@@ -162,13 +162,26 @@ def environment() -> dict:
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), commit=commit)
 
 
+def _shown(argv: list[str]) -> list[str]:
+    """The arguments that change a figure (not where its output goes)."""
+    out, skip = [], False
+    for a in argv:
+        if skip or a.startswith(("--out=", "--json=")):
+            skip = False
+        elif a in ("--out", "--json"):
+            skip = True
+        else:
+            out.append(a)
+    return out
+
+
 class Report:
     """One script's output: the environment line, markdown sections, JSON results."""
 
     def __init__(self, name: str, args: argparse.Namespace, command: str | None = None):
         self.name, self.args, self.sections, self.results = name, args, [], {}
         self.env, self.t0 = environment(), time.perf_counter()
-        self.command = command or "python " + " ".join([f"bench/{Path(sys.argv[0]).name}"] + sys.argv[1:])
+        self.command = command or "python " + " ".join([f"bench/{Path(sys.argv[0]).name}"] + _shown(sys.argv[1:]))
 
     def section(self, markdown: str, **results) -> None:
         """Add a markdown section (printed at once) and its results."""

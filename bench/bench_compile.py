@@ -8,10 +8,11 @@ Trace time (always measured, alone with --trace-only): loopfuse's trace stage ag
 on a fresh function object (so neither reuses a cached trace); medians (min-max) of wall and CPU
 time, ratios of medians.
 
-Then, at the last --leaves, one run each (no rounds: a compile of this size takes minutes on a
+Then, at the last --leaves, one compile each (no rounds: a compile of this size takes minutes on a
 shared machine): `jax.jit(step).lower(...).compile()` wall time; loopfuse's trace + passes
 (each pass timed) + XLA for the default pipeline and with `flatten-update` added; the number of
-ops in each final module; and the per-step speed of each compiled step (one run of --steps steps).
+ops in each final module; and the per-step speed of each compiled step (interleaved rounds of
+--steps steps).
 """
 import sys
 import time
@@ -49,14 +50,21 @@ def problem(leaves: int, seed: int = 0):
     return train_step, (params, opt.init(params)), targets
 
 
-def steps_per_second(call, state, batch, n: int) -> float:
-    state, _ = call(state, batch)  # warm
-    jax.block_until_ready(state)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        state, _ = call(state, batch)
-    jax.block_until_ready(state)
-    return n / (time.perf_counter() - t0)
+def speeds(calls: dict, state, batch, steps: int, rounds: int) -> dict:
+    """{name: [steps/s per round]}: `steps` chained steps of each call (its own state), interleaved rounds."""
+    states = {name: fresh(state) for name in calls}
+
+    def run(name):
+        def once():
+            x, t0 = states[name], time.perf_counter()
+            for _ in range(steps):
+                x, _ = calls[name](x, batch)
+            states[name] = jax.block_until_ready(x)
+            return steps / (time.perf_counter() - t0)
+        return once
+    for name in calls:  # warm up
+        run(name)()
+    return harness.interleave({name: run(name) for name in calls}, rounds)
 
 
 def fresh(tree):
@@ -121,8 +129,8 @@ def main() -> None:
     rows = {}
     t0 = time.perf_counter()
     jitted = jax.jit(fn, donate_argnums=0).lower(state, batch).compile()
-    rows["jax.jit"] = {"compile_s": time.perf_counter() - t0, "ops": op_count(jax.jit(fn).lower(state, batch).as_text()),
-                       "steps_per_s": steps_per_second(jitted, fresh(state), batch, ns.steps)}
+    rows["jax.jit"] = {"compile_s": time.perf_counter() - t0, "ops": op_count(jax.jit(fn).lower(state, batch).as_text())}
+    calls = {"jax.jit": jitted}
     for name, passes in [("loopfuse", None), ("loopfuse + flatten-update", [*DEFAULT_PASSES, "flatten-update"])]:
         step = loopfuse.compile_step(fn, passes=passes)
         t0 = time.perf_counter()
@@ -131,11 +139,15 @@ def main() -> None:
         pass_s = {k: v for k, v in seconds.items() if k not in ("trace", "xla")}
         rows[name] = {"compile_s": total, "trace_s": seconds["trace"], "xla_s": seconds["xla"],
                       "passes_s": sum(pass_s.values()), "per_pass_s": pass_s,
-                      "ops": op_count(step.lower(state, batch)["final"]),
-                      "steps_per_s": steps_per_second(step, fresh(state), batch, ns.steps)}
+                      "ops": op_count(step.lower(state, batch)["final"])}
+        calls[name] = step
+    rates = speeds(calls, state, batch, ns.steps, ns.rounds)
+    for name, r in rows.items():
+        r.update(steps_per_s=harness.summary(rates[name]),
+                 vs_jit=harness.compare(rates[name], rates["jax.jit"], higher_is_better=True))
     base = rows["jax.jit"]
-    lines = [f"Compile: Adam step over {leaves} parameter leaves (shapes 1..32 x 1..32), one run each; steps/s from one "
-             f"run of {ns.steps} steps", "",
+    lines = [f"Compile: Adam step over {leaves} parameter leaves (shapes 1..32 x 1..32), one compile each; steps/s: "
+             f"{ns.rounds} interleaved rounds of {ns.steps} steps, median (min–max), ratio of medians", "",
              "| variant | compile s | vs jax.jit | trace s | passes s (share) | XLA s | ops in the final module | steps/s "
              "| speed vs jax.jit |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in rows.items():
@@ -143,7 +155,8 @@ def main() -> None:
         trace_s, xla_s = (f"{r[k]:.2f}" if k in r else "-" for k in ("trace_s", "xla_s"))
         lines.append(f"| {name} | {r['compile_s']:.2f} | {r['compile_s'] / base['compile_s']:.2f}x | "
                      f"{trace_s} | {share} | {xla_s} | {r['ops']:,} | "
-                     f"{r['steps_per_s']:.1f} | {r['steps_per_s'] / base['steps_per_s']:.2f}x |")
+                     f"{r['steps_per_s']['median']:,.1f} ({harness.spread_text(rates[name], '{:,.1f}')}) | "
+                     f"{'1.00x (reference)' if name == 'jax.jit' else harness.ratio_text(r['vs_jit'])} |")
     lines += ["", "Passes / XLA: " + ", ".join(f"{name} {r['passes_s'] / r['xla_s']:.1%}"
                                                for name, r in rows.items() if "xla_s" in r)]
     lines += ["", "Per pass (seconds): " + "; ".join(

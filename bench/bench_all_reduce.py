@@ -1,21 +1,21 @@
-"""Data-parallel steps on 4 CPU devices: one all-reduce per gradient vs XLA's single combined one.
+"""Data-parallel steps on 4 CPU devices: one all-reduce per gradient vs XLA's single combined one (figure "all_reduce").
 
-    python bench/bench_all_reduce.py [--rounds 9] [--out bench/out]
+    python bench/bench_all_reduce.py [--rounds 5] [--json PATH]       # ~4 min on 2 cores
 
 XLA:CPU combines every independent all-reduce of a program into one, so a data-parallel step
 holds all gradients at once (as operands and results). loopfuse compiles a program whose
 replicated state reaches `runtime.SPLIT_ALL_REDUCE_BYTES` with the combiner off
 (`runtime.program_xla_options`). For each problem this script compiles `loopfuse.compile_step(...,
 sharding="data")` both ways, ``xla_options={"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}``
-("split") and ``{"xla_disable_hlo_passes": ""}`` ("combined"), checks that they compute bitwise
-the same state, and reports their temporary bytes and the median over interleaved rounds of the
-per-round speed ratio split / combined (4 devices emulated on this machine's cores: the timings
-show the direction, not what real devices would get). Writes all_reduce.md and all_reduce.json.
+("split") and ``{"xla_disable_hlo_passes": ""}`` ("combined"), and `jax.jit` + donation of the
+same step on the same mesh (state replicated, batch split on its first axis; every variant gets
+the batch so placed) as users write it and
+with the XLA options loopfuse's default compiled with. It checks that all compute bitwise the same
+state, and reports temporary bytes and ms/step (medians over interleaved rounds, min-max, ratio
+of medians; 4 devices emulated on this machine's cores: the timings show the direction, not what
+real devices would get).
 """
-import argparse
-import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,12 +28,14 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+import harness  # noqa: E402
 from bench_loop import init_state, make_batch, train_step  # noqa: E402
 
 import loopfuse  # noqa: E402
 from loopfuse import runtime  # noqa: E402
 
 WAYS = {"split": {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}, "combined": {"xla_disable_hlo_passes": ""}}
+SAME = "jax.jit + donation, loopfuse's XLA options"
 
 
 def many_leaves(n: int):
@@ -53,63 +55,90 @@ def many_leaves(n: int):
     return fn, (params, opt.init(params)), jnp.asarray(rng.normal(size=(64, 8)).astype(np.float32))
 
 
-def problems() -> dict:
+def problems(quick: bool) -> dict:
     mlps = {"medium MLP 64-256-1": ((64, 256, 1), 128), "large MLP 512-2048-1": ((512, 2048, 1), 512),
             "8 x 1024x1024 MLP": ((1024,) * 9, 64)}
+    if quick:
+        mlps = {"medium MLP 64-256-1": mlps["medium MLP 64-256-1"]}
     out = {name: (train_step, init_state(layers), make_batch(layers, b)) for name, (layers, b) in mlps.items()}
-    out["300 leaves of 8x8"] = many_leaves(300)
+    out["300 leaves of 8x8"] = many_leaves(30 if quick else 300)
     return out
 
 
+def placed(state, batch):
+    """State replicated over the 4-device mesh, batch split on its first axis (what sharding="data" does)."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("d",))
+    rep, split = (jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*p)) for p in ((), ("d",)))
+    return jax.device_put(state, rep), jax.device_put(batch, split)
+
+
 def measure(fn, state, batch, rounds: int) -> dict:
-    steps = {w: loopfuse.compile_step(fn, keep_aux=("loss",), devices=jax.devices(), sharding="data", xla_options=o)
-             for w, o in WAYS.items()}
-    temps = {w: s.memory_stats(state, batch).temp for w, s in steps.items()}
-    states = {w: jax.tree_util.tree_map(jnp.copy, state) for w in steps}
-    for w, s in steps.items():
+    make = lambda o: loopfuse.compile_step(fn, keep_aux=("loss",), devices=jax.devices(), sharding="data",  # noqa: E731
+                                           xla_options=o)
+    calls = {f"loopfuse, {w}": make(o) for w, o in WAYS.items()}
+    default_opts = harness.loopfuse_options(make(None), state, batch)
+    pstate, pbatch = placed(state, batch)
+    jits = {"jax.jit + donation": harness.jit(fn), SAME: harness.jit(fn, default_opts)}
+    temps = {**{v: s.memory_stats(state, batch).temp for v, s in calls.items()},
+             **{v: harness.jit_memory(j, pstate, pbatch).temp for v, j in jits.items()}}
+    calls.update(jits)
+    states = {v: placed(jax.tree_util.tree_map(jnp.copy, state), batch)[0] for v in calls}
+    for v, c in calls.items():
         for _ in range(2):
-            states[w], _ = s(states[w], batch)
-    equal = all(np.array_equal(a, b) for a, b in zip(*(jax.tree_util.tree_leaves(states[w]) for w in steps)))
+            states[v], _ = c(states[v], pbatch)
+    leaves = [jax.tree_util.tree_leaves(s) for s in states.values()]
+    equal = all(np.array_equal(a, b) for other in leaves[1:] for a, b in zip(leaves[0], other))
     t0 = time.perf_counter()
-    states["split"], _ = steps["split"](states["split"], batch)
-    jax.block_until_ready(states["split"])
-    calls = max(3, min(50, int(0.5 / (time.perf_counter() - t0))))  # ~0.5 s per variant and round
-    times: dict = {w: [] for w in steps}
-    for r in range(rounds):
-        for w in (list(steps) if r % 2 == 0 else list(steps)[::-1]):
-            x, t0 = states[w], time.perf_counter()
-            for _ in range(calls):
-                x, _ = steps[w](x, batch)
+    jax.block_until_ready(calls["loopfuse, split"](states["loopfuse, split"], pbatch)[0])
+    n = max(3, min(50, int(0.3 / (time.perf_counter() - t0))))  # ~0.3 s per variant and round
+    states["loopfuse, split"] = placed(jax.tree_util.tree_map(jnp.copy, state), batch)[0]
+
+    def timed(v):
+        def run():
+            x, t0 = states[v], time.perf_counter()
+            for _ in range(n):
+                x, _ = calls[v](x, pbatch)
             jax.block_until_ready(x)
-            times[w].append((time.perf_counter() - t0) / calls * 1e3)
-            states[w] = x
+            states[v] = x
+            return (time.perf_counter() - t0) / n * 1e3
+        return run
+
+    ms = harness.interleave({v: timed(v) for v in calls}, rounds)
     replicated = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state))
-    return dict(replicated_bytes=replicated, default="split" if replicated >= runtime.SPLIT_ALL_REDUCE_BYTES
-                else "combined", bitwise_equal=equal, temp=temps, ms_per_step={w: statistics.median(t) for w, t in times.items()},
-                split_speed=statistics.median(c / s for s, c in zip(times["split"], times["combined"])))
+    default = "split" if replicated >= runtime.SPLIT_ALL_REDUCE_BYTES else "combined"
+    return dict(replicated_bytes=replicated, default=default, options=default_opts, bitwise_equal=equal, temp=temps,
+                ms_per_step={v: harness.summary(t) for v, t in ms.items()},
+                split_vs_combined=harness.compare(ms["loopfuse, split"], ms["loopfuse, combined"], False),
+                default_vs_jit=harness.compare(ms[f"loopfuse, {default}"], ms["jax.jit + donation"], False),
+                default_vs_same=harness.compare(ms[f"loopfuse, {default}"], ms[SAME], False))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--out", default="bench/out", type=Path)
-    ns = ap.parse_args()
-    md = [f"jax {jax.__version__}, {len(jax.devices())} CPU devices on {os.cpu_count()} cores, {ns.rounds} interleaved "
-          f"rounds, loadavg at start {os.getloadavg()[0]:.1f}; loopfuse splits at "
-          f"{runtime.SPLIT_ALL_REDUCE_BYTES / 2**20:.0f} MiB of replicated state", "",
-          "| problem | replicated state MiB | loopfuse default | bitwise equal | temp MiB, combined | temp MiB, split "
-          "| ms/step, combined | ms/step, split | split / combined speed |", "|---|---:|---|---|---:|---:|---:|---:|---:|"]
-    rows = {}
-    for name, (fn, state, batch) in problems().items():
-        r = rows[name] = measure(fn, state, batch, ns.rounds)
-        md.append(f"| {name} | {r['replicated_bytes'] / 2**20:,.2f} | {r['default']} | {r['bitwise_equal']} | "
-                  f"{r['temp']['combined'] / 2**20:,.2f} | {r['temp']['split'] / 2**20:,.2f} | "
-                  f"{r['ms_per_step']['combined']:,.2f} | {r['ms_per_step']['split']:,.2f} | {r['split_speed']:.2f}x |")
-        print(md[-1], flush=True)
-    ns.out.mkdir(parents=True, exist_ok=True)
-    (ns.out / "all_reduce.md").write_text("\n".join(md) + "\n")
-    (ns.out / "all_reduce.json").write_text(json.dumps(rows, indent=2))
-    print("\n".join(md))
+    ns = harness.parser(__doc__, rounds=5).parse_args()
+    report = harness.Report("all_reduce", ns)
+    rounds = 2 if ns.quick else ns.rounds
+    rows, temp_md, speed_md = {}, [], []
+    for name, (fn, state, batch) in problems(ns.quick).items():
+        r = rows[name] = measure(fn, state, batch, rounds)
+        t, ms = r["temp"], r["ms_per_step"]
+        temp_md.append(f"| {name} | {harness.mib(r['replicated_bytes'])} | {r['default']} | {r['bitwise_equal']} | "
+                       + " | ".join(harness.mib(t[v]) for v in t) + " |")
+        speed_md.append(f"| {name} | " + " | ".join(f"{ms[v]['median']:,.2f} ({ms[v]['min']:,.2f}–{ms[v]['max']:,.2f})"
+                                                     for v in ms)
+                        + f" | {harness.ratio_text(r['split_vs_combined'])} | {harness.ratio_text(r['default_vs_jit'])} "
+                        f"| {harness.ratio_text(r['default_vs_same'])} |")
+        print(temp_md[-1], speed_md[-1], sep="\n", flush=True)
+    variants = list(next(iter(rows.values()))["temp"])
+    md = [f"4 CPU devices on {len(os.sched_getaffinity(0))} cores, {rounds} interleaved rounds; loopfuse splits at "
+          f"{runtime.SPLIT_ALL_REDUCE_BYTES / 2**20:.0f} MiB of replicated state; \"{SAME}\" = the options of "
+          "loopfuse's default for that problem. Bitwise equal: all four executables' states after 2 steps.", "",
+          "| problem | replicated state MiB | loopfuse default | bitwise equal | " + " | ".join(f"temp MiB, {v}" for v in variants)
+          + " |", "|---|---:|---|---|" + "---:|" * len(variants)] + temp_md
+    md += ["", "ms/step, median (min–max over rounds); speed ratios of medians (> 1: the first is faster):", "",
+           "| problem | " + " | ".join(variants) + " | split / combined | loopfuse default / jax.jit | "
+           "loopfuse default / jax.jit, same options |", "|---|" + "---:|" * (len(variants) + 3)] + speed_md
+    report.section("\n".join(md) + "\n", problems=rows)
+    report.write()
 
 
 if __name__ == "__main__":

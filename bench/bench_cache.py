@@ -1,14 +1,15 @@
-"""The persistent compile cache: the first call of a second process against the first's.
+"""The persistent compile cache: the first call of a second process against the first's (figure "cache").
 
-    python bench/bench_cache.py [--leaves 300 1000] [--out bench/out]
+    python bench/bench_cache.py [--leaves 100 300] [--rounds 1] [--json PATH]    # ~4 min on 2 cores
 
-For each leaf count, two fresh processes run the same Adam step (bench_compile.problem) with one
-empty cache folder: the first compiles and stores, the second loads. Each process times its first
-call (trace, passes or cache load, XLA, one step) and reports its stages. Writes cache.md and
-cache.json into --out.
+For each leaf count and round, two fresh processes run the same Adam step (bench_compile.problem)
+with one empty cache folder: the first compiles and stores, the second loads. Each process times
+its first call (trace, passes or cache load, XLA, one step) and reports its stages; with several
+rounds the table shows the medians of each process's figures.
 """
 import argparse
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -45,21 +46,35 @@ def run(leaves: int, cache_dir: str) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
+def median_run(runs: list[dict]) -> dict:
+    """Each figure of a process's first call, the median over rounds."""
+    return {"first_call_s": statistics.median(r["first_call_s"] for r in runs),
+            "cpu_s": statistics.median(r["cpu_s"] for r in runs),
+            "seconds": {k: statistics.median(r["seconds"].get(k, 0) for r in runs) for k in runs[0]["seconds"]}}
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--leaves", type=int, nargs="+", default=[300, 1000])
-    ap.add_argument("--out", default="bench/out")
+    import harness
+    ap = harness.parser(__doc__, rounds=1)
+    ap.add_argument("--leaves", type=int, nargs="+", default=[100, 300])
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.child:
         return child(int(ns.child[0]), ns.child[1])
+    if ns.quick:
+        ns.leaves = [10]
+    report = harness.Report("cache", ns)
     rows = {}
     for leaves in ns.leaves:
-        with tempfile.TemporaryDirectory(prefix="loopfuse-cache-bench-") as d:
-            first, second = run(leaves, d), run(leaves, d)
-            size = sum(p.stat().st_size for p in Path(d).iterdir())
-        rows[leaves] = {"first": first, "second": second, "entry_bytes": size}
-        print(leaves, json.dumps(rows[leaves]), file=sys.stderr, flush=True)
+        runs = {"first": [], "second": []}
+        for _ in range(ns.rounds):
+            with tempfile.TemporaryDirectory(prefix="loopfuse-cache-bench-") as d:
+                runs["first"].append(run(leaves, d))
+                runs["second"].append(run(leaves, d))
+                size = sum(p.stat().st_size for p in Path(d).iterdir())
+        rows[leaves] = {"first": median_run(runs["first"]), "second": median_run(runs["second"]), "entry_bytes": size,
+                        "rounds": runs}
+        print(leaves, json.dumps(rows[leaves]["first"]), json.dumps(rows[leaves]["second"]), file=sys.stderr, flush=True)
 
     def stages(r):
         s = r["seconds"]
@@ -67,7 +82,7 @@ def main() -> None:
         return (f"{s['trace']:.2f} | {passes:.2f} | {s.get('xla', 0):.2f} | {s.get('cache', 0):.2f}")
 
     lines = ["Adam step over N parameter leaves (bench_compile.problem), first call of a fresh process, "
-             "two processes sharing one cache folder", "",
+             f"two processes sharing one cache folder; {ns.rounds} round(s), medians", "",
              "| leaves | process | first call s | CPU s | trace s | passes s | XLA s | cache s | entry MiB | second / first | target |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for leaves, r in rows.items():
@@ -78,11 +93,8 @@ def main() -> None:
             p = r[name]
             tail = (f"{r['entry_bytes'] / 2**20:.1f} | {ratio:.3f} | {verdict}" if name == "second" else "- | - | -")
             lines.append(f"| {leaves} | {name} | {p['first_call_s']:.2f} | {p['cpu_s']:.2f} | {stages(p)} | {tail} |")
-    out = Path(ns.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "cache.md").write_text("\n".join(lines) + "\n")
-    (out / "cache.json").write_text(json.dumps(rows, indent=2))
-    print("\n".join(lines))
+    report.section("\n".join(lines) + "\n", leaves=rows)
+    report.write()
 
 
 if __name__ == "__main__":

@@ -1,20 +1,20 @@
-"""Compile time at scale and the flatten-update pass: an Adam step over many parameter leaves.
+"""Compile time at scale and the flatten-update pass: an Adam step over many parameter leaves (figure "compile").
 
-    python bench/bench_compile.py [--leaves 1000] [--out bench/out]
-    python bench/bench_compile.py --trace-only --leaves 300 1000 [--rounds 5]
-
-Measures, in one run: `jax.jit(step).lower(...).compile()` wall time; loopfuse's trace + passes
-(each pass timed) + XLA for the default pipeline and with `flatten-update` added; and the
-per-step speed of each compiled step. Writes compile.md and compile.json into --out.
+    python bench/bench_compile.py [--leaves 100] [--rounds 3] [--json PATH]      # ~4 min on 2 cores
+    python bench/bench_compile.py --trace-only --leaves 100 300 [--rounds 5]    # figure "trace"
 
 Trace time (always measured, alone with --trace-only): loopfuse's trace stage against
 `jax.jit(step).lower(...)` of the same step, interleaved rounds in one warm process, each round
-on a fresh function object (so neither reuses a cached trace); medians of wall and CPU time.
-Writes trace.md and trace.json.
+on a fresh function object (so neither reuses a cached trace); medians (min-max) of wall and CPU
+time, ratios of medians.
+
+Then, at the last --leaves, one compile each (no rounds: a compile of this size takes minutes on a
+shared machine): `jax.jit(step).lower(...).compile()` wall time; loopfuse's trace + passes
+(each pass timed) + XLA for the default pipeline and with `flatten-update` added; the number of
+ops in each final module; and the per-step speed of each compiled step (interleaved rounds of
+--steps steps).
 """
-import argparse
-import json
-import platform
+import sys
 import time
 from pathlib import Path
 
@@ -24,7 +24,11 @@ import numpy as np
 import optax
 
 import loopfuse
+from loopfuse.pipeline import DEFAULT_PASSES
 from loopfuse.trace import trace
+
+sys.path.insert(0, str(Path(__file__).parent))
+import harness  # noqa: E402
 
 
 def problem(leaves: int, seed: int = 0):
@@ -46,82 +50,88 @@ def problem(leaves: int, seed: int = 0):
     return train_step, (params, opt.init(params)), targets
 
 
-def steps_per_second(call, state, batch, n: int) -> float:
-    state, _ = call(state, batch)  # warm
-    jax.block_until_ready(state)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        state, _ = call(state, batch)
-    jax.block_until_ready(state)
-    return n / (time.perf_counter() - t0)
+def speeds(calls: dict, state, batch, steps: int, rounds: int) -> dict:
+    """{name: [steps/s per round]}: `steps` chained steps of each call (its own state), interleaved rounds."""
+    states = {name: fresh(state) for name in calls}
+
+    def run(name):
+        def once():
+            x, t0 = states[name], time.perf_counter()
+            for _ in range(steps):
+                x, _ = calls[name](x, batch)
+            states[name] = jax.block_until_ready(x)
+            return steps / (time.perf_counter() - t0)
+        return once
+    for name in calls:  # warm up
+        run(name)()
+    return harness.interleave({name: run(name) for name in calls}, rounds)
 
 
 def fresh(tree):
     return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
 
 
-def timed(f) -> tuple[float, float]:
-    """(wall, CPU) seconds of f()."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    f()
-    return time.perf_counter() - t0, time.process_time() - c0
-
-
 def trace_times(leaves: int, rounds: int) -> dict:
-    """Medians over interleaved rounds of jax.jit(fn).lower and loopfuse's trace, fresh fn each round."""
+    """Interleaved rounds of jax.jit(fn).lower and loopfuse's trace, a fresh fn each round."""
     step, state, batch = problem(leaves)
     runs = {"jax.jit(fn).lower": lambda fn: jax.jit(fn).lower(state, batch),
             "loopfuse trace": lambda fn: trace(fn, state, batch, {}, None)}
-    fresh_fn = lambda: lambda s, b: step(s, b)  # a new function object: jax cannot reuse its trace
+    fresh_fn = lambda: lambda s, b: step(s, b)  # noqa: E731  (a new function object: jax cannot reuse its trace)
     for run in runs.values():  # warm jax's own caches (primitive lowering rules, optax's jitted helpers)
         run(fresh_fn())
-    times = {name: [] for name in runs}
-    for r in range(rounds):
-        for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
-            fn = fresh_fn()
-            times[name].append(timed(lambda: runs[name](fn)))
-    med = {name: (float(np.median([w for w, _ in t])), float(np.median([c for _, c in t])))
-           for name, t in times.items()}
-    (jw, jc), (lw, lc) = med["jax.jit(fn).lower"], med["loopfuse trace"]
-    return {"leaves": leaves, "rounds": rounds, "jax_wall_s": jw, "jax_cpu_s": jc, "loopfuse_wall_s": lw,
-            "loopfuse_cpu_s": lc, "wall_ratio": lw / jw, "cpu_ratio": lc / jc}
+    got = harness.interleave({name: (lambda run=run: harness.clocked(lambda: (run(fresh_fn()), None)[1]))
+                              for name, run in runs.items()}, rounds)
+    wall, cpu = ({n: [t[i] for t in got[n]] for n in runs} for i in (0, 1))
+    j, lf = "jax.jit(fn).lower", "loopfuse trace"
+    return dict(leaves=leaves, rounds=rounds, wall={n: harness.summary(v) for n, v in wall.items()},
+                cpu={n: harness.summary(v) for n, v in cpu.items()},
+                wall_cost=harness.compare(wall[j], wall[lf], False), cpu_cost=harness.compare(cpu[j], cpu[lf], False))
 
 
-def trace_report(rows: list, out: Path) -> None:
-    lines = ["| leaves | jax.jit(fn).lower wall s (CPU s) | loopfuse trace wall s (CPU s) | ratio wall (CPU) | target |",
-             "|---|---|---|---|---|"]
+def trace_report(rows: list) -> str:
+    s = lambda x: f"{x['median']:.2f} ({x['min']:.2f}–{x['max']:.2f})"  # noqa: E731
+    lines = ["Trace: seconds, median (min–max); loopfuse / jax time, ratio of medians (target <= 1.2x)", "",
+             "| leaves | rounds | jax.jit(fn).lower wall s | CPU s | loopfuse trace wall s | CPU s | loopfuse / jax, wall "
+             "| loopfuse / jax, CPU | target (CPU) |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        verdict = "PASS" if r["cpu_ratio"] <= 1.2 and r["wall_ratio"] <= 1.2 else "MISS"
-        lines.append(f"| {r['leaves']} | {r['jax_wall_s']:.2f} ({r['jax_cpu_s']:.2f}) | "
-                     f"{r['loopfuse_wall_s']:.2f} ({r['loopfuse_cpu_s']:.2f}) | "
-                     f"{r['wall_ratio']:.2f}x ({r['cpu_ratio']:.2f}x) | <= 1.2x: {verdict} |")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "trace.md").write_text("\n".join(lines) + "\n")
-    (out / "trace.json").write_text(json.dumps(rows, indent=2))
-    print("\n".join(lines))
+        j, lf = "jax.jit(fn).lower", "loopfuse trace"
+        cost = [c["ratio"] for c in (r["wall_cost"], r["cpu_cost"])]
+        lines.append(f"| {r['leaves']} | {r['rounds']} | {s(r['wall'][j])} | {s(r['cpu'][j])} | {s(r['wall'][lf])} | "
+                     f"{s(r['cpu'][lf])} | " + " | ".join(
+                         f"{x:.2f}x" + ("" if c["measured"] else f" ({harness.ratio_text(c)})")
+                         for x, c in zip(cost, (r["wall_cost"], r["cpu_cost"])))
+                     + f" | {'PASS' if cost[1] <= 1.2 else 'MISS'} |")
+    return "\n".join(lines) + "\n"
+
+
+def op_count(text: str) -> int:
+    """Operations in a printed module: lines with an ` = ` assignment or a `return`/`func.return`."""
+    return sum(1 for line in text.splitlines() if " = " in line or line.strip().startswith(("return", "func.return",
+                                                                                               "stablehlo.return")))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--leaves", type=int, nargs="+", default=[1000])
+    ap = harness.parser(__doc__, rounds=3)
+    ap.add_argument("--leaves", type=int, nargs="+", default=[100])
     ap.add_argument("--steps", type=int, default=50, help="steps timed per variant")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the trace comparison")
     ap.add_argument("--trace-only", action="store_true", help="only compare trace times")
-    ap.add_argument("--out", default="bench/out")
     ns = ap.parse_args()
-    trace_report([trace_times(n, ns.rounds) for n in ns.leaves], Path(ns.out))
+    if ns.quick:
+        ns.leaves, ns.rounds, ns.steps = [10], 2, 5
+    out = harness.Report("trace" if ns.trace_only else "compile", ns)
+    traces = [trace_times(n, ns.rounds) for n in ns.leaves]
+    out.section(trace_report(traces), trace=traces)
     if ns.trace_only:
+        out.write()
         return
-    ns.leaves = ns.leaves[-1]
-    fn, state, batch = problem(ns.leaves)
+    leaves = ns.leaves[-1]
+    fn, state, batch = problem(leaves)
     rows = {}
-
     t0 = time.perf_counter()
     jitted = jax.jit(fn, donate_argnums=0).lower(state, batch).compile()
-    rows["jax.jit"] = {"compile_s": time.perf_counter() - t0,
-                       "steps_per_s": steps_per_second(jitted, fresh(state), batch, ns.steps)}
-
-    for name, passes in [("loopfuse", None), ("loopfuse + flatten-update", ["simplify", "flatten-update"])]:
+    rows["jax.jit"] = {"compile_s": time.perf_counter() - t0, "ops": op_count(jax.jit(fn).lower(state, batch).as_text())}
+    calls = {"jax.jit": jitted}
+    for name, passes in [("loopfuse", None), ("loopfuse + flatten-update", [*DEFAULT_PASSES, "flatten-update"])]:
         step = loopfuse.compile_step(fn, passes=passes)
         t0 = time.perf_counter()
         seconds = step.compiled(state, batch).seconds
@@ -129,29 +139,31 @@ def main() -> None:
         pass_s = {k: v for k, v in seconds.items() if k not in ("trace", "xla")}
         rows[name] = {"compile_s": total, "trace_s": seconds["trace"], "xla_s": seconds["xla"],
                       "passes_s": sum(pass_s.values()), "per_pass_s": pass_s,
-                      "steps_per_s": steps_per_second(step, fresh(state), batch, ns.steps)}
-
+                      "ops": op_count(step.lower(state, batch)["final"])}
+        calls[name] = step
+    rates = speeds(calls, state, batch, ns.steps, ns.rounds)
+    for name, r in rows.items():
+        r.update(steps_per_s=harness.summary(rates[name]),
+                 vs_jit=harness.compare(rates[name], rates["jax.jit"], higher_is_better=True))
     base = rows["jax.jit"]
-    lines = [f"Adam step over {ns.leaves} parameter leaves (shapes 1..32 x 1..32), {platform.processor() or platform.machine()}, "
-             f"jax {jax.__version__}", "",
-             "| variant | compile s | vs jax.jit | trace s | passes s (share) | XLA s | steps/s | speed vs jax.jit |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [f"Compile: Adam step over {leaves} parameter leaves (shapes 1..32 x 1..32), one compile each; steps/s: "
+             f"{ns.rounds} interleaved rounds of {ns.steps} steps, median (min–max), ratio of medians", "",
+             "| variant | compile s | vs jax.jit | trace s | passes s (share) | XLA s | ops in the final module | steps/s "
+             "| speed vs jax.jit |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in rows.items():
         share = f"{r['passes_s']:.3f} ({100 * r['passes_s'] / r['compile_s']:.1f}%)" if "passes_s" in r else "-"
         trace_s, xla_s = (f"{r[k]:.2f}" if k in r else "-" for k in ("trace_s", "xla_s"))
         lines.append(f"| {name} | {r['compile_s']:.2f} | {r['compile_s'] / base['compile_s']:.2f}x | "
-                     f"{trace_s} | {share} | {xla_s} | "
-                     f"{r['steps_per_s']:.1f} | {r['steps_per_s'] / base['steps_per_s']:.2f}x |")
+                     f"{trace_s} | {share} | {xla_s} | {r['ops']:,} | "
+                     f"{r['steps_per_s']['median']:,.1f} ({harness.spread_text(rates[name], '{:,.1f}')}) | "
+                     f"{'1.00x (reference)' if name == 'jax.jit' else harness.ratio_text(r['vs_jit'])} |")
     lines += ["", "Passes / XLA: " + ", ".join(f"{name} {r['passes_s'] / r['xla_s']:.1%}"
                                                for name, r in rows.items() if "xla_s" in r)]
     lines += ["", "Per pass (seconds): " + "; ".join(
         f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in r["per_pass_s"].items())
         for name, r in rows.items() if "per_pass_s" in r)]
-    out = Path(ns.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compile.md").write_text("\n".join(lines) + "\n")
-    (out / "compile.json").write_text(json.dumps(rows, indent=2))
-    print("\n".join(lines))
+    out.section("\n".join(lines) + "\n", compile=rows)
+    out.write()
 
 
 if __name__ == "__main__":

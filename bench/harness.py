@@ -1,0 +1,236 @@
+"""The one harness of bench/*.py: arguments, interleaved rounds, statistics, environment line, output.
+
+Every script measures the same way:
+
+* `parser(doc, rounds=...)` gives ``--rounds``, ``--quick`` (a smoke test, not a measurement),
+  ``--out`` (folder of NAME.md) and ``--json PATH``.
+* `interleave(variants, rounds)` runs every variant once per round, the order alternating round
+  by round, so a drift in machine load hits all alike.
+* One statistic: per-side medians over rounds with their min-max, and the ratio of the medians
+  (`compare`). A ratio whose sides' min-max ranges overlap is not a measured difference: it prints
+  as "no difference measured (±N%)", N being the larger half-range of the two sides.
+* `Report` starts with the environment line (CPU, cores, load at start and end, versions, date,
+  git commit) and writes NAME.md (the markdown pasted into BENCHMARKS.md) and the JSON.
+* Same configuration on both sides: `loopfuse_options` is the XLA options loopfuse compiled an
+  executable with, and `jit` compiles the `jax.jit` reference with them (or without).
+
+``python bench/harness.py paste BENCHMARKS.md bench/out`` replaces each block between
+``<!-- figure: NAME -->`` and ``<!-- /figure -->`` in BENCHMARKS.md with bench/out/NAME.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- arguments and rounds -------------------------------------------------------------------
+def parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=rounds, help=f"interleaved rounds (default {rounds})")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, 2 rounds: a smoke test, not a measurement")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out", help="folder for NAME.md")
+    ap.add_argument("--json", type=Path, help="write the results as JSON to this path")
+    return ap
+
+
+def interleave(variants: dict[str, Callable[[], object]], rounds: int) -> dict[str, list]:
+    """{name: [what variants[name]() returned, per round]}: every variant once per round, the
+    order alternating (forward on even rounds, reversed on odd ones)."""
+    out: dict[str, list] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            out[name].append(variants[name]())
+    return out
+
+
+def clocked(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of ``fn()``; jax results are waited for."""
+    import jax
+    t0, c0 = time.perf_counter(), time.process_time()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+# ---- statistics -----------------------------------------------------------------------------
+def summary(values: list[float]) -> dict:
+    """Median and min-max of one side's per-round values."""
+    return dict(median=statistics.median(values), min=min(values), max=max(values), rounds=list(values))
+
+
+def half_range(values: list[float]) -> float:
+    """Half the min-max range relative to the median (0.05 = ±5%)."""
+    return (max(values) - min(values)) / 2 / statistics.median(values)
+
+
+def compare(x: list[float], ref: list[float], higher_is_better: bool) -> dict:
+    """`x` against `ref`: ``ratio`` > 1 means x is better (faster, smaller), from the medians.
+    ``measured`` is False when the sides' min-max ranges overlap: the difference is inside the
+    spread, ``spread`` (±) being the larger half-range of the two sides."""
+    mx, mr = statistics.median(x), statistics.median(ref)
+    ratio = mx / mr if higher_is_better else mr / mx
+    measured = max(x) < min(ref) or max(ref) < min(x)
+    return dict(ratio=ratio, measured=measured, spread=max(half_range(x), half_range(ref)))
+
+
+def ratio_text(c: dict) -> str:
+    """'1.53x' for a measured difference, else 'no difference measured (±N%)'."""
+    if c["measured"]:
+        return f"{c['ratio']:.2f}x"
+    return f"no difference measured (±{100 * c['spread']:.0f}%)"
+
+
+def spread_text(values: list[float], spec: str = "{:,.0f}") -> str:
+    return f"{spec.format(min(values))}–{spec.format(max(values))}"
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:,.2f}"
+
+
+# ---- same configuration on both sides --------------------------------------------------------
+def loopfuse_options(step, state, batch) -> dict:
+    """The non-default XLA options loopfuse compiled `step`'s executable for (state, batch) with."""
+    import jax
+
+    from loopfuse import runtime
+    executable = step.compiled(state, batch)
+    if hasattr(executable, "xla_options"):
+        return dict(executable.xla_options)
+    # Until Executable.xla_options lands: the platform defaults and `runtime.program_xla_options`
+    # (with sharding="data" all floating-point state is replicated).
+    platform = jax.devices()[0].platform
+    replicated = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state)
+                     if jax.numpy.issubdtype(x.dtype, jax.numpy.floating)) if step.options.sharding == "data" else 0
+    return {**runtime.XLA_DEFAULTS.get(platform, {}),
+            **runtime.program_xla_options(platform, replicated, step.options.xla_options)}
+
+
+def jit(fn, options: dict | None = None, donate: bool = True):
+    """`jax.jit(fn)` donating the state (argument 0) when `donate`, compiled with XLA `options`
+    (None: as users write it). Called like any jitted function (same C++ call path)."""
+    import jax
+    return jax.jit(fn, donate_argnums=0 if donate else (), compiler_options=options)
+
+
+def jit_memory(jitted, state, batch):
+    """MemoryStats of `jitted`'s executable for (state, batch)."""
+    from loopfuse import MemoryStats
+    return MemoryStats.from_analysis(jitted.lower(state, batch).compile().memory_analysis())
+
+
+def options_text(options: dict) -> str:
+    return ", ".join(f"`{k}={v}`" for k, v in sorted(options.items())) or "none"
+
+
+# ---- environment and report -------------------------------------------------------------------
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def environment() -> dict:
+    """CPU model, cores, load average now, versions, date and git commit of this checkout."""
+    cpu = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), cpu)
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "python", "passes", "bench"]).returncode:
+            commit += "+changes"
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return dict(cpu=cpu, cores=len(os.sched_getaffinity(0)), load_start=round(os.getloadavg()[0], 2),
+                python=platform.python_version(), jax=_version("jax"), jaxlib=_version("jaxlib"),
+                optax=_version("optax"), loopfuse=_version("loopfuse"),
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), commit=commit)
+
+
+def _shown(argv: list[str]) -> list[str]:
+    """The arguments that change a figure (not where its output goes)."""
+    out, skip = [], False
+    for a in argv:
+        if skip or a.startswith(("--out=", "--json=")):
+            skip = False
+        elif a in ("--out", "--json"):
+            skip = True
+        else:
+            out.append(a)
+    return out
+
+
+class Report:
+    """One script's output: the environment line, markdown sections, JSON results."""
+
+    def __init__(self, name: str, args: argparse.Namespace, command: str | None = None):
+        self.name, self.args, self.sections, self.results = name, args, [], {}
+        self.env, self.t0 = environment(), time.perf_counter()
+        self.command = command or "python " + " ".join([f"bench/{Path(sys.argv[0]).name}"] + _shown(sys.argv[1:]))
+
+    def section(self, markdown: str, **results) -> None:
+        """Add a markdown section (printed at once) and its results."""
+        self.sections.append(markdown.rstrip() + "\n")
+        self.results.update(results)
+        print(markdown, flush=True)
+
+    def env_line(self) -> str:
+        e = self.env
+        return (f"`{self.command}`: {e['cpu']}, {e['cores']} cores, load {e['load_start']} -> {e['load_end']}, "
+                f"{e['wall_s']:.0f} s; python {e['python']}, jax {e['jax']}, jaxlib {e['jaxlib']}, optax {e['optax']}, "
+                f"loopfuse {e['loopfuse']} ({e['commit']}); {e['date']}"
+                + ("; **--quick: a smoke test, not a measurement**" if self.args.quick else ""))
+
+    def write(self) -> str:
+        self.env.update(load_end=round(os.getloadavg()[0], 2), wall_s=time.perf_counter() - self.t0)
+        text = self.env_line() + "\n\n" + "\n".join(self.sections)
+        self.args.out.mkdir(parents=True, exist_ok=True)
+        (self.args.out / f"{self.name}.md").write_text(text)
+        if self.args.json:
+            self.args.json.parent.mkdir(parents=True, exist_ok=True)
+            self.args.json.write_text(json.dumps(dict(environment=self.env, command=self.command, **self.results),
+                                                 indent=2, default=str))
+        print(f"\n{self.env_line()}\nwrote {self.args.out / (self.name + '.md')}", flush=True)
+        return text
+
+
+# ---- BENCHMARKS.md ---------------------------------------------------------------------------
+FIGURE = re.compile(r"(<!-- figure: (?P<name>[\w-]+) -->\n).*?(<!-- /figure -->)", re.S)
+
+
+def paste(markdown: str, figures: dict[str, str]) -> str:
+    """`markdown` with each figure block replaced by ``figures[name]`` (blocks without one kept)."""
+    return FIGURE.sub(lambda m: m.group(1) + figures[m["name"]].rstrip() + "\n" + m.group(3)
+                      if m["name"] in figures else m.group(0), markdown)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="paste bench/out/NAME.md into BENCHMARKS.md's figure blocks")
+    ap.add_argument("command", choices=["paste"])
+    ap.add_argument("markdown", type=Path)
+    ap.add_argument("out", type=Path)
+    ns = ap.parse_args()
+    figures = {p.stem: p.read_text() for p in ns.out.glob("*.md")}
+    text = ns.markdown.read_text()
+    missing = sorted(set(m["name"] for m in FIGURE.finditer(text)) - set(figures))
+    ns.markdown.write_text(paste(text, figures))
+    print(f"pasted {len(figures)} figures into {ns.markdown}" + (f"; no output for {missing}" if missing else ""))
+
+
+if __name__ == "__main__":
+    main()

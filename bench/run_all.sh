@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Regenerate every figure of BENCHMARKS.md: run each bench script once (default settings, each a
+# few minutes on 2 cores), then paste bench/out/NAME.md into BENCHMARKS.md's figure blocks.
+#   bench/run_all.sh            # the whole set (~35 min on an idle 2-core machine)
+#   bench/run_all.sh --quick    # smoke test of every script; does not touch BENCHMARKS.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+OUT=bench/out
+[[ "${1:-}" == "--quick" ]] && OUT=bench/out/quick
+mkdir -p "$OUT"
+start=$SECONDS
+run() {  # run NAME SCRIPT [ARGS...]
+  local name=$1; shift
+  echo "== $name: $PY bench/$*" >&2
+  local t=$SECONDS
+  "$PY" "bench/$@" --out "$OUT" --json "$OUT/$name.json" >"$OUT/$name.log" 2>&1 || { tail -30 "$OUT/$name.log"; exit 1; }
+  echo "   $((SECONDS - t)) s" >&2
+}
+run loop bench_loop.py "$@"
+run memory bench_memory.py "$@"
+run all_reduce bench_all_reduce.py "$@"
+run call bench_call.py "$@"
+run call_executables bench_call.py --executables "$@"
+run until bench_until.py "$@"
+run minimize_until bench_minimize_until.py "$@"
+run data bench_data.py "$@"
+run compile_options bench_compile_options.py "$@"
+run compile bench_compile.py "$@"
+run cache bench_cache.py "$@"
+echo "all figures in $((SECONDS - start)) s" >&2
+if [[ "$OUT" == bench/out ]]; then "$PY" bench/harness.py paste BENCHMARKS.md "$OUT"; fi

@@ -5,7 +5,7 @@
 XLA:CPU combines every independent all-reduce of a program into one, so a data-parallel step
 holds all gradients at once (as operands and results). loopfuse compiles a program whose
 replicated state reaches `runtime.SPLIT_ALL_REDUCE_BYTES` with the combiner off
-(`runtime.program_xla_options`). For each problem this script compiles `loopfuse.compile_step(...,
+(`runtime.program_options`). For each problem this script compiles `loopfuse.compile_step(...,
 sharding="data")` both ways, ``xla_options={"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}``
 ("split") and ``{"xla_disable_hlo_passes": ""}`` ("combined"), and `jax.jit` + donation of the
 same step on the same mesh (state replicated, batch split on its first axis; every variant gets

@@ -34,16 +34,20 @@ def main() -> None:
     fn, state, batch = problem(ns.leaves)
     step = loopfuse.compile_step(fn)
     devices = [jax.devices()[0]]
-    texts = {"step": step.lower(state, batch)["final"], "loop(10)": step.loop(10).lower(state, batch)["final"]}
+    steps = {"step": step, "loop(10)": step.loop(10)}
+    texts = {k: s.lower(state, batch)["final"] for k, s in steps.items()}
+    chosen = {k: harness.loopfuse_options(s, state, batch) for k, s in steps.items()}
     temp = {}
 
     def compile_once(kind, label, options):
         def run():
             wall, cpu = harness.clocked(lambda: temp.__setitem__(
-                (kind, label), runtime.MemoryStats.of(runtime.compile_module(texts[kind], devices, xla_options=options)).temp))
+                (kind, label), runtime.MemoryStats.of(runtime.compile_module(
+                    texts[kind], devices, runtime.compile_options(devices, options, shardy=False))).temp))
             return cpu
         return run
-    variants = {(k, label): compile_once(k, label, o) for k in texts for label, o in (("defaults", None), ("off", OFF))}
+    variants = {(k, label): compile_once(k, label, o) for k in texts
+                for label, o in (("defaults", chosen[k]), ("off", {**chosen[k], **OFF}))}
     cpu = harness.interleave(variants, ns.rounds)
     rows, lines = [], [f"Adam step over {ns.leaves} parameter leaves, XLA compile only (same module text; process CPU s, "
                        f"median (min–max)), {ns.rounds} interleaved rounds", "",

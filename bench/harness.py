@@ -103,19 +103,7 @@ def mib(n: int) -> str:
 # ---- same configuration on both sides --------------------------------------------------------
 def loopfuse_options(step, state, batch) -> dict:
     """The non-default XLA options loopfuse compiled `step`'s executable for (state, batch) with."""
-    import jax
-
-    from loopfuse import runtime
-    executable = step.compiled(state, batch)
-    if hasattr(executable, "xla_options"):
-        return dict(executable.xla_options)
-    # Until Executable.xla_options lands: the platform defaults and `runtime.program_xla_options`
-    # (with sharding="data" all floating-point state is replicated).
-    platform = jax.devices()[0].platform
-    replicated = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state)
-                     if jax.numpy.issubdtype(x.dtype, jax.numpy.floating)) if step.options.sharding == "data" else 0
-    return {**runtime.XLA_DEFAULTS.get(platform, {}),
-            **runtime.program_xla_options(platform, replicated, step.options.xla_options)}
+    return dict(step.compiled(state, batch).xla_options)
 
 
 def jit(fn, options: dict | None = None, donate: bool = True):

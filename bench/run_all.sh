@@ -19,6 +19,8 @@ run() {  # run NAME SCRIPT [ARGS...]
 }
 run loop bench_loop.py "$@"
 run memory bench_memory.py "$@"
+run gate bench_gate.py "$@"
+run simplify bench_simplify.py "$@"
 run all_reduce bench_all_reduce.py "$@"
 run call bench_call.py "$@"
 run call_executables bench_call.py --executables "$@"

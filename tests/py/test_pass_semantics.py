@@ -37,8 +37,14 @@ def _inputs(module, seed=0):
 
 
 
+def _compile(module):
+    """`module` compiled by PJRT with XLA's default options."""
+    devices = [jax.devices()[0]]
+    return runtime.compile_module(str(module), devices, runtime.compile_options(devices, {}, shardy=False))
+
+
 def _pjrt(module, arrays):
-    exe = runtime.compile_module(str(module), [jax.devices()[0]])
+    exe = _compile(module)
     args = [jax.device_put(a) for a in arrays]
     return [np.asarray(shards[0]) for shards in exe.execute_sharded(args).disassemble_into_single_device_arrays()]
 
@@ -55,14 +61,14 @@ def test_alias_state_aliases_each_state_leaf_to_its_result():
     the compiled executable aliases every state byte (none before the pass)."""
     t = _traced()
     n_state = len(t.state_paths)
-    before = runtime.MemoryStats.of(runtime.compile_module(str(t.module), [jax.devices()[0]]))
+    before = runtime.MemoryStats.of(_compile(t.module))
     run_pass(t.module, AliasState())
     f = main_func(t.module.operation)
     aliases = [ir.IntegerAttr(a[ALIAS]).value if ALIAS in a else None for a in arg_attrs(f)]
     assert aliases == list(range(n_state)) + [None] * (len(aliases) - n_state)
     assert [string_attr(a, STATE) for a in arg_attrs(f)[:n_state]] == \
         [string_attr(r, STATE) for r in result_attrs(f)[:n_state]]
-    after = runtime.MemoryStats.of(runtime.compile_module(str(t.module), [jax.devices()[0]]))
+    after = runtime.MemoryStats.of(_compile(t.module))
     state_bytes = sum(a.nbytes for a in _inputs(t.module)[:n_state])
     assert before.alias == 0 and after.alias == state_bytes > 0, (before, after)
 

@@ -55,6 +55,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     """Minimize `loss` from `params` with `steps` updates of `optimizer`, run by `backend`.
 
     loss: ``loss(params, batch)``, or ``loss(params)`` when `data` is None; a real scalar.
+    params: the initial params pytree, or a `Solution` to continue from: its params, with a fresh
+    optimizer state (Adam for 500 steps, then L-BFGS: ``minimize(loss, minimize(loss, p0, ...), ...)``).
     data: None, a fixed batch pytree, or a `Dataset` (step i sees ``data.batch(i)``).
     Every backend runs the same step: value and gradient by ``backend.ad``, then
     ``optimizer.update`` and ``optax.apply_updates``. The caller's `params` are copied, never donated.
@@ -82,6 +84,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     """
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
+    if isinstance(params, Solution):
+        params = params.params
     validate.steps(steps)
     stopping.check(until, stop_on_nonfinite, steps)
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)

@@ -137,3 +137,17 @@ def test_a_hidden_required_keyword_is_a_clear_error_when_traced():
                                                   lambda u, s, p=None, *, hessian, **extra: (u, s))
     with pytest.raises(TypeError, match="needs arguments minimize cannot supply.*hessian.*value, grad, value_fn"):
         minimize(rosenbrock, X0, optimizer=optax.chain(inner), steps=2, backend=CompiledStep())
+
+
+def test_adam_then_lbfgs_continues_from_the_solution():
+    """A Solution as params: its params, a fresh optimizer state; the same as passing sol.params."""
+    adam = minimize(rosenbrock, X0, optimizer=optax.adam(1e-2), steps=50, backend=CompiledLoop(steps=25))
+    lbfgs = optax.lbfgs()
+    polished = minimize(rosenbrock, adam, optimizer=lbfgs, steps=100, backend=CompiledLoop(steps=25),
+                        until=loopfuse.gtol(1e-5))
+    again = minimize(rosenbrock, adam.params, optimizer=lbfgs, steps=100, backend=CompiledLoop(steps=25),
+                     until=loopfuse.gtol(1e-5))
+    assert_trees_equal(polished.params, again.params)
+    np.testing.assert_allclose(polished.loss_history[0], rosenbrock(adam.params), rtol=1e-6)
+    assert polished.retcode == "converged"
+    np.testing.assert_allclose(polished.params, 1.0, atol=1e-4)

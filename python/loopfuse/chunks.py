@@ -1,4 +1,4 @@
-"""The chunk driver of `fit` and `minimize`: N steps as calls of K-step device loops.
+"""The chunk driver of `fit` and `minimize`: N steps as calls of K-step device loops (`LoopChunks`).
 
 Between chunks it advances the progress bar, collects the aux history, calls the callback and
 saves checkpoints. A chunk that can stop early (``until=``, ``stop_on_nonfinite=``) ends the run
@@ -16,8 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import validate
 from .checkpoint import Checkpoints
 from .errors import FitError
+from .step import Step
 
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
 
@@ -67,6 +69,53 @@ class Chunks(Protocol):
     def run(self, state, start: int, k: int) -> tuple[Any, Any, Stop | None]:
         """``(new_state, aux, stop)`` after steps ``start .. start + k``; aux leaves have a leading [k]
         axis. `stop` is None when the chunk cannot stop early (all k steps ran)."""
+
+
+def aux_structure(step: Step, state, batch):
+    """The tree structure of the aux that `step` returns (the leaves `keep_aux` drops are None)."""
+    t = step.compiled(state, batch).traced
+    kept = [0 if keep else None for keep in t.aux_kept]
+    return jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(t.aux_def, kept))
+
+
+def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
+    """Raise naming the bad `checkpoint_dir=`/`checkpoint_every=`/`keep=` option of fit or minimize."""
+    for name, value in (("checkpoint_every", checkpoint_every), ("keep", keep)):
+        if value is not None:
+            validate.steps(value, name)
+    if checkpoint_dir is None and checkpoint_every is not None:
+        raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
+
+
+def _flag(state, aux):
+    """The `until` of a flagged step's loop: its aux is ``(aux, flag)``."""
+    return aux[1]
+
+
+class LoopChunks:
+    """The chunks of `drive` as ``step.loop(k)`` calls; a `Dataset` batch sees the global step index.
+
+    flagged: the step returns ``(aux, flag)`` as its aux, a scalar bool that ends the run after the
+             step where it is true (the loop stops on it; the driver reads its history).
+    stop_on_nonfinite: a step whose kept floating aux leaves hold a NaN or Inf ends the run.
+    """
+
+    def __init__(self, step: Step, batch, flagged: bool = False, stop_on_nonfinite: bool = False):
+        self.step, self.batch, self.flagged, self.stop_on_nonfinite = step, batch, flagged, stop_on_nonfinite
+
+    def loop(self, k: int) -> Step:
+        return self.step.loop(k, until=_flag if self.flagged else None, stop_on_nonfinite=self.stop_on_nonfinite)
+
+    def prepare(self, state, k: int):
+        structure = aux_structure(self.loop(k), state, self.batch)
+        return structure.children()[0] if self.flagged else structure
+
+    def run(self, state, start: int, k: int):
+        state, aux, *steps = self.loop(k)(state, self.batch, start=start)
+        if not steps:
+            return state, aux, None
+        aux, flags = aux if self.flagged else (aux, None)
+        return state, aux, Stop(steps[0], flags)
 
 
 def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool = False,

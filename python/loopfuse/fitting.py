@@ -5,60 +5,12 @@ import weakref
 from dataclasses import replace
 from typing import Any, Callable
 
-import jax
 
 from . import stopping, validate
 from .checkpoint import Checkpoints
-from .chunks import FitResult, Stop, drive
+from .chunks import FitResult, LoopChunks, check_checkpoint_options, drive
 from .data import Dataset
 from .step import Step
-
-
-def aux_structure(step: Step, state, batch):
-    """The tree structure of the aux that `step` returns (the leaves `keep_aux` drops are None)."""
-    t = step.compiled(state, batch).traced
-    kept = [0 if keep else None for keep in t.aux_kept]
-    return jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(t.aux_def, kept))
-
-
-def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
-    """Raise naming the bad `checkpoint_dir=`/`checkpoint_every=`/`keep=` option of fit or minimize."""
-    for name, value in (("checkpoint_every", checkpoint_every), ("keep", keep)):
-        if value is not None:
-            validate.steps(value, name)
-    if checkpoint_dir is None and checkpoint_every is not None:
-        raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
-
-
-def _flag(state, aux):
-    """The `until` of a flagged step's loop: its aux is ``(aux, flag)``."""
-    return aux[1]
-
-
-class LoopChunks:
-    """The chunks of `drive` as ``step.loop(k)`` calls; a `Dataset` batch sees the global step index.
-
-    flagged: the step returns ``(aux, flag)`` as its aux, a scalar bool that ends the run after the
-             step where it is true (the loop stops on it; the driver reads its history).
-    stop_on_nonfinite: a step whose kept floating aux leaves hold a NaN or Inf ends the run.
-    """
-
-    def __init__(self, step: Step, batch, flagged: bool = False, stop_on_nonfinite: bool = False):
-        self.step, self.batch, self.flagged, self.stop_on_nonfinite = step, batch, flagged, stop_on_nonfinite
-
-    def loop(self, k: int) -> Step:
-        return self.step.loop(k, until=_flag if self.flagged else None, stop_on_nonfinite=self.stop_on_nonfinite)
-
-    def prepare(self, state, k: int):
-        structure = aux_structure(self.loop(k), state, self.batch)
-        return structure.children()[0] if self.flagged else structure
-
-    def run(self, state, start: int, k: int):
-        state, aux, *steps = self.loop(k)(state, self.batch, start=start)
-        if not steps:
-            return state, aux, None
-        aux, flags = aux if self.flagged else (aux, None)
-        return state, aux, Stop(steps[0], flags)
 
 
 class _FitChunks(LoopChunks):

@@ -14,9 +14,8 @@ import optax
 from . import stopping, validate
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
-from .chunks import Stop, chunk_sizes, drive
+from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
-from .fitting import LoopChunks, aux_structure, check_checkpoint_options
 from .step import Step, compile_step
 
 RETCODES = {"until": "converged", "max_steps": "max_steps", "non_finite": "non_finite"}   # the driver's: minimize's

@@ -51,11 +51,11 @@ class FitResult:
 
 
 class Stop(NamedTuple):
-    """What a chunk that can stop early reports: the steps it ran (a scalar, <= k) and the `until`
-    flag of each of its k steps (a [k] bool history; None when only non-finite values stop it)."""
+    """What a chunk that can stop early reports: the steps it ran (a scalar, <= k) and whether a step
+    asked to stop (a scalar bool: its `until` was true or, watched, its floating aux non-finite)."""
 
     steps: Any
-    flags: Any
+    stopped: Any
 
 
 class Chunks(Protocol):
@@ -87,35 +87,26 @@ def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
         raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
 
 
-def _flag(state, aux):
-    """The `until` of a flagged step's loop: its aux is ``(aux, flag)``."""
-    return aux[1]
-
-
 class LoopChunks:
-    """The chunks of `drive` as ``step.loop(k)`` calls; a `Dataset` batch sees the global step index.
+    """The chunks of `drive` as ``step.loop(k, until=..., stop_on_nonfinite=...)`` calls (wrap-loop
+    evaluates the stop on the device); a `Dataset` batch sees the global step index.
 
-    flagged: the step returns ``(aux, flag)`` as its aux, a scalar bool that ends the run after the
-             step where it is true (the loop stops on it; the driver reads its history).
+    until: ``until(new_state, aux) -> scalar bool``: the run ends after the step where it is true.
     stop_on_nonfinite: a step whose kept floating aux leaves hold a NaN or Inf ends the run.
     """
 
-    def __init__(self, step: Step, batch, flagged: bool = False, stop_on_nonfinite: bool = False):
-        self.step, self.batch, self.flagged, self.stop_on_nonfinite = step, batch, flagged, stop_on_nonfinite
+    def __init__(self, step: Step, batch, until: Callable | None = None, stop_on_nonfinite: bool = False):
+        self.step, self.batch, self.until, self.stop_on_nonfinite = step, batch, until, stop_on_nonfinite
 
     def loop(self, k: int) -> Step:
-        return self.step.loop(k, until=_flag if self.flagged else None, stop_on_nonfinite=self.stop_on_nonfinite)
+        return self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
 
     def prepare(self, state, k: int):
-        structure = aux_structure(self.loop(k), state, self.batch)
-        return structure.children()[0] if self.flagged else structure
+        return aux_structure(self.loop(k), state, self.batch)
 
     def run(self, state, start: int, k: int):
-        state, aux, *steps = self.loop(k)(state, self.batch, start=start)
-        if not steps:
-            return state, aux, None
-        aux, flags = aux if self.flagged else (aux, None)
-        return state, aux, Stop(steps[0], flags)
+        state, aux, *stop = self.loop(k)(state, self.batch, start=start)
+        return state, aux, Stop(*stop) if stop else None
 
 
 def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool = False,
@@ -163,7 +154,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                 ran = k if stop is None else int(stop.steps)
                 if stop is not None:
                     aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
-                    retcode = _why_stopped(aux, stop.flags, ran, chunks.stop_on_nonfinite) or retcode
+                    retcode = _why_stopped(aux, stop.stopped, ran, chunks.stop_on_nonfinite) or retcode
                 done += ran
                 history.append(jax.tree_util.tree_leaves(aux))
                 ended = done == num_steps or retcode in STOPS
@@ -194,16 +185,14 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     return FitResult(state, _stack(aux_def, history) if history else None, done, retcode, resumed_from)
 
 
-def _why_stopped(aux, flags, n: int, nonfinite: bool) -> str | None:
-    """The retcode of a run after a chunk that ran `n` steps (`aux`: their host history), or None to
-    go on: "non_finite" if watched and a floating aux leaf of step n holds a NaN or Inf, else "until"
-    if that step's `until` flag is set."""
+def _why_stopped(aux, stopped, n: int, nonfinite: bool) -> str | None:
+    """The retcode of a run after a chunk that ran `n` steps (`aux`: their host history) and asked to
+    stop or not (`stopped`), or None to go on: "non_finite" if watched and a floating aux leaf of step
+    n holds a NaN or Inf, else "until" if a step asked to stop."""
     if nonfinite and any(jnp.issubdtype(h.dtype, jnp.inexact) and not np.isfinite(h[n - 1]).all()
                          for h in jax.tree_util.tree_leaves(aux)):
         return "non_finite"
-    if flags is not None and np.asarray(flags)[n - 1]:
-        return "until"
-    return None
+    return "until" if bool(stopped) else None
 
 
 def chunk_sizes(start: int, num_steps: int, chunk: int, every: int | None = None) -> set[int]:

@@ -1,8 +1,5 @@
 """fit: run N steps as device loops of K steps, with a progress bar, callbacks, checkpoints and stops."""
-import functools
 import os
-import weakref
-from dataclasses import replace
 from typing import Any, Callable
 
 
@@ -11,51 +8,6 @@ from .checkpoint import Checkpoints
 from .chunks import FitResult, LoopChunks, check_checkpoint_options, drive
 from .data import Dataset
 from .step import Step
-
-
-class _FitChunks(LoopChunks):
-    """fit's chunks: the user's `own` step, flagged with its `until` predicate when there is one."""
-
-    def __init__(self, own: Step, batch, until, stop_on_nonfinite: bool):
-        super().__init__(own if until is None else _flagged(own, until), batch, until is not None, stop_on_nonfinite)
-        self.own = own
-
-    def prepare(self, state, k: int):
-        try:
-            return super().prepare(state, k)
-        except ValueError:     # an AuxPathError, or stop_on_nonfinite's: they list the aux paths
-            if self.flagged:   # raise it naming the step's own aux paths, not the flagged ones ([0].loss, [1])
-                self.own.loop(k, stop_on_nonfinite=self.stop_on_nonfinite).lower(state, self.batch)
-            raise
-
-
-_FLAGGED: "weakref.WeakKeyDictionary[Step, dict]" = weakref.WeakKeyDictionary()
-
-
-def _flagged(step: Step, until: Callable) -> Step:
-    """`step` returning ``(aux, until(new_state, aux))`` as its aux, with its own options and keep_aux
-    (one Step per step and predicate, so a second fit reuses its compiled loops)."""
-    by_until = _FLAGGED.setdefault(step, {})
-    if until not in by_until:
-        fn = step.fn   # not `step`: the cached Step must not keep its weak key alive
-
-        @functools.wraps(fn)
-        def flagged(state, batch, **static):
-            out = fn(state, batch, **static)
-            if not (isinstance(out, tuple) and len(out) == 2):
-                return out     # the tracer names what it returned
-            new_state, aux = out
-            return new_state, (aux, stopping.predicate(until(new_state, aux)))
-
-        keep = step.options.keep_aux
-        keep = None if keep is None else tuple(_first(k) for k in keep) + ("[1]",)
-        by_until[until] = Step(flagged, replace(step.options, keep_aux=keep))
-    return by_until[until]
-
-
-def _first(path: str) -> str:
-    """The dotted path of aux leaf `path` inside the pair ``(aux, flag)``."""
-    return "[0]" + (path if not path or path.startswith("[") else "." + path)
 
 
 def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress: bool = True,
@@ -99,5 +51,5 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     if isinstance(batch, Dataset):
         batch.validate()
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-    return drive(_FitChunks(step, batch, until, stop_on_nonfinite), state, num_steps, chunk=chunk, progress=progress,
+    return drive(LoopChunks(step, batch, until, stop_on_nonfinite), state, num_steps, chunk=chunk, progress=progress,
                  callback=callback, checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)

@@ -229,13 +229,15 @@ class _Eager:
 
 
 class _Compiled(LoopChunks):
-    """CompiledLoop (device loops of `backend.steps` steps) or CompiledStep (one step per call) of `step`."""
+    """CompiledLoop (device loops of `backend.steps` steps) or CompiledStep (one step per call) of `step`;
+    a `flagged` step's aux is ``(aux, until flag)`` (minimize's `until` sees the params before the update,
+    so the step computes it), which ends a loop through `_flag`."""
 
     def __init__(self, step: Step, backend: CompiledStep | CompiledLoop, batch, flagged: bool,
                  stop_on_nonfinite: bool):
-        self.loops = isinstance(backend, CompiledLoop)
+        self.loops, self.flagged = isinstance(backend, CompiledLoop), flagged
         self.chunk = backend.steps if self.loops else 1
-        super().__init__(step, batch, flagged, stop_on_nonfinite)
+        super().__init__(step, batch, _flag if flagged else None, stop_on_nonfinite)
 
     def compile(self, state, sizes) -> None:
         for k in sizes:
@@ -244,18 +246,30 @@ class _Compiled(LoopChunks):
     def loop(self, k: int):
         return super().loop(k) if self.loops else self.step
 
+    def prepare(self, state, k: int):
+        structure = super().prepare(state, k)
+        return structure.children()[0] if self.flagged else structure
+
     def run(self, state, start: int, k: int):
         if self.loops:
-            return super().run(state, start, k)
+            state, aux, stop = super().run(state, start, k)
+            return state, aux[0] if self.flagged else aux, stop
         state, aux = self.step(state, self.batch, start=start)
         return state, *_one_step(aux, self)
+
+
+def _flag(state, aux):
+    """The `until` of a flagged step's loop: its aux is ``(aux, flag)``."""
+    return aux[1]
 
 
 def _one_step(aux, runner) -> tuple:
     """``(aux history, Stop or None)`` of a one-step chunk from the step's aux with a [1] step axis
     (``(aux, flag)`` for a `runner` that is flagged): the host checks each step."""
     aux, flags = aux if runner.flagged else (aux, None)
-    return aux, Stop(1, flags) if runner.flagged or runner.stop_on_nonfinite else None
+    if not (runner.flagged or runner.stop_on_nonfinite):
+        return aux, None
+    return aux, Stop(1, flags is not None and flags[0])
 
 
 def _with_step_axis(update: Callable) -> Callable:

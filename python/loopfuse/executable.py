@@ -9,7 +9,7 @@ from jaxlib.mlir import ir
 
 from . import runtime
 from .passes._func import main_func, result_attrs
-from .passes.vocabulary import RESULT, STEPS_RUN
+from .passes.vocabulary import RESULT, STEPS_RUN, STOPPED
 from .trace import Traced, is_key, wrap_keys
 
 
@@ -37,7 +37,8 @@ class Executable:
             main = main_func(traced.module.operation)
             tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
             results = [ir.IntegerAttr(a[RESULT]).value for a, _ in tagged]  # effect tokens have no RESULT
-            specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else traced.out_specs[j]
+            specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else
+                     jax.ShapeDtypeStruct((), np.bool_) if STOPPED in a else traced.out_specs[j]
                      for j, (a, _) in zip(results, tagged)]
             shapes = [tuple(ir.RankedTensorType(t).shape) for _, t in tagged]
             n_args = len(main.type.inputs) - len(traced.effects.ordered)
@@ -63,8 +64,8 @@ class Executable:
         return runtime.MemoryStats.of(self.executable)
 
     def __call__(self, leaves: list, start: int = 0):
-        """Run on the flat state+batch `leaves`; returns ``(new_state, aux)`` (and the steps run, for
-        a loop that can stop early)."""
+        """Run on the flat state+batch `leaves`; returns ``(new_state, aux)`` (and the steps run and
+        whether the stop ended it, for a loop that can stop early)."""
         outs = runtime.execute(self.executable, self._arguments(leaves, start), self.handlers, self.traced.effects)
         return self._unflatten(outs)
 
@@ -81,7 +82,7 @@ class Executable:
         t = self.traced
         n_state = len(t.state_paths)
         n_out = n_state + len(t.aux_paths)
-        flat = [None] * (n_out + t.stops)
+        flat = [None] * (n_out + 2 * t.stops)     # a stopping loop's steps run and stopped flag
         for j, value in zip(self.results, outs):
             flat[j] = value
         return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.state_keys)),

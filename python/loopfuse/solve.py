@@ -1,4 +1,6 @@
 """minimize: an Optimization.jl-style solve, the same optax step run by any backend."""
+import functools
+import inspect
 import os
 import time
 from dataclasses import dataclass
@@ -12,10 +14,9 @@ import optax
 from . import stopping, validate
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
-from .chunks import Stop, chunk_sizes, drive
+from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
-from .fitting import LoopChunks, aux_structure, check_checkpoint_options
-from .step import compile_step
+from .step import Step, compile_step
 
 RETCODES = {"until": "converged", "max_steps": "max_steps", "non_finite": "non_finite"}   # the driver's: minimize's
 
@@ -54,16 +55,25 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     """Minimize `loss` from `params` with `steps` updates of `optimizer`, run by `backend`.
 
     loss: ``loss(params, batch)``, or ``loss(params)`` when `data` is None; a real scalar.
+    params: the initial params pytree, or a `Solution` to continue from: its params, with a fresh
+    optimizer state (Adam for 500 steps, then L-BFGS: ``minimize(loss, minimize(loss, p0, ...), ...)``).
     data: None, a fixed batch pytree, or a `Dataset` (step i sees ``data.batch(i)``).
     Every backend runs the same step: value and gradient by ``backend.ad``, then
     ``optimizer.update`` and ``optax.apply_updates``. The caller's `params` are copied, never donated.
+    An update whose signature takes ``value``, ``grad`` or ``value_fn`` (by name or ``**extra_args``,
+    as optax's `GradientTransformationExtraArgs` do) gets the step's loss, its gradient and
+    ``lambda p: loss(p, batch)`` for that step's batch: `optax.lbfgs` and its zoom line search run
+    inside the compiled step or loop. An update requiring any other keyword is a TypeError.
     until: ``until(params, loss) -> scalar bool`` on each step's params and loss, before its update
     (the loss that `loss_history` records): the solve ends after the first step where it is true
     (``retcode="converged"``; that step's update is applied). CompiledLoop evaluates it inside the
-    device loop, the other backends after every step; all stop at the same step.
+    device loop, the other backends after every step; all stop at the same step. A predicate that
+    takes the keyword ``grad`` also gets the gradient at `params`, one that takes ``previous_loss``
+    the loss of the step before (+inf at the first; it is then carried in the state). Ready-made:
+    `loopfuse.gtol` (gradient norm) and `loopfuse.ftol` (loss change), see `convergence`.
     stop_on_nonfinite: end the solve after the first step whose loss is NaN or Inf (``retcode="non_finite"``).
-    checkpoint_dir, checkpoint_every, keep: as for `fit` (the checkpointed state is ``(params, opt_state)``;
-    steps_per_second counts only the steps this call ran).
+    checkpoint_dir, checkpoint_every, keep: as for `fit` (the checkpointed state is ``(params, opt_state)``,
+    and the previous loss for an `until` that takes it; steps_per_second counts only the steps this call ran).
 
     Examples:
         >>> import jax.numpy as jnp, optax
@@ -74,6 +84,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     """
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
+    if isinstance(params, Solution):
+        params = params.params
     validate.steps(steps)
     stopping.check(until, stop_on_nonfinite, steps)
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
@@ -84,19 +96,18 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     if isinstance(data, Dataset):
         data.validate()
     batch = () if data is None else data
-    objective = loss if data is not None else (lambda p, _: loss(p))
-    value_and_grad = backend.ad.value_and_grad(objective)
-    state = jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))
+    t0 = time.perf_counter()
+    init, program = _program(loss, data is not None, optimizer, backend, until)
+    state = init(params)
+    if until is not None and "previous_loss" in _keywords(until, _UNTIL_KEYWORDS):
+        first = data.batch(np.int32(0)) if isinstance(data, Dataset) else batch
+        state += (jnp.full((), jnp.inf, jax.eval_shape(_objective(loss, data is not None), params, first).dtype),)
     if isinstance(backend, GradOnly):
-        runner: _Eager | _Compiled = _Eager(_update(jax.jit(value_and_grad), optimizer, until), batch, until is not None,
-                        stop_on_nonfinite)
+        runner: _Eager | _Compiled = _Eager(program, batch, until is not None, stop_on_nonfinite)
     else:
-        runner = _Compiled(backend, _update(value_and_grad, optimizer, until), batch, until is not None,
-                           stop_on_nonfinite)
+        runner = _Compiled(program, backend, batch, until is not None, stop_on_nonfinite)
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
-
-    t0 = time.perf_counter()
     runner.compile(state, chunk_sizes(0, steps, chunk, every))
     compile_seconds = time.perf_counter() - t0
 
@@ -112,18 +123,89 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
                     (result.steps - result.resumed_from) / seconds, compile_seconds, backend)
 
 
-def _update(value_and_grad: Callable, optimizer: optax.GradientTransformation, until: Callable | None) -> Callable:
-    """The step every backend runs: ``((params, opt_state), batch) -> (new state, {"loss": loss})``;
-    with `until`, its aux is ``({"loss": loss}, until(params, loss))`` (the flag of `LoopChunks`)."""
+def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransformation, backend: Backend,
+             until: Callable | None) -> tuple[Callable, Callable | Step]:
+    """``(init, run)``: `init(params)` is the initial state ``(copy of params, optimizer state)`` in one
+    jitted call; `run` runs the steps: GradOnly's eager update, or the compiled backends' `Step` (which
+    caches its executables by abstract signature). Kept for the last `_PROGRAMS` combinations of these
+    objects (by identity, as jax.jit keys its function), so repeating a solve compiles nothing."""
+    try:
+        hash((loss, optimizer, backend, until))
+    except TypeError:    # an unhashable loss, optimizer or predicate: built anew, never cached
+        return _build_program(loss, has_data, optimizer, backend, until)
+    return _cached_program(loss, has_data, optimizer, backend, until)
+
+
+def _build_program(loss, has_data, optimizer, backend, until):
+    init = jax.jit(lambda params: jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params))))
+    objective = _objective(loss, has_data)
+    value_and_grad = backend.ad.value_and_grad(objective)
+    if isinstance(backend, GradOnly):
+        return init, _update(jax.jit(value_and_grad), objective, optimizer, until)
+    update = _update(value_and_grad, objective, optimizer, until)
+    if isinstance(backend, CompiledLoop):
+        return init, compile_step(update, **backend.compile_options())
+    return init, compile_step(_with_step_axis(update))
+
+
+_PROGRAMS = 64
+_cached_program = functools.lru_cache(maxsize=_PROGRAMS)(_build_program)
+
+
+def _objective(loss: Callable, has_data: bool) -> Callable:
+    """``objective(params, batch)``: `loss`, or for a loss of params only, `loss` ignoring the batch."""
+    return loss if has_data else (lambda p, _: loss(p))
+
+
+def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.GradientTransformation,
+            until: Callable | None) -> Callable:
+    """The step every backend runs: ``(state, batch) -> (new state, {"loss": loss})``, the state being
+    ``(params, opt_state)``, plus the loss of the step before when `until` takes ``previous_loss``.
+    An update that takes ``value``/``grad``/``value_fn`` (`_OPTIMIZER_KEYWORDS`) gets them; with `until`,
+    the aux is ``({"loss": loss}, until(params, loss, ...))`` (the flag of `LoopChunks`)."""
+    wanted = _keywords(until, _UNTIL_KEYWORDS) if until is not None else ()
+    given = _keywords(optimizer.update, _OPTIMIZER_KEYWORDS)
+
     def update(state, batch):
-        params, opt_state = state
+        params, opt_state, *previous = state
         value, grads = value_and_grad(params, batch)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        new_state, aux = (optax.apply_updates(params, updates), opt_state), {"loss": value}
+        offered = {"value": value, "grad": grads, "value_fn": lambda p: objective(p, batch)}
+        try:
+            updates, opt_state = optimizer.update(grads, opt_state, params, **{k: offered[k] for k in given})
+        except TypeError as e:
+            if "keyword" not in str(e):
+                raise
+            raise TypeError(f"the optimizer's update needs arguments minimize cannot supply ({e}); minimize "
+                            f"passes {', '.join(_OPTIMIZER_KEYWORDS)} (the loss of this step's batch) to an "
+                            "update that takes them") from None
+        new_state = (optax.apply_updates(params, updates), opt_state, *([value] if previous else []))
+        aux = {"loss": value}
         if until is None:
             return new_state, aux
-        return new_state, (aux, stopping.predicate(until(params, value), "until=lambda params, loss: loss < 1e-6"))
+        known = {"grad": grads, "previous_loss": previous[0] if previous else None}
+        flag = until(params, value, **{k: known[k] for k in wanted})
+        return new_state, (aux, stopping.predicate(flag, "until=lambda params, loss: loss < 1e-6"))
     return update
+
+
+_OPTIMIZER_KEYWORDS = ("value", "grad", "value_fn")   # what minimize passes to an update that takes them
+_UNTIL_KEYWORDS = ("grad", "previous_loss")           # ... and to an `until` that takes them
+
+
+def _keywords(fn: Callable, offered: tuple) -> tuple:
+    """The names in `offered` that `fn` takes as keywords (all for ``**kwargs``); a TypeError naming any
+    other keyword-only argument it requires."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):   # not introspectable: pass nothing
+        return ()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return offered
+    missing = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in offered]
+    if missing:
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)} requires keyword arguments {missing} that minimize "
+                        f"cannot supply; it supplies {list(offered)}")
+    return tuple(p.name for p in params if p.name in offered and p.kind is not p.POSITIONAL_ONLY)
 
 
 class _Eager:
@@ -147,16 +229,15 @@ class _Eager:
 
 
 class _Compiled(LoopChunks):
-    """CompiledLoop (device loops of `backend.steps` steps) or CompiledStep (one step per call)."""
+    """CompiledLoop (device loops of `backend.steps` steps) or CompiledStep (one step per call) of `step`;
+    a `flagged` step's aux is ``(aux, until flag)`` (minimize's `until` sees the params before the update,
+    so the step computes it), which ends a loop through `_flag`."""
 
-    def __init__(self, backend: CompiledStep | CompiledLoop, update: Callable, batch, flagged: bool,
+    def __init__(self, step: Step, backend: CompiledStep | CompiledLoop, batch, flagged: bool,
                  stop_on_nonfinite: bool):
-        self.loops = isinstance(backend, CompiledLoop)
-        if isinstance(backend, CompiledLoop):
-            step, self.chunk = compile_step(update, **backend.compile_options()), backend.steps
-        else:
-            step, self.chunk = compile_step(_with_step_axis(update)), 1
-        super().__init__(step, batch, flagged, stop_on_nonfinite)
+        self.loops, self.flagged = isinstance(backend, CompiledLoop), flagged
+        self.chunk = backend.steps if self.loops else 1
+        super().__init__(step, batch, _flag if flagged else None, stop_on_nonfinite)
 
     def compile(self, state, sizes) -> None:
         for k in sizes:
@@ -165,18 +246,30 @@ class _Compiled(LoopChunks):
     def loop(self, k: int):
         return super().loop(k) if self.loops else self.step
 
+    def prepare(self, state, k: int):
+        structure = super().prepare(state, k)
+        return structure.children()[0] if self.flagged else structure
+
     def run(self, state, start: int, k: int):
         if self.loops:
-            return super().run(state, start, k)
+            state, aux, stop = super().run(state, start, k)
+            return state, aux[0] if self.flagged else aux, stop
         state, aux = self.step(state, self.batch, start=start)
         return state, *_one_step(aux, self)
+
+
+def _flag(state, aux):
+    """The `until` of a flagged step's loop: its aux is ``(aux, flag)``."""
+    return aux[1]
 
 
 def _one_step(aux, runner) -> tuple:
     """``(aux history, Stop or None)`` of a one-step chunk from the step's aux with a [1] step axis
     (``(aux, flag)`` for a `runner` that is flagged): the host checks each step."""
     aux, flags = aux if runner.flagged else (aux, None)
-    return aux, Stop(1, flags) if runner.flagged or runner.stop_on_nonfinite else None
+    if not (runner.flagged or runner.stop_on_nonfinite):
+        return aux, None
+    return aux, Stop(1, flags is not None and flags[0])
 
 
 def _with_step_axis(update: Callable) -> Callable:

@@ -79,7 +79,8 @@ class Step:
         until: ``pred(new_state, aux) -> scalar bool``, evaluated on the device after every step;
         stop_on_nonfinite: stop after a step whose kept floating aux leaves hold a NaN or Inf. With
         either, the loop stops after the first step that asks it to and a call returns
-        ``(state, aux, steps_run)``; history rows of steps not run are NaN (0 for integers).
+        ``(state, aux, steps_run, stopped)``: the int32 steps run and the bool "a step asked to
+        stop" (true also when the K-th step did); history rows of steps not run are NaN (0 for integers).
         """
         steps = validate.steps(steps)
         key = (steps, until, stop_on_nonfinite)

@@ -99,7 +99,7 @@ def _references(step, state, batch, start: int, static: dict) -> list:
             break
     history = jax.tree_util.tree_map(lambda *r: _padded(jnp.stack(r), o.steps), *rows)
     if stop is not None:
-        return [(s, history, np.int32(len(rows)))]
+        return [(s, history, np.int32(len(rows)), np.bool_(bool(stopped[0])))]
     scan = jax.jit(lambda s, b: jax.lax.scan(lambda s, i: one(s, b, i), s,
                                              start + jnp.arange(o.steps, dtype=jnp.int32)))
     return [(s, history), scan(_copy(state), batch)]
@@ -145,7 +145,7 @@ def _host(x) -> np.ndarray:
 
 
 def _describe(path: str, a: np.ndarray, b: np.ndarray) -> tuple[str, float, float]:
-    name = "the state" if path.startswith("[0]") else "the aux" if path.startswith("[1]") else "the steps run"
+    name = {"[0]": "the state", "[1]": "the aux", "[2]": "the steps run", "[3]": "the stop flag"}[path[:3]]
     where = f"{name} leaf {path[3:] or '(whole)'}"
     if a.shape != b.shape or not (np.issubdtype(a.dtype, np.number) and np.issubdtype(b.dtype, np.number)):
         return f"{where} ({a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)})", float("inf"), float("inf")

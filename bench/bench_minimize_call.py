@@ -1,0 +1,106 @@
+"""The whole `minimize` call at the tiny size, repeated: its fixed cost against hand-written loops.
+
+    python bench/bench_minimize_call.py [--rounds 21] [--json PATH]     # ~1 min on 2 cores
+
+Problem: 2,000 Adam(1e-3) steps of a 4-8-1 tanh MLP on a fixed batch of 16 (tests/py/problems.py's
+sizes). Each variant is one call from the caller's params and data (arguments, never closed over) to
+results on the host, timed as wall time after a warm-up call (every variant's executables are built):
+
+* ``minimize``:      ``loopfuse.minimize(loss, params, data, adam, steps=2000)`` (CompiledLoop(steps=100)),
+                     the loss history on the host;
+* ``minimize_k2000``: the same with ``backend=CompiledLoop(steps=2000)`` (one device call);
+* ``fori_loop``:     ``jax.jit`` of a ``lax.fori_loop`` of the same step, the loss history as an output,
+                     then moved to the host (what the Solution holds);
+* ``optimistix``:    ``optx.minimise(loss, optx.OptaxMinimiser(adam, rtol=0, atol=0), params, data,
+                     max_steps=2000, throw=False)`` (jitted by optimistix; no loss history).
+
+Rounds interleave the variants (bench/harness.py): per-variant medians with min-max, and the ratio
+of the medians, the reference's time over minimize's (>= 1.0: minimize is as fast or faster).
+Targets: >= 1.0x of the fori_loop, >= 1.2x of optimistix (figure "minimize_call").
+"""
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import loopfuse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "py"))
+import harness  # noqa: E402
+from problems import batch, mlp_loss, mlp_params  # noqa: E402
+
+STEPS = 2000
+OPT = optax.adam(1e-3)
+TARGETS = {"fori_loop": 1.0, "optimistix": 1.2}
+
+
+def fori_loop_solve():
+    @jax.jit
+    def run(params, data):
+        def body(i, carry):
+            p, s, losses = carry
+            value, grads = jax.value_and_grad(mlp_loss)(p, data)
+            updates, s = OPT.update(grads, s, p)
+            return optax.apply_updates(p, updates), s, losses.at[i].set(value)
+        params, _, losses = jax.lax.fori_loop(0, STEPS, body, (params, OPT.init(params), jnp.zeros(STEPS)))
+        return params, losses
+
+    def solve(params, data):
+        params, losses = run(params, data)
+        return jax.block_until_ready(params), np.asarray(losses)
+    return solve
+
+
+def optimistix_solve():
+    import optimistix as optx
+    solver = optx.OptaxMinimiser(OPT, rtol=0.0, atol=0.0)
+
+    def solve(params, data):
+        sol = optx.minimise(mlp_loss, solver, params, data, max_steps=STEPS, throw=False)
+        return jax.block_until_ready(sol.value)
+    return solve
+
+
+def minimize_solve(backend):
+    def solve(params, data):
+        sol = loopfuse.minimize(mlp_loss, params, data, OPT, steps=STEPS, backend=backend)
+        return sol.params, sol.loss_history
+    return solve
+
+
+def main() -> None:
+    ap = harness.parser(__doc__, rounds=21)
+    ns = ap.parse_args()
+    if ns.quick:
+        ns.rounds = 2
+    out = harness.Report("minimize_call", ns)
+    params, data = mlp_params(), batch()
+    variants = {"minimize": minimize_solve(loopfuse.CompiledLoop()),
+                "minimize_k2000": minimize_solve(loopfuse.CompiledLoop(steps=STEPS)),
+                "fori_loop": fori_loop_solve(), "optimistix": optimistix_solve()}
+    first = {name: 1e3 * harness.clocked(lambda: solve(params, data))[0] for name, solve in variants.items()}
+    times = harness.interleave({name: (lambda solve=solve: 1e3 * harness.clocked(lambda: solve(params, data))[0])
+                                for name, solve in variants.items()}, ns.rounds)
+    lines = [f"Whole call, wall ms: first call, then median (min–max) over {ns.rounds} interleaved rounds", "",
+             "| variant | first call ms | call ms |", "|---|---:|---:|"]
+    lines += [f"| {n} | {first[n]:,.1f} | {harness.summary(t)['median']:.2f} ({harness.spread_text(t, '{:.2f}')}) |"
+              for n, t in times.items()]
+    lines += ["", "| minimize against | reference / minimize, ratio of medians | target |", "|---|---|---|"]
+    rows = []
+    for ours in ("minimize", "minimize_k2000"):
+        for ref, target in TARGETS.items():
+            c = harness.compare(times[ours], times[ref], higher_is_better=False)
+            verdict = "met" if c["ratio"] >= target else "**missed**"
+            lines.append(f"| {ours} vs {ref} | {c['ratio']:.2f}x" + ("" if c["measured"] else f", {harness.ratio_text(c)}")
+                         + f" | >= {target}x: {verdict} |")
+            rows.append(dict(ours=ours, ref=ref, target=target, **c))
+    out.section("\n".join(lines) + "\n", first=first, times={n: harness.summary(t) for n, t in times.items()}, ratios=rows)
+    out.write()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""The Lotka-Volterra fit (examples/lotka_volterra.py) side by side: loopfuse against jax.jit, lax.scan, optimistix.
+
+    python bench/bench_odefit.py [--rounds 3] [--out bench/out]
+
+Two phases of the example's recipe, each a separate table:
+
+* Adam (2e-2), `ADAM_STEPS` steps from the example's start: loopfuse ``minimize`` (CompiledLoop), a
+  hand-written loop of a ``jax.jit`` step, a ``jax.jit(lax.scan)`` loop, and optimistix's
+  ``OptaxMinimiser`` (rtol = atol = 0, so it runs all steps; ``throw=False``).
+* L-BFGS, `LBFGS_STEPS` steps from the Adam result: loopfuse ``compile_step(lbfgs_step).loop(K)``
+  (the example's), the same ``optax.lbfgs`` step under ``jax.jit`` per step and in ``lax.scan``, and
+  optimistix's ``BFGS`` (rtol = atol = 1e-6: it stops on its own criterion, at most 256 steps).
+
+Every contender takes the data as an argument. Per contender: steps/s (steps / run time, compile
+excluded), the whole call's wall time where a user pays it (loopfuse's minimize compiles at every
+call), compile time (first call minus a run), peak memory of the compiled executable, the final loss,
+and the steps and time to reach within 1% of the best loss any contender of the phase found (time =
+steps to it / steps/s; optimistix records no history: its whole run if its final loss is within 1%).
+Rounds are interleaved (every contender once per round, the order alternating); figures are medians
+with the min-max spread. Writes odefit.md / odefit.json.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import optimistix as optx
+
+import loopfuse
+from bench_loop import machine
+from loopfuse import MemoryStats
+
+spec = importlib.util.spec_from_file_location("lotka_volterra", Path(__file__).resolve().parents[1] / "examples" / "lotka_volterra.py")
+lv = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lv)
+
+ADAM_STEPS, LBFGS_STEPS, CHUNK = 300, 30, 100
+WITHIN = 1.01
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+def aot(fn, *args, donate=()):
+    """``jax.jit(fn)`` compiled for `args`: (executable, compile seconds)."""
+    t0 = now()
+    compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
+    return compiled, now() - t0
+
+
+def fresh(tree):
+    return jax.tree_util.tree_map(jnp.copy, tree)
+
+
+def adam_step(state, data):                       # what minimize runs
+    params, opt_state = state
+    value, grad = jax.value_and_grad(lv.loss)(params, data)
+    updates, opt_state = lv.ADAM.update(grad, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state), {"loss": value}
+
+
+def python_loop(step, state, data, steps):
+    losses = []
+    for _ in range(steps):
+        state, aux = step(state, data)
+        losses.append(aux["loss"])
+    return state[0], jnp.stack(losses)
+
+
+def scan_loop(step, steps):
+    return lambda state, data: (lambda out: (out[0][0], out[1]["loss"]))(
+        jax.lax.scan(lambda c, _: step(c, data), state, None, length=steps))
+
+
+class Contender(NamedTuple):
+    """One way to run a phase: ``setup()`` compiles what can be compiled once ({compile_s, memory});
+    ``run()`` one solve ({params, losses (None: no history), steps, run_s, and wall_s/compile_s if
+    the call compiles})."""
+
+    setup: Callable[[], dict]
+    run: Callable[[], dict]
+
+
+def adam_contenders(start, data):
+    state0 = lambda: fresh((start, lv.ADAM.init(start)))
+    out = {}
+
+    def minimize_run():
+        t0 = now()
+        sol = loopfuse.minimize(lv.loss, start, data=data, optimizer=lv.ADAM, steps=ADAM_STEPS,
+                                backend=loopfuse.CompiledLoop(steps=CHUNK))
+        wall = now() - t0
+        return dict(params=sol.params, losses=sol.loss_history, steps=sol.steps, run_s=sol.steps / sol.steps_per_second,
+                    wall_s=wall, compile_s=sol.compile_seconds)
+
+    def minimize_setup():                          # minimize's chunk program: compile_step(update).loop(CHUNK)
+        loop = loopfuse.compile_step(adam_step, keep_aux=("loss",)).loop(CHUNK)
+        return dict(memory=loop.memory_stats(state0(), data))
+    out["loopfuse minimize (CompiledLoop)"] = Contender(minimize_setup, minimize_run)
+
+    jit = {}
+
+    def jit_setup():
+        jit["step"], seconds = aot(adam_step, state0(), data, donate=(0,))
+        return dict(compile_s=seconds, memory=MemoryStats.from_analysis(jit["step"].memory_analysis()))
+
+    def jit_run():
+        t0 = now()
+        params, losses = jax.block_until_ready(python_loop(jit["step"], state0(), data, ADAM_STEPS))
+        return dict(params=params, losses=np.asarray(losses), steps=ADAM_STEPS, run_s=now() - t0)
+    out["jax.jit step, Python loop"] = Contender(jit_setup, jit_run)
+
+    scan = {}
+
+    def scan_setup():
+        scan["fn"], seconds = aot(scan_loop(adam_step, ADAM_STEPS), state0(), data, donate=(0,))
+        return dict(compile_s=seconds, memory=MemoryStats.from_analysis(scan["fn"].memory_analysis()))
+
+    def scan_run():
+        t0 = now()
+        params, losses = jax.block_until_ready(scan["fn"](state0(), data))
+        return dict(params=params, losses=np.asarray(losses), steps=ADAM_STEPS, run_s=now() - t0)
+    out["jax.jit(lax.scan)"] = Contender(scan_setup, scan_run)
+
+    out["optimistix OptaxMinimiser(adam)"] = optimistix_contender(
+        optx.OptaxMinimiser(lv.ADAM, rtol=0.0, atol=0.0), start, data, ADAM_STEPS)
+    return out
+
+
+def lbfgs_contenders(start, data):
+    state0 = lambda: fresh((start, lv.LBFGS.init(start)))
+    out = {}
+    loop = loopfuse.compile_step(lv.lbfgs_step, keep_aux=("loss",)).loop(LBFGS_STEPS)
+
+    def loopfuse_setup():
+        t0 = now()
+        loop.compiled(state0(), data)
+        return dict(compile_s=now() - t0, memory=loop.memory_stats(state0(), data))
+
+    def loopfuse_run():
+        t0 = now()
+        (params, _), aux = jax.block_until_ready(loop(state0(), data))
+        return dict(params=params, losses=np.asarray(aux["loss"]), steps=LBFGS_STEPS, run_s=now() - t0)
+    out["loopfuse compile_step(...).loop"] = Contender(loopfuse_setup, loopfuse_run)
+
+    jit = {}
+
+    def jit_setup():
+        jit["step"], seconds = aot(lv.lbfgs_step, state0(), data, donate=(0,))
+        return dict(compile_s=seconds, memory=MemoryStats.from_analysis(jit["step"].memory_analysis()))
+
+    def jit_run():
+        t0 = now()
+        params, losses = jax.block_until_ready(python_loop(jit["step"], state0(), data, LBFGS_STEPS))
+        return dict(params=params, losses=np.asarray(losses), steps=LBFGS_STEPS, run_s=now() - t0)
+    out["jax.jit step, Python loop"] = Contender(jit_setup, jit_run)
+
+    scan = {}
+
+    def scan_setup():
+        scan["fn"], seconds = aot(scan_loop(lv.lbfgs_step, LBFGS_STEPS), state0(), data, donate=(0,))
+        return dict(compile_s=seconds, memory=MemoryStats.from_analysis(scan["fn"].memory_analysis()))
+
+    def scan_run():
+        t0 = now()
+        params, losses = jax.block_until_ready(scan["fn"](state0(), data))
+        return dict(params=params, losses=np.asarray(losses), steps=LBFGS_STEPS, run_s=now() - t0)
+    out["jax.jit(lax.scan)"] = Contender(scan_setup, scan_run)
+
+    out["optimistix BFGS"] = optimistix_contender(optx.BFGS(rtol=1e-6, atol=1e-6), start, data, 256)
+    return out
+
+
+def optimistix_contender(solver, start, data, max_steps) -> Contender:
+    box = {}
+
+    def solve(y0, data):
+        sol = optx.minimise(lv.loss, solver, y0, args=data, max_steps=max_steps, throw=False)
+        return sol.value, sol.stats["num_steps"]
+
+    def setup():
+        box["fn"], seconds = aot(solve, start, data)
+        return dict(compile_s=seconds, memory=MemoryStats.from_analysis(box["fn"].memory_analysis()))
+
+    def run():
+        t0 = now()
+        params, steps = jax.block_until_ready(box["fn"](start, data))
+        return dict(params=params, losses=None, steps=int(steps), run_s=now() - t0)
+    return Contender(setup, run)
+
+
+def phase(contenders: dict, data, rounds: int) -> dict:
+    """Set every contender up, run `rounds` interleaved rounds, summarize."""
+    setups = {name: c.setup() for name, c in contenders.items()}
+    runs = {name: [] for name in contenders}
+    names = list(contenders)
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            runs[name].append(contenders[name].run())
+    loss = jax.jit(lv.loss)
+    final = {name: float(loss(rs[0]["params"], data)) for name, rs in runs.items()}
+    best = min(final.values())
+    rows = {}
+    for name, rs in runs.items():
+        first, setup = rs[0], setups[name]
+        run_s = [r["run_s"] for r in rs]
+        steps_per_s = [r["steps"] / r["run_s"] for r in rs]
+        if first["losses"] is not None:
+            hits = np.flatnonzero(np.append(first["losses"][1:], final[name]) <= WITHIN * best)  # loss after step i+1
+            to_target = int(hits[0]) + 1 if hits.size else None
+        else:
+            to_target = first["steps"] if final[name] <= WITHIN * best else None
+        wall = [r.get("wall_s", r["run_s"]) for r in rs]
+        compile_s = [r["compile_s"] for r in rs] if "compile_s" in first else [setup["compile_s"]]
+        rows[name] = dict(
+            steps=first["steps"], final_loss=final[name], steps_per_s=spread(steps_per_s), run_s=spread(run_s),
+            wall_s=spread(wall), compile_s=spread(compile_s), peak_bytes=setup["memory"].peak,
+            temp_bytes=setup["memory"].temp, steps_to_target=to_target,
+            seconds_to_target=None if to_target is None else to_target / statistics.median(steps_per_s),
+            params=np.exp(np.asarray(first["params"])).tolist())
+    return dict(best_loss=best, rows=rows)
+
+
+def spread(xs) -> dict:
+    return dict(median=statistics.median(xs), min=min(xs), max=max(xs))
+
+
+def fmt(s: dict, scale=1.0, digits=0) -> str:
+    m, lo, hi = (scale * s[k] for k in ("median", "min", "max"))
+    return f"{m:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
+
+
+def table(title: str, result: dict) -> list[str]:
+    lines = [f"### {title}\n", f"best final loss {result['best_loss']:.6g}; target: within 1% of it\n",
+             "| contender | steps | final loss | steps/s | run (ms) | whole call (ms) | compile (s) | peak memory "
+             "| steps to 1% | time to 1% (ms) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in result["rows"].items():
+        target = "not reached" if r["steps_to_target"] is None else str(r["steps_to_target"])
+        seconds = "-" if r["seconds_to_target"] is None else f"{1e3 * r['seconds_to_target']:,.0f}"
+        lines.append(
+            f"| {name} | {r['steps']} | {r['final_loss']:.6g} | {fmt(r['steps_per_s'])} | {fmt(r['run_s'], 1e3)} "
+            f"| {fmt(r['wall_s'], 1e3)} | {fmt(r['compile_s'], 1, 2)} | {r['peak_bytes'] / 1024:,.0f} KiB "
+            f"| {target} | {seconds} |")
+    return lines + [""]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="bench/out", type=Path)
+    args = ap.parse_args()
+    info, t0 = machine(), now()
+    data = lv.observations()
+    start = jnp.log(jnp.asarray(lv.START))
+    adam = phase(adam_contenders(start, data), data, args.rounds)
+    polish_from = jnp.log(jnp.asarray(adam["rows"]["jax.jit(lax.scan)"]["params"]))
+    lbfgs = phase(lbfgs_contenders(polish_from, data), data, args.rounds)
+    info.update(wall_s=round(now() - t0, 1), loadavg_1min_end=round(os.getloadavg()[0], 2),
+                command=f"python bench/bench_odefit.py --rounds {args.rounds}")
+    text = "\n".join([
+        "# bench_odefit results\n", ", ".join(f"{k}: {v}" for k, v in info.items()) + "\n",
+        f"Lotka-Volterra fit of examples/lotka_volterra.py; {args.rounds} interleaved rounds; median (min-max).\n",
+        *table(f"Adam (2e-2), {ADAM_STEPS} steps from the example's start", adam),
+        *table(f"L-BFGS, {LBFGS_STEPS} steps from the Adam result (optimistix BFGS: to its rtol=atol=1e-6)", lbfgs)])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "odefit.md").write_text(text)
+    (args.out / "odefit.json").write_text(json.dumps(dict(machine=info, adam=adam, lbfgs=lbfgs), indent=2))
+    print(text + f"\nwrote {args.out}/odefit.md, odefit.json")
+
+
+if __name__ == "__main__":
+    main()

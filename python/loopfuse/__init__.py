@@ -12,7 +12,7 @@ _EXPORTS = {
     "fit": "fitting", "FitResult": "fitting",
     "Dataset": "data",
     "MemoryStats": "runtime",
-    "minimize": "solve", "Solution": "solve",
+    "minimize": "solve", "Solution": "solve", "gtol": "convergence", "ftol": "convergence",
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
     "Forward": "backends",
     "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
@@ -20,6 +20,7 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:
+    from .convergence import ftol, gtol
     from .backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
     from .data import Dataset
     from .errors import DonatedArrayError, FitError, LoopfuseError, StateMismatchError

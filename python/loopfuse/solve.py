@@ -1,4 +1,5 @@
 """minimize: an Optimization.jl-style solve, the same optax step run by any backend."""
+import inspect
 import os
 import time
 from dataclasses import dataclass
@@ -54,16 +55,25 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     """Minimize `loss` from `params` with `steps` updates of `optimizer`, run by `backend`.
 
     loss: ``loss(params, batch)``, or ``loss(params)`` when `data` is None; a real scalar.
+    params: the initial params pytree, or a `Solution` to continue from: its params, with a fresh
+    optimizer state (Adam for 500 steps, then L-BFGS: ``minimize(loss, minimize(loss, p0, ...), ...)``).
     data: None, a fixed batch pytree, or a `Dataset` (step i sees ``data.batch(i)``).
     Every backend runs the same step: value and gradient by ``backend.ad``, then
     ``optimizer.update`` and ``optax.apply_updates``. The caller's `params` are copied, never donated.
+    An update whose signature takes ``value``, ``grad`` or ``value_fn`` (by name or ``**extra_args``,
+    as optax's `GradientTransformationExtraArgs` do) gets the step's loss, its gradient and
+    ``lambda p: loss(p, batch)`` for that step's batch: `optax.lbfgs` and its zoom line search run
+    inside the compiled step or loop. An update requiring any other keyword is a TypeError.
     until: ``until(params, loss) -> scalar bool`` on each step's params and loss, before its update
     (the loss that `loss_history` records): the solve ends after the first step where it is true
     (``retcode="converged"``; that step's update is applied). CompiledLoop evaluates it inside the
-    device loop, the other backends after every step; all stop at the same step.
+    device loop, the other backends after every step; all stop at the same step. A predicate that
+    takes the keyword ``grad`` also gets the gradient at `params`, one that takes ``previous_loss``
+    the loss of the step before (+inf at the first; it is then carried in the state). Ready-made:
+    `loopfuse.gtol` (gradient norm) and `loopfuse.ftol` (loss change), see `convergence`.
     stop_on_nonfinite: end the solve after the first step whose loss is NaN or Inf (``retcode="non_finite"``).
-    checkpoint_dir, checkpoint_every, keep: as for `fit` (the checkpointed state is ``(params, opt_state)``;
-    steps_per_second counts only the steps this call ran).
+    checkpoint_dir, checkpoint_every, keep: as for `fit` (the checkpointed state is ``(params, opt_state)``,
+    and the previous loss for an `until` that takes it; steps_per_second counts only the steps this call ran).
 
     Examples:
         >>> import jax.numpy as jnp, optax
@@ -74,6 +84,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     """
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
+    if isinstance(params, Solution):
+        params = params.params
     validate.steps(steps)
     stopping.check(until, stop_on_nonfinite, steps)
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
@@ -86,12 +98,16 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     batch = () if data is None else data
     objective = loss if data is not None else (lambda p, _: loss(p))
     value_and_grad = backend.ad.value_and_grad(objective)
-    state = jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))
+    state = (params, optimizer.init(params))
+    if until is not None and "previous_loss" in _keywords(until, _UNTIL_KEYWORDS):
+        first = data.batch(np.int32(0)) if isinstance(data, Dataset) else batch
+        state += (jnp.full((), jnp.inf, jax.eval_shape(objective, params, first).dtype),)
+    state = jax.tree_util.tree_map(jnp.copy, state)
     if isinstance(backend, GradOnly):
-        runner: _Eager | _Compiled = _Eager(_update(jax.jit(value_and_grad), optimizer, until), batch, until is not None,
-                        stop_on_nonfinite)
+        runner: _Eager | _Compiled = _Eager(_update(jax.jit(value_and_grad), objective, optimizer, until), batch,
+                                            until is not None, stop_on_nonfinite)
     else:
-        runner = _Compiled(backend, _update(value_and_grad, optimizer, until), batch, until is not None,
+        runner = _Compiled(backend, _update(value_and_grad, objective, optimizer, until), batch, until is not None,
                            stop_on_nonfinite)
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
@@ -112,18 +128,55 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
                     (result.steps - result.resumed_from) / seconds, compile_seconds, backend)
 
 
-def _update(value_and_grad: Callable, optimizer: optax.GradientTransformation, until: Callable | None) -> Callable:
-    """The step every backend runs: ``((params, opt_state), batch) -> (new state, {"loss": loss})``;
-    with `until`, its aux is ``({"loss": loss}, until(params, loss))`` (the flag of `LoopChunks`)."""
+def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.GradientTransformation,
+            until: Callable | None) -> Callable:
+    """The step every backend runs: ``(state, batch) -> (new state, {"loss": loss})``, the state being
+    ``(params, opt_state)``, plus the loss of the step before when `until` takes ``previous_loss``.
+    An update that takes ``value``/``grad``/``value_fn`` (`_OPTIMIZER_KEYWORDS`) gets them; with `until`,
+    the aux is ``({"loss": loss}, until(params, loss, ...))`` (the flag of `LoopChunks`)."""
+    wanted = _keywords(until, _UNTIL_KEYWORDS) if until is not None else ()
+    given = _keywords(optimizer.update, _OPTIMIZER_KEYWORDS)
+
     def update(state, batch):
-        params, opt_state = state
+        params, opt_state, *previous = state
         value, grads = value_and_grad(params, batch)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        new_state, aux = (optax.apply_updates(params, updates), opt_state), {"loss": value}
+        offered = {"value": value, "grad": grads, "value_fn": lambda p: objective(p, batch)}
+        try:
+            updates, opt_state = optimizer.update(grads, opt_state, params, **{k: offered[k] for k in given})
+        except TypeError as e:
+            if "keyword" not in str(e):
+                raise
+            raise TypeError(f"the optimizer's update needs arguments minimize cannot supply ({e}); minimize "
+                            f"passes {', '.join(_OPTIMIZER_KEYWORDS)} (the loss of this step's batch) to an "
+                            "update that takes them") from None
+        new_state = (optax.apply_updates(params, updates), opt_state, *([value] if previous else []))
+        aux = {"loss": value}
         if until is None:
             return new_state, aux
-        return new_state, (aux, stopping.predicate(until(params, value), "until=lambda params, loss: loss < 1e-6"))
+        known = {"grad": grads, "previous_loss": previous[0] if previous else None}
+        flag = until(params, value, **{k: known[k] for k in wanted})
+        return new_state, (aux, stopping.predicate(flag, "until=lambda params, loss: loss < 1e-6"))
     return update
+
+
+_OPTIMIZER_KEYWORDS = ("value", "grad", "value_fn")   # what minimize passes to an update that takes them
+_UNTIL_KEYWORDS = ("grad", "previous_loss")           # ... and to an `until` that takes them
+
+
+def _keywords(fn: Callable, offered: tuple) -> tuple:
+    """The names in `offered` that `fn` takes as keywords (all for ``**kwargs``); a TypeError naming any
+    other keyword-only argument it requires."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):   # not introspectable: pass nothing
+        return ()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return offered
+    missing = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in offered]
+    if missing:
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)} requires keyword arguments {missing} that minimize "
+                        f"cannot supply; it supplies {list(offered)}")
+    return tuple(p.name for p in params if p.name in offered and p.kind is not p.POSITIONAL_ONLY)
 
 
 class _Eager:

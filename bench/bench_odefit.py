@@ -7,15 +7,16 @@ Two phases of the example's recipe, each a separate table:
 * Adam (2e-2), `ADAM_STEPS` steps from the example's start: loopfuse ``minimize`` (CompiledLoop), a
   hand-written loop of a ``jax.jit`` step, a ``jax.jit(lax.scan)`` loop, and optimistix's
   ``OptaxMinimiser`` (rtol = atol = 0, so it runs all steps; ``throw=False``).
-* L-BFGS, `LBFGS_STEPS` steps from the Adam result: loopfuse ``compile_step(lbfgs_step).loop(K)``
-  (the example's), the same ``optax.lbfgs`` step under ``jax.jit`` per step and in ``lax.scan``, and
-  optimistix's ``BFGS`` (rtol = atol = 1e-6: it stops on its own criterion, at most 256 steps).
+* L-BFGS (``optax.lbfgs``, its zoom line search in the step), `LBFGS_STEPS` steps from the Adam
+  result: the same four, with optimistix's ``BFGS`` (rtol = atol = 1e-6: it stops on its own
+  criterion, at most 256 steps) in place of OptaxMinimiser.
 
 Every contender takes the data as an argument. Per contender: steps/s (steps / run time, compile
 excluded), the whole call's wall time where a user pays it (loopfuse's minimize compiles at every
-call), compile time (first call minus a run), peak memory of the compiled executable, the final loss,
-and the steps and time to reach within 1% of the best loss any contender of the phase found (time =
-steps to it / steps/s; optimistix records no history: its whole run if its final loss is within 1%).
+call), compile time (jax's lower + compile; minimize's compile_seconds), peak memory of the compiled
+executable, the final loss, and the steps and time to reach within 1% of the best loss any
+contender of the phase found (time = steps to it / steps/s; optimistix records no history: its
+whole run if its final loss is within 1%).
 Rounds are interleaved (every contender once per round, the order alternating); figures are medians
 with the min-max spread. Writes odefit.md / odefit.json.
 """
@@ -61,11 +62,15 @@ def fresh(tree):
     return jax.tree_util.tree_map(jnp.copy, tree)
 
 
-def adam_step(state, data):                       # what minimize runs
-    params, opt_state = state
-    value, grad = jax.value_and_grad(lv.loss)(params, data)
-    updates, opt_state = lv.ADAM.update(grad, opt_state, params)
-    return (optax.apply_updates(params, updates), opt_state), {"loss": value}
+def minimize_step(optimizer, line_search: bool):
+    """What minimize runs per step (value and gradient, the update, with the loss for a line search)."""
+    def step(state, data):
+        params, opt_state = state
+        value, grad = jax.value_and_grad(lv.loss)(params, data)
+        extra = {"value": value, "grad": grad, "value_fn": lambda p: lv.loss(p, data)} if line_search else {}
+        updates, opt_state = optimizer.update(grad, opt_state, params, **extra)
+        return (optax.apply_updates(params, updates), opt_state), {"loss": value}
+    return step
 
 
 def python_loop(step, state, data, steps):
@@ -77,8 +82,10 @@ def python_loop(step, state, data, steps):
 
 
 def scan_loop(step, steps):
-    return lambda state, data: (lambda out: (out[0][0], out[1]["loss"]))(
-        jax.lax.scan(lambda c, _: step(c, data), state, None, length=steps))
+    def loop(state, data):
+        (params, _), aux = jax.lax.scan(lambda c, _: step(c, data), state, None, length=steps)
+        return params, aux["loss"]
+    return loop
 
 
 class Contender(NamedTuple):
@@ -90,94 +97,42 @@ class Contender(NamedTuple):
     run: Callable[[], dict]
 
 
-def adam_contenders(start, data):
-    state0 = lambda: fresh((start, lv.ADAM.init(start)))
-    out = {}
+def contenders(optimizer, line_search: bool, steps: int, chunk: int, start, data, optimistix_solver,
+               optimistix_steps: int) -> dict:
+    """loopfuse minimize, a jax.jit step in a Python loop, jax.jit(lax.scan), optimistix: `steps` of
+    `optimizer` from `start` (optimistix: `optimistix_solver`, at most `optimistix_steps`)."""
+    step = minimize_step(optimizer, line_search)
+    state0 = lambda: fresh((start, optimizer.init(start)))
+
+    def minimize_setup():      # minimize's chunk program, for its memory: compile_step(step).loop(chunk)
+        return dict(memory=loopfuse.compile_step(step, keep_aux=("loss",)).loop(chunk).memory_stats(state0(), data))
 
     def minimize_run():
         t0 = now()
-        sol = loopfuse.minimize(lv.loss, start, data=data, optimizer=lv.ADAM, steps=ADAM_STEPS,
-                                backend=loopfuse.CompiledLoop(steps=CHUNK))
+        sol = loopfuse.minimize(lv.loss, start, data=data, optimizer=optimizer, steps=steps,
+                                backend=loopfuse.CompiledLoop(steps=chunk))
         wall = now() - t0
         return dict(params=sol.params, losses=sol.loss_history, steps=sol.steps, run_s=sol.steps / sol.steps_per_second,
                     wall_s=wall, compile_s=sol.compile_seconds)
 
-    def minimize_setup():                          # minimize's chunk program: compile_step(update).loop(CHUNK)
-        loop = loopfuse.compile_step(adam_step, keep_aux=("loss",)).loop(CHUNK)
-        return dict(memory=loop.memory_stats(state0(), data))
-    out["loopfuse minimize (CompiledLoop)"] = Contender(minimize_setup, minimize_run)
+    def aot_contender(fn, run):
+        box = {}
 
-    jit = {}
+        def setup():
+            box["fn"], seconds = aot(fn, state0(), data, donate=(0,))
+            return dict(compile_s=seconds, memory=MemoryStats.from_analysis(box["fn"].memory_analysis()))
 
-    def jit_setup():
-        jit["step"], seconds = aot(adam_step, state0(), data, donate=(0,))
-        return dict(compile_s=seconds, memory=MemoryStats.from_analysis(jit["step"].memory_analysis()))
+        def timed():
+            t0 = now()
+            params, losses = jax.block_until_ready(run(box["fn"], state0()))
+            return dict(params=params, losses=np.asarray(losses), steps=steps, run_s=now() - t0)
+        return Contender(setup, timed)
 
-    def jit_run():
-        t0 = now()
-        params, losses = jax.block_until_ready(python_loop(jit["step"], state0(), data, ADAM_STEPS))
-        return dict(params=params, losses=np.asarray(losses), steps=ADAM_STEPS, run_s=now() - t0)
-    out["jax.jit step, Python loop"] = Contender(jit_setup, jit_run)
-
-    scan = {}
-
-    def scan_setup():
-        scan["fn"], seconds = aot(scan_loop(adam_step, ADAM_STEPS), state0(), data, donate=(0,))
-        return dict(compile_s=seconds, memory=MemoryStats.from_analysis(scan["fn"].memory_analysis()))
-
-    def scan_run():
-        t0 = now()
-        params, losses = jax.block_until_ready(scan["fn"](state0(), data))
-        return dict(params=params, losses=np.asarray(losses), steps=ADAM_STEPS, run_s=now() - t0)
-    out["jax.jit(lax.scan)"] = Contender(scan_setup, scan_run)
-
-    out["optimistix OptaxMinimiser(adam)"] = optimistix_contender(
-        optx.OptaxMinimiser(lv.ADAM, rtol=0.0, atol=0.0), start, data, ADAM_STEPS)
-    return out
-
-
-def lbfgs_contenders(start, data):
-    state0 = lambda: fresh((start, lv.LBFGS.init(start)))
-    out = {}
-    loop = loopfuse.compile_step(lv.lbfgs_step, keep_aux=("loss",)).loop(LBFGS_STEPS)
-
-    def loopfuse_setup():
-        t0 = now()
-        loop.compiled(state0(), data)
-        return dict(compile_s=now() - t0, memory=loop.memory_stats(state0(), data))
-
-    def loopfuse_run():
-        t0 = now()
-        (params, _), aux = jax.block_until_ready(loop(state0(), data))
-        return dict(params=params, losses=np.asarray(aux["loss"]), steps=LBFGS_STEPS, run_s=now() - t0)
-    out["loopfuse compile_step(...).loop"] = Contender(loopfuse_setup, loopfuse_run)
-
-    jit = {}
-
-    def jit_setup():
-        jit["step"], seconds = aot(lv.lbfgs_step, state0(), data, donate=(0,))
-        return dict(compile_s=seconds, memory=MemoryStats.from_analysis(jit["step"].memory_analysis()))
-
-    def jit_run():
-        t0 = now()
-        params, losses = jax.block_until_ready(python_loop(jit["step"], state0(), data, LBFGS_STEPS))
-        return dict(params=params, losses=np.asarray(losses), steps=LBFGS_STEPS, run_s=now() - t0)
-    out["jax.jit step, Python loop"] = Contender(jit_setup, jit_run)
-
-    scan = {}
-
-    def scan_setup():
-        scan["fn"], seconds = aot(scan_loop(lv.lbfgs_step, LBFGS_STEPS), state0(), data, donate=(0,))
-        return dict(compile_s=seconds, memory=MemoryStats.from_analysis(scan["fn"].memory_analysis()))
-
-    def scan_run():
-        t0 = now()
-        params, losses = jax.block_until_ready(scan["fn"](state0(), data))
-        return dict(params=params, losses=np.asarray(losses), steps=LBFGS_STEPS, run_s=now() - t0)
-    out["jax.jit(lax.scan)"] = Contender(scan_setup, scan_run)
-
-    out["optimistix BFGS"] = optimistix_contender(optx.BFGS(rtol=1e-6, atol=1e-6), start, data, 256)
-    return out
+    return {f"loopfuse minimize (CompiledLoop(steps={chunk}))": Contender(minimize_setup, minimize_run),
+            "jax.jit step, Python loop": aot_contender(step, lambda f, s: python_loop(f, s, data, steps)),
+            "jax.jit(lax.scan)": aot_contender(scan_loop(step, steps), lambda f, s: f(s, data)),
+            f"optimistix {type(optimistix_solver).__name__}": optimistix_contender(
+                optimistix_solver, start, data, optimistix_steps)}
 
 
 def optimistix_contender(solver, start, data, max_steps) -> Contender:
@@ -198,14 +153,14 @@ def optimistix_contender(solver, start, data, max_steps) -> Contender:
     return Contender(setup, run)
 
 
-def phase(contenders: dict, data, rounds: int) -> dict:
+def phase(runners: dict, data, rounds: int) -> dict:
     """Set every contender up, run `rounds` interleaved rounds, summarize."""
-    setups = {name: c.setup() for name, c in contenders.items()}
-    runs = {name: [] for name in contenders}
-    names = list(contenders)
+    setups = {name: c.setup() for name, c in runners.items()}
+    runs = {name: [] for name in runners}
+    names = list(runners)
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            runs[name].append(contenders[name].run())
+            runs[name].append(runners[name].run())
     loss = jax.jit(lv.loss)
     final = {name: float(loss(rs[0]["params"], data)) for name, rs in runs.items()}
     best = min(final.values())
@@ -262,9 +217,11 @@ def main():
     info, t0 = machine(), now()
     data = lv.observations()
     start = jnp.log(jnp.asarray(lv.START))
-    adam = phase(adam_contenders(start, data), data, args.rounds)
+    adam = phase(contenders(lv.ADAM, False, ADAM_STEPS, CHUNK, start, data,
+                            optx.OptaxMinimiser(lv.ADAM, rtol=0.0, atol=0.0), ADAM_STEPS), data, args.rounds)
     polish_from = jnp.log(jnp.asarray(adam["rows"]["jax.jit(lax.scan)"]["params"]))
-    lbfgs = phase(lbfgs_contenders(polish_from, data), data, args.rounds)
+    lbfgs = phase(contenders(lv.LBFGS, True, LBFGS_STEPS, LBFGS_STEPS, polish_from, data,
+                             optx.BFGS(rtol=1e-6, atol=1e-6), 256), data, args.rounds)
     info.update(wall_s=round(now() - t0, 1), loadavg_1min_end=round(os.getloadavg()[0], 2),
                 command=f"python bench/bench_odefit.py --rounds {args.rounds}")
     text = "\n".join([

@@ -28,28 +28,28 @@ def test_lotka_volterra_recovers_the_parameters_bitwise_as_jax_jit(capsys):
 
     data = lv.observations()
 
-    @jax.jit
-    def adam_step(state, data):                  # what minimize runs: value and gradient, update, apply
-        params, opt_state = state
-        value, grad = jax.value_and_grad(lv.loss)(params, data)
-        updates, opt_state = lv.ADAM.update(grad, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), value
+    def reference(optimizer, params, steps):     # jax.jit of what minimize runs, one step per call
+        @jax.jit
+        def step(state, data):
+            params, opt_state = state
+            value, grad = jax.value_and_grad(lv.loss)(params, data)
+            extra = {"value": value, "grad": grad, "value_fn": lambda p: lv.loss(p, data)} \
+                if optimizer is lv.LBFGS else {}
+            updates, opt_state = optimizer.update(grad, opt_state, params, **extra)
+            return (optax.apply_updates(params, updates), opt_state), value
 
-    params = jnp.log(lv.START)
-    state, losses = (params, lv.ADAM.init(params)), []
-    for _ in range(found["adam"].steps):
-        state, value = adam_step(state, data)
-        losses.append(value)
-    assert_trees_equal(found["adam"].params, state[0])
-    assert_trees_equal(found["adam"].loss_history, np.stack(losses))
+        state, losses = (params, optimizer.init(params)), []
+        for _ in range(steps):
+            state, value = step(state, data)
+            losses.append(value)
+        return state[0], np.stack(losses)
 
-    lbfgs_step = jax.jit(lv.lbfgs_step)
-    state, losses = (state[0], lv.LBFGS.init(state[0])), []
-    for _ in range(len(found["lbfgs_loss"])):
-        state, aux = lbfgs_step(state, data)
-        losses.append(aux["loss"])
-    assert_trees_equal(found["log_theta"], state[0])
-    assert_trees_equal(found["lbfgs_loss"], np.stack(losses))
+    adam, lbfgs = found["adam"], found["lbfgs"]
+    params, losses = reference(lv.ADAM, jnp.log(lv.START), adam.steps)
+    assert_trees_equal((adam.params, adam.loss_history), (params, losses))
+    assert lbfgs.retcode == "converged"
+    params, losses = reference(lv.LBFGS, params, lbfgs.steps)
+    assert_trees_equal((lbfgs.params, lbfgs.loss_history), (params, losses))
 
 
 def test_digits_classifies_and_resumes_bitwise(tmp_path, capsys):

@@ -58,7 +58,8 @@ def estimate(adam_steps: int = 300, lbfgs_steps: int = 100) -> dict:
     # float32 and an adaptive solver leave gradients of ~1e-4 at the optimum: stop when the loss stops changing
     lbfgs = loopfuse.minimize(loss, adam, data=data, optimizer=LBFGS, steps=lbfgs_steps,
                               until=loopfuse.ftol(rtol=1e-6))
-    return {"theta": np.exp(np.asarray(lbfgs.params)), "adam": adam, "lbfgs": lbfgs, "seconds": time.perf_counter() - t0}
+    seconds = time.perf_counter() - t0
+    return {"theta": np.exp(np.asarray(lbfgs.params)), "adam": adam, "lbfgs": lbfgs, "seconds": seconds}
 
 
 def main() -> dict:

@@ -75,7 +75,7 @@ def early_stop(batch, n_rounds) -> dict:
     losses = np.asarray(ref["loss"])
     threshold = float(losses[:STOP_AT].min())
     stopping = step.loop(LONG, until=lambda state, aux: aux["loss"] <= threshold)
-    _, aux, steps = stopping(fresh_state(), batch)  # compile, and the steps it runs
+    _, aux, steps, _ = stopping(fresh_state(), batch)  # compile, and the steps it runs
     steps = int(steps)
     np.testing.assert_array_equal(np.asarray(aux["loss"])[:steps], losses[:steps])
 

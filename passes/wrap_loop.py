@@ -18,7 +18,9 @@ Stopping early: a ``tensor<i1>`` result tagged ``loopfuse.stop`` (true = stop af
 carried as a "stopped" flag instead of getting a history. The condition becomes ``i < K and not
 stopped``; the histories start as NaN (floating and complex) or 0 (integer, bool), so the rows of
 steps that never ran read as such; ``@main`` returns the final counter, the number of steps run,
-as a ``tensor<i32>`` tagged ``loopfuse.steps_run`` in the stop result's place. Safe for the same
+as a ``tensor<i32>`` tagged ``loopfuse.steps_run`` in the stop result's place, and right after it
+the final flag, a ``tensor<i1>`` tagged ``loopfuse.stopped`` (``loopfuse.result`` one past the
+stop's): whether the stop ended the loop, also when it asked to at the K-th step. Safe for the same
 reasons: the iterations that run are the same, and the flag only decides how many run. Without a
 ``loopfuse.stop`` result the output is exactly the plain K-step loop.
 """
@@ -29,7 +31,7 @@ from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from ._func import arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
 from .module_pass import ModulePass, PassError, option
-from .vocabulary import STATE, STEP_INDEX, STEPS_RUN, STOP
+from .vocabulary import RESULT, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
 
 BODY = "loopfuse_step"
 SDY_SHARDING = "sdy.sharding"
@@ -126,11 +128,18 @@ def _wrap(f: func.FuncOp, k: int) -> None:
         new_results = [final[1 + carried[j]] if j in carried else final[0] if j == stop else final[row[j]]
                        for j in range(len(out_types))]
         if stop is not None:
+            stopped = {STOPPED: ir.UnitAttr.get()}
+            if RESULT in results[stop]:
+                flat = ir.IntegerAttr(results[stop][RESULT])
+                stopped[RESULT] = ir.IntegerAttr.get(flat.type, flat.value + 1)
             del results[stop][STOP]
             results[stop][STEPS_RUN] = ir.UnitAttr.get()
+            new_results.insert(stop + 1, final[-1])
+            results.insert(stop + 1, stopped)
         func.ReturnOp(new_results)
     f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(in_types, [v.type for v in new_results]))
     for j in aux:
+        j += stop is not None and j > stop    # past the inserted stopped flag
         if SDY_SHARDING in results[j]:
             results[j][SDY_SHARDING] = _prepend_unsharded_dim(results[j][SDY_SHARDING])
     set_result_attrs(f, results)

@@ -1,4 +1,4 @@
-"""The chunk driver of `fit` and `minimize`: N steps as calls of K-step device loops.
+"""The chunk driver of `fit` and `minimize`: N steps as calls of K-step device loops (`LoopChunks`).
 
 Between chunks it advances the progress bar, collects the aux history, calls the callback and
 saves checkpoints. A chunk that can stop early (``until=``, ``stop_on_nonfinite=``) ends the run
@@ -16,8 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import validate
 from .checkpoint import Checkpoints
 from .errors import FitError
+from .step import Step
 
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
 
@@ -49,11 +51,11 @@ class FitResult:
 
 
 class Stop(NamedTuple):
-    """What a chunk that can stop early reports: the steps it ran (a scalar, <= k) and the `until`
-    flag of each of its k steps (a [k] bool history; None when only non-finite values stop it)."""
+    """What a chunk that can stop early reports: the steps it ran (a scalar, <= k) and whether a step
+    asked to stop (a scalar bool: its `until` was true or, watched, its floating aux non-finite)."""
 
     steps: Any
-    flags: Any
+    stopped: Any
 
 
 class Chunks(Protocol):
@@ -67,6 +69,44 @@ class Chunks(Protocol):
     def run(self, state, start: int, k: int) -> tuple[Any, Any, Stop | None]:
         """``(new_state, aux, stop)`` after steps ``start .. start + k``; aux leaves have a leading [k]
         axis. `stop` is None when the chunk cannot stop early (all k steps ran)."""
+
+
+def aux_structure(step: Step, state, batch):
+    """The tree structure of the aux that `step` returns (the leaves `keep_aux` drops are None)."""
+    t = step.compiled(state, batch).traced
+    kept = [0 if keep else None for keep in t.aux_kept]
+    return jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(t.aux_def, kept))
+
+
+def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
+    """Raise naming the bad `checkpoint_dir=`/`checkpoint_every=`/`keep=` option of fit or minimize."""
+    for name, value in (("checkpoint_every", checkpoint_every), ("keep", keep)):
+        if value is not None:
+            validate.steps(value, name)
+    if checkpoint_dir is None and checkpoint_every is not None:
+        raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
+
+
+class LoopChunks:
+    """The chunks of `drive` as ``step.loop(k, until=..., stop_on_nonfinite=...)`` calls (wrap-loop
+    evaluates the stop on the device); a `Dataset` batch sees the global step index.
+
+    until: ``until(new_state, aux) -> scalar bool``: the run ends after the step where it is true.
+    stop_on_nonfinite: a step whose kept floating aux leaves hold a NaN or Inf ends the run.
+    """
+
+    def __init__(self, step: Step, batch, until: Callable | None = None, stop_on_nonfinite: bool = False):
+        self.step, self.batch, self.until, self.stop_on_nonfinite = step, batch, until, stop_on_nonfinite
+
+    def loop(self, k: int) -> Step:
+        return self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
+
+    def prepare(self, state, k: int):
+        return aux_structure(self.loop(k), state, self.batch)
+
+    def run(self, state, start: int, k: int):
+        state, aux, *stop = self.loop(k)(state, self.batch, start=start)
+        return state, aux, Stop(*stop) if stop else None
 
 
 def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool = False,
@@ -114,7 +154,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                 ran = k if stop is None else int(stop.steps)
                 if stop is not None:
                     aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
-                    retcode = _why_stopped(aux, stop.flags, ran, chunks.stop_on_nonfinite) or retcode
+                    retcode = _why_stopped(aux, stop.stopped, ran, chunks.stop_on_nonfinite) or retcode
                 done += ran
                 history.append(jax.tree_util.tree_leaves(aux))
                 ended = done == num_steps or retcode in STOPS
@@ -145,16 +185,14 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     return FitResult(state, _stack(aux_def, history) if history else None, done, retcode, resumed_from)
 
 
-def _why_stopped(aux, flags, n: int, nonfinite: bool) -> str | None:
-    """The retcode of a run after a chunk that ran `n` steps (`aux`: their host history), or None to
-    go on: "non_finite" if watched and a floating aux leaf of step n holds a NaN or Inf, else "until"
-    if that step's `until` flag is set."""
+def _why_stopped(aux, stopped, n: int, nonfinite: bool) -> str | None:
+    """The retcode of a run after a chunk that ran `n` steps (`aux`: their host history) and asked to
+    stop or not (`stopped`), or None to go on: "non_finite" if watched and a floating aux leaf of step
+    n holds a NaN or Inf, else "until" if a step asked to stop."""
     if nonfinite and any(jnp.issubdtype(h.dtype, jnp.inexact) and not np.isfinite(h[n - 1]).all()
                          for h in jax.tree_util.tree_leaves(aux)):
         return "non_finite"
-    if flags is not None and np.asarray(flags)[n - 1]:
-        return "until"
-    return None
+    return "until" if bool(stopped) else None
 
 
 def chunk_sizes(start: int, num_steps: int, chunk: int, every: int | None = None) -> set[int]:

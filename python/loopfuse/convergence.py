@@ -23,7 +23,7 @@ def gtol(atol: float):
     _check("gtol", atol=atol)
 
     def until(params, loss, *, grad):
-        return max(jnp.max(jnp.abs(g)) for g in jax.tree_util.tree_leaves(grad)) <= atol
+        return jnp.max(jnp.stack([jnp.max(jnp.abs(g)) for g in jax.tree_util.tree_leaves(grad)])) <= atol
     return until
 
 

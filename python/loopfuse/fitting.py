@@ -1,109 +1,13 @@
 """fit: run N steps as device loops of K steps, with a progress bar, callbacks, checkpoints and stops."""
-import functools
 import os
-import weakref
-from dataclasses import replace
 from typing import Any, Callable
 
-import jax
 
 from . import stopping, validate
 from .checkpoint import Checkpoints
-from .chunks import FitResult, Stop, drive
+from .chunks import FitResult, LoopChunks, check_checkpoint_options, drive
 from .data import Dataset
 from .step import Step
-
-
-def aux_structure(step: Step, state, batch):
-    """The tree structure of the aux that `step` returns (the leaves `keep_aux` drops are None)."""
-    t = step.compiled(state, batch).traced
-    kept = [0 if keep else None for keep in t.aux_kept]
-    return jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(t.aux_def, kept))
-
-
-def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
-    """Raise naming the bad `checkpoint_dir=`/`checkpoint_every=`/`keep=` option of fit or minimize."""
-    for name, value in (("checkpoint_every", checkpoint_every), ("keep", keep)):
-        if value is not None:
-            validate.steps(value, name)
-    if checkpoint_dir is None and checkpoint_every is not None:
-        raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
-
-
-def _flag(state, aux):
-    """The `until` of a flagged step's loop: its aux is ``(aux, flag)``."""
-    return aux[1]
-
-
-class LoopChunks:
-    """The chunks of `drive` as ``step.loop(k)`` calls; a `Dataset` batch sees the global step index.
-
-    flagged: the step returns ``(aux, flag)`` as its aux, a scalar bool that ends the run after the
-             step where it is true (the loop stops on it; the driver reads its history).
-    stop_on_nonfinite: a step whose kept floating aux leaves hold a NaN or Inf ends the run.
-    """
-
-    def __init__(self, step: Step, batch, flagged: bool = False, stop_on_nonfinite: bool = False):
-        self.step, self.batch, self.flagged, self.stop_on_nonfinite = step, batch, flagged, stop_on_nonfinite
-
-    def loop(self, k: int) -> Step:
-        return self.step.loop(k, until=_flag if self.flagged else None, stop_on_nonfinite=self.stop_on_nonfinite)
-
-    def prepare(self, state, k: int):
-        structure = aux_structure(self.loop(k), state, self.batch)
-        return structure.children()[0] if self.flagged else structure
-
-    def run(self, state, start: int, k: int):
-        state, aux, *steps = self.loop(k)(state, self.batch, start=start)
-        if not steps:
-            return state, aux, None
-        aux, flags = aux if self.flagged else (aux, None)
-        return state, aux, Stop(steps[0], flags)
-
-
-class _FitChunks(LoopChunks):
-    """fit's chunks: the user's `own` step, flagged with its `until` predicate when there is one."""
-
-    def __init__(self, own: Step, batch, until, stop_on_nonfinite: bool):
-        super().__init__(own if until is None else _flagged(own, until), batch, until is not None, stop_on_nonfinite)
-        self.own = own
-
-    def prepare(self, state, k: int):
-        try:
-            return super().prepare(state, k)
-        except ValueError:     # an AuxPathError, or stop_on_nonfinite's: they list the aux paths
-            if self.flagged:   # raise it naming the step's own aux paths, not the flagged ones ([0].loss, [1])
-                self.own.loop(k, stop_on_nonfinite=self.stop_on_nonfinite).lower(state, self.batch)
-            raise
-
-
-_FLAGGED: "weakref.WeakKeyDictionary[Step, dict]" = weakref.WeakKeyDictionary()
-
-
-def _flagged(step: Step, until: Callable) -> Step:
-    """`step` returning ``(aux, until(new_state, aux))`` as its aux, with its own options and keep_aux
-    (one Step per step and predicate, so a second fit reuses its compiled loops)."""
-    by_until = _FLAGGED.setdefault(step, {})
-    if until not in by_until:
-        fn = step.fn   # not `step`: the cached Step must not keep its weak key alive
-
-        @functools.wraps(fn)
-        def flagged(state, batch, **static):
-            out = fn(state, batch, **static)
-            if not (isinstance(out, tuple) and len(out) == 2):
-                return out     # the tracer names what it returned
-            new_state, aux = out
-            return new_state, (aux, stopping.predicate(until(new_state, aux)))
-
-        keep = step.options.keep_aux
-        keep = None if keep is None else tuple(_first(k) for k in keep) + ("[1]",)
-        by_until[until] = Step(flagged, replace(step.options, keep_aux=keep))
-    return by_until[until]
-
-
-def _first(path: str) -> str:
-    """The dotted path of aux leaf `path` inside the pair ``(aux, flag)``."""
-    return "[0]" + (path if not path or path.startswith("[") else "." + path)
 
 
 def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress: bool = True,
@@ -147,5 +51,5 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     if isinstance(batch, Dataset):
         batch.validate()
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-    return drive(_FitChunks(step, batch, until, stop_on_nonfinite), state, num_steps, chunk=chunk, progress=progress,
+    return drive(LoopChunks(step, batch, until, stop_on_nonfinite), state, num_steps, chunk=chunk, progress=progress,
                  callback=callback, checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)

@@ -1,4 +1,5 @@
 """minimize: an Optimization.jl-style solve, the same optax step run by any backend."""
+import functools
 import inspect
 import os
 import time
@@ -13,10 +14,9 @@ import optax
 from . import stopping, validate
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
-from .chunks import Stop, chunk_sizes, drive
+from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
-from .fitting import LoopChunks, aux_structure, check_checkpoint_options
-from .step import compile_step
+from .step import Step, compile_step
 
 RETCODES = {"until": "converged", "max_steps": "max_steps", "non_finite": "non_finite"}   # the driver's: minimize's
 
@@ -96,23 +96,18 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     if isinstance(data, Dataset):
         data.validate()
     batch = () if data is None else data
-    objective = loss if data is not None else (lambda p, _: loss(p))
-    value_and_grad = backend.ad.value_and_grad(objective)
-    state = (params, optimizer.init(params))
+    t0 = time.perf_counter()
+    init, program = _program(loss, data is not None, optimizer, backend, until)
+    state = init(params)
     if until is not None and "previous_loss" in _keywords(until, _UNTIL_KEYWORDS):
         first = data.batch(np.int32(0)) if isinstance(data, Dataset) else batch
-        state += (jnp.full((), jnp.inf, jax.eval_shape(objective, params, first).dtype),)
-    state = jax.tree_util.tree_map(jnp.copy, state)
+        state += (jnp.full((), jnp.inf, jax.eval_shape(_objective(loss, data is not None), params, first).dtype),)
     if isinstance(backend, GradOnly):
-        runner: _Eager | _Compiled = _Eager(_update(jax.jit(value_and_grad), objective, optimizer, until), batch,
-                                            until is not None, stop_on_nonfinite)
+        runner: _Eager | _Compiled = _Eager(program, batch, until is not None, stop_on_nonfinite)
     else:
-        runner = _Compiled(backend, _update(value_and_grad, objective, optimizer, until), batch, until is not None,
-                           stop_on_nonfinite)
+        runner = _Compiled(program, backend, batch, until is not None, stop_on_nonfinite)
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
-
-    t0 = time.perf_counter()
     runner.compile(state, chunk_sizes(0, steps, chunk, every))
     compile_seconds = time.perf_counter() - t0
 
@@ -126,6 +121,40 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     seconds = time.perf_counter() - t0
     return Solution(result.state[0], result.history["loss"], result.steps, RETCODES[result.retcode],
                     (result.steps - result.resumed_from) / seconds, compile_seconds, backend)
+
+
+def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransformation, backend: Backend,
+             until: Callable | None) -> tuple[Callable, Callable | Step]:
+    """``(init, run)``: `init(params)` is the initial state ``(copy of params, optimizer state)`` in one
+    jitted call; `run` runs the steps: GradOnly's eager update, or the compiled backends' `Step` (which
+    caches its executables by abstract signature). Kept for the last `_PROGRAMS` combinations of these
+    objects (by identity, as jax.jit keys its function), so repeating a solve compiles nothing."""
+    try:
+        hash((loss, optimizer, backend, until))
+    except TypeError:    # an unhashable loss, optimizer or predicate: built anew, never cached
+        return _build_program(loss, has_data, optimizer, backend, until)
+    return _cached_program(loss, has_data, optimizer, backend, until)
+
+
+def _build_program(loss, has_data, optimizer, backend, until):
+    init = jax.jit(lambda params: jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params))))
+    objective = _objective(loss, has_data)
+    value_and_grad = backend.ad.value_and_grad(objective)
+    if isinstance(backend, GradOnly):
+        return init, _update(jax.jit(value_and_grad), objective, optimizer, until)
+    update = _update(value_and_grad, objective, optimizer, until)
+    if isinstance(backend, CompiledLoop):
+        return init, compile_step(update, **backend.compile_options())
+    return init, compile_step(_with_step_axis(update))
+
+
+_PROGRAMS = 64
+_cached_program = functools.lru_cache(maxsize=_PROGRAMS)(_build_program)
+
+
+def _objective(loss: Callable, has_data: bool) -> Callable:
+    """``objective(params, batch)``: `loss`, or for a loss of params only, `loss` ignoring the batch."""
+    return loss if has_data else (lambda p, _: loss(p))
 
 
 def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.GradientTransformation,
@@ -200,16 +229,15 @@ class _Eager:
 
 
 class _Compiled(LoopChunks):
-    """CompiledLoop (device loops of `backend.steps` steps) or CompiledStep (one step per call)."""
+    """CompiledLoop (device loops of `backend.steps` steps) or CompiledStep (one step per call) of `step`;
+    a `flagged` step's aux is ``(aux, until flag)`` (minimize's `until` sees the params before the update,
+    so the step computes it), which ends a loop through `_flag`."""
 
-    def __init__(self, backend: CompiledStep | CompiledLoop, update: Callable, batch, flagged: bool,
+    def __init__(self, step: Step, backend: CompiledStep | CompiledLoop, batch, flagged: bool,
                  stop_on_nonfinite: bool):
-        self.loops = isinstance(backend, CompiledLoop)
-        if isinstance(backend, CompiledLoop):
-            step, self.chunk = compile_step(update, **backend.compile_options()), backend.steps
-        else:
-            step, self.chunk = compile_step(_with_step_axis(update)), 1
-        super().__init__(step, batch, flagged, stop_on_nonfinite)
+        self.loops, self.flagged = isinstance(backend, CompiledLoop), flagged
+        self.chunk = backend.steps if self.loops else 1
+        super().__init__(step, batch, _flag if flagged else None, stop_on_nonfinite)
 
     def compile(self, state, sizes) -> None:
         for k in sizes:
@@ -218,18 +246,30 @@ class _Compiled(LoopChunks):
     def loop(self, k: int):
         return super().loop(k) if self.loops else self.step
 
+    def prepare(self, state, k: int):
+        structure = super().prepare(state, k)
+        return structure.children()[0] if self.flagged else structure
+
     def run(self, state, start: int, k: int):
         if self.loops:
-            return super().run(state, start, k)
+            state, aux, stop = super().run(state, start, k)
+            return state, aux[0] if self.flagged else aux, stop
         state, aux = self.step(state, self.batch, start=start)
         return state, *_one_step(aux, self)
+
+
+def _flag(state, aux):
+    """The `until` of a flagged step's loop: its aux is ``(aux, flag)``."""
+    return aux[1]
 
 
 def _one_step(aux, runner) -> tuple:
     """``(aux history, Stop or None)`` of a one-step chunk from the step's aux with a [1] step axis
     (``(aux, flag)`` for a `runner` that is flagged): the host checks each step."""
     aux, flags = aux if runner.flagged else (aux, None)
-    return aux, Stop(1, flags) if runner.flagged or runner.stop_on_nonfinite else None
+    if not (runner.flagged or runner.stop_on_nonfinite):
+        return aux, None
+    return aux, Stop(1, flags is not None and flags[0])
 
 
 def _with_step_axis(update: Callable) -> Callable:

@@ -16,7 +16,7 @@ from .data import Dataset
 from .errors import DonatedArrayError
 from .passes._func import main_func, result_attrs
 from .sharding import Placement
-from .passes.vocabulary import RESULT, STEPS_RUN
+from .passes.vocabulary import RESULT, STEPS_RUN, STOPPED
 from .trace import Traced, is_key, is_weak, trace, wrap_keys
 
 
@@ -80,7 +80,8 @@ class Executable:
             main = main_func(traced.module.operation)
             tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
             results = [ir.IntegerAttr(a[RESULT]).value for a, _ in tagged]  # effect tokens have no RESULT
-            specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else traced.out_specs[j]
+            specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else
+                     jax.ShapeDtypeStruct((), np.bool_) if STOPPED in a else traced.out_specs[j]
                      for j, (a, _) in zip(results, tagged)]
             shapes = [tuple(ir.RankedTensorType(t).shape) for _, t in tagged]
             n_args = len(main.type.inputs) - len(traced.effects.ordered)
@@ -101,8 +102,8 @@ class Executable:
         return runtime.MemoryStats.of(self.executable)
 
     def __call__(self, leaves: list, start: int = 0):
-        """Run on the flat state+batch `leaves`; returns ``(new_state, aux)`` (and the steps run, for
-        a loop that can stop early)."""
+        """Run on the flat state+batch `leaves`; returns ``(new_state, aux)`` (and the steps run and
+        whether the stop ended it, for a loop that can stop early)."""
         outs = runtime.execute(self.executable, self._arguments(leaves, start), self.handlers, self.traced.effects)
         return self._unflatten(outs)
 
@@ -119,7 +120,7 @@ class Executable:
         t = self.traced
         n_state = len(t.state_paths)
         n_out = n_state + len(t.aux_paths)
-        flat = [None] * (n_out + t.stops)
+        flat = [None] * (n_out + 2 * t.stops)     # a stopping loop's steps run and stopped flag
         for j, value in zip(self.results, outs):
             flat[j] = value
         return (jax.tree_util.tree_unflatten(t.state_def, wrap_keys(flat[:n_state], t.state_keys)),
@@ -147,7 +148,8 @@ class Step:
         until: ``pred(new_state, aux) -> scalar bool``, evaluated on the device after every step;
         stop_on_nonfinite: stop after a step whose kept floating aux leaves hold a NaN or Inf. With
         either, the loop stops after the first step that asks it to and a call returns
-        ``(state, aux, steps_run)``; history rows of steps not run are NaN (0 for integers).
+        ``(state, aux, steps_run, stopped)``: the int32 steps run and the bool "a step asked to
+        stop" (true also when the K-th step did); history rows of steps not run are NaN (0 for integers).
         """
         steps = validate.steps(steps)
         key = (steps, until, stop_on_nonfinite)

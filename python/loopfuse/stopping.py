@@ -2,7 +2,8 @@
 
 The step traced for such a loop computes one more output, a scalar bool (true = stop after this
 step), tagged ``loopfuse.stop``; the ``wrap-loop`` pass carries it and ends the loop after the
-first step where it is true, and the call returns the number of steps run as a third value.
+first step where it is true, and the call returns the number of steps run and whether the stop
+ended the loop (true also when the K-th step asked to) as third and fourth values.
 """
 import functools
 import operator

@@ -4,10 +4,11 @@
 // (a) A stopping loop: the tensor<i1> result tagged loopfuse.stop gets no history; it is carried
 // as the last loop value (false at first), the condition is `i < 4 and not stopped`, the float
 // history starts as NaN and the integer one as 0, and @main returns the final counter (the steps
-// run) in the stop result's place, tagged loopfuse.steps_run.
+// run) in the stop result's place, tagged loopfuse.steps_run, and right after it the final flag
+// (did a step ask to stop), tagged loopfuse.stopped with the next loopfuse.result index.
 // CHECK-LABEL: func.func private @loopfuse_step(%arg0: tensor<f32>, %arg1: tensor<f32>) -> (tensor<f32>, tensor<f32>, tensor<i1>, tensor<2xi32>)
 // CHECK-LABEL: func.func @main(%arg0: tensor<f32> {loopfuse.state = "['w']"}, %arg1: tensor<f32>)
-// CHECK-SAME: -> (tensor<f32> {loopfuse.state = "['w']"}, tensor<4xf32>, tensor<i32> {loopfuse.result = 2 : i32, loopfuse.steps_run}, tensor<4x2xi32>)
+// CHECK-SAME: -> (tensor<f32> {loopfuse.state = "['w']"}, tensor<4xf32>, tensor<i32> {loopfuse.result = 2 : i32, loopfuse.steps_run}, tensor<i1> {loopfuse.result = 3 : i32, loopfuse.stopped}, tensor<4x2xi32>)
 // CHECK: %[[ZERO:[a-z0-9_]+]] = stablehlo.constant dense<0> : tensor<i32>
 // CHECK-NEXT: %[[NAN:[a-z0-9_]+]] = stablehlo.constant dense<0x7FC00000> : tensor<f32>
 // CHECK-NEXT: %[[H0:[0-9]+]] = stablehlo.broadcast_in_dim %[[NAN]], dims = [] : (tensor<f32>) -> tensor<4xf32>
@@ -28,7 +29,7 @@
 // CHECK: %[[NI:[0-9]+]] = stablehlo.add %[[I]], %{{[a-z0-9_]+}} : tensor<i32>
 // CHECK-NEXT: stablehlo.return %[[NI]], %[[OUT]]#0, %[[X]], %[[NH]], %[[NG]], %[[OUT]]#2 : tensor<i32>, tensor<f32>, tensor<f32>, tensor<4xf32>, tensor<4x2xi32>, tensor<i1>
 // CHECK-NEXT: }
-// CHECK-NEXT: return %[[W]]#1, %[[W]]#3, %[[W]]#0, %[[W]]#4 : tensor<f32>, tensor<4xf32>, tensor<i32>, tensor<4x2xi32>
+// CHECK-NEXT: return %[[W]]#1, %[[W]]#3, %[[W]]#0, %[[W]]#5, %[[W]]#4 : tensor<f32>, tensor<4xf32>, tensor<i32>, tensor<i1>, tensor<4x2xi32>
 func.func @main(%w: tensor<f32> {loopfuse.state = "['w']"}, %x: tensor<f32>)
     -> (tensor<f32> {loopfuse.state = "['w']"}, tensor<f32>, tensor<i1> {loopfuse.stop, loopfuse.result = 2 : i32}, tensor<2xi32>) {
   %0 = stablehlo.multiply %w, %x : tensor<f32>

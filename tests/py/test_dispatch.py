@@ -127,8 +127,8 @@ def test_static_arguments_and_dataset_start_through_the_dispatcher(misses):
 def test_a_loop_that_stops_returns_its_step_count_through_the_dispatcher(misses):
     step = loopfuse.compile_step(lambda s, b: (s + b, {"s": s})).loop(10, until=lambda s, aux: s >= 3)
     for _ in range(3):
-        state, aux, steps = step(jnp.zeros(()), 1.0)
-        assert int(steps) == 3 and float(state) == 3.0
+        state, aux, steps, stopped = step(jnp.zeros(()), 1.0)
+        assert int(steps) == 3 and bool(stopped) and float(state) == 3.0
     assert len(misses) == 1
 
 

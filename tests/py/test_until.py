@@ -63,8 +63,9 @@ def test_until_equals_the_steps_run_one_by_one(opt):
     threshold = losses[4]
 
     loop = compile_step(fn, keep_aux=("loss",)).loop(K, until=lambda state, aux: aux["loss"] <= threshold)
-    state, aux, steps = loop(fresh(state0), b)
+    state, aux, steps, stopped = loop(fresh(state0), b)
     assert steps.dtype == jnp.int32 and steps.shape == () and int(steps) == 5
+    assert stopped.dtype == jnp.bool_ and stopped.shape == () and bool(stopped)
     assert_bitwise(state, ref_state)
     assert_history(aux["loss"], [a["loss"] for a in ref_aux], 5)
 
@@ -77,11 +78,21 @@ def test_until_equals_the_plain_loop_of_the_steps_run():
     fn, b, state0 = train_step(opt), batch(), init_state(opt)
     plain_state, plain_aux = compile_step(fn).loop(5)(fresh(state0), b)
     loop = compile_step(fn).loop(K, until=lambda state, aux: state[1][0].count >= 5)
-    state, aux, steps = loop(fresh(state0), b)
-    assert int(steps) == 5
+    state, aux, steps, stopped = loop(fresh(state0), b)
+    assert int(steps) == 5 and bool(stopped)
     assert_bitwise(state, plain_state)
     for hist, rows in zip(jax.tree_util.tree_leaves(aux), jax.tree_util.tree_leaves(plain_aux)):
         assert_history(hist, list(np.asarray(rows)), 5)
+
+
+def test_a_stop_at_the_last_step_says_so():
+    """Asked to stop at step K, a loop has run all K steps: only the stopped flag tells it from one
+    that was not asked to (what a driver needs to run no further chunk)."""
+    opt = optax.adam(1e-2)
+    step, until = compile_step(train_step(opt), keep_aux=("loss",)), lambda state, aux: state[1][0].count >= 3
+    for k, stopped in ((3, True), (2, False)):
+        _, _, steps, flag = step.loop(k, until=until)(fresh(init_state(opt)), batch())
+        assert int(steps) == k and bool(flag) is stopped
 
 
 def test_until_reads_the_new_state_with_a_dataset_and_start():
@@ -97,7 +108,7 @@ def test_until_reads_the_new_state_with_a_dataset_and_start():
     ds = Dataset({**x, "i": np.arange(24, dtype=np.int32)}, batch_size=8)
     state0 = init_state(opt)
     loop = compile_step(fn).loop(K, until=lambda state, aux: state[1][0].count >= 3)
-    state, aux, steps = loop(fresh(state0), ds, start=2)
+    state, aux, steps, _ = loop(fresh(state0), ds, start=2)
     assert int(steps) == 3
     ref_state, ref_aux = single_steps(fn, fresh(state0), ds, 3, start=2)
     assert_bitwise(state, ref_state)
@@ -115,8 +126,8 @@ def test_stop_on_nonfinite_stops_after_the_first_bad_step():
     assert 0 < first < K - 1
 
     loop = compile_step(fn).loop(K, stop_on_nonfinite=True)
-    state, aux, steps = loop(fresh(state0), b)
-    assert int(steps) == first + 1
+    state, aux, steps, stopped = loop(fresh(state0), b)
+    assert int(steps) == first + 1 and bool(stopped)
     ref_state, _ = single_steps(fn, fresh(state0), b, first + 1)
     assert_bitwise(state, ref_state)
     assert_history(aux["loss"], [a["loss"] for a in ref_aux[:first + 1]], first + 1)
@@ -136,8 +147,8 @@ def test_nonfinite_watches_only_kept_aux_leaves_and_combines_with_until():
     watched = compile_step(_toy).loop(K, stop_on_nonfinite=True)
     assert int(watched(toy_state(), 0)[2]) == 4
     unwatched = compile_step(_toy, keep_aux=("w", "n")).loop(K, stop_on_nonfinite=True)
-    _, aux, steps = unwatched(toy_state(), 0)
-    assert int(steps) == K and aux["inv"] is None
+    _, aux, steps, stopped = unwatched(toy_state(), 0)
+    assert int(steps) == K and not stopped and aux["inv"] is None
     either = compile_step(_toy).loop(K, until=lambda s, a: s["w"] < 3, stop_on_nonfinite=True)
     assert int(either(toy_state(), 0)[2]) == 2
     with pytest.raises(ValueError, match=r"watches the floating aux leaves.*aux leaves: \['n'\]"):
@@ -157,8 +168,8 @@ def test_a_bad_predicate_is_a_type_error_and_keeps_the_state(pred, returned):
     with pytest.raises(TypeError, match=f"until must return a scalar bool, it returned {returned}"):
         loop(state, b)
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
-    _, aux, steps = compile_step(fn).loop(K, until=lambda s, a: a["loss"] < 0)(state, b)
-    assert int(steps) == K and np.isfinite(np.asarray(aux["loss"])).all()
+    _, aux, steps, stopped = compile_step(fn).loop(K, until=lambda s, a: a["loss"] < 0)(state, b)
+    assert int(steps) == K and not stopped and np.isfinite(np.asarray(aux["loss"])).all()
 
 
 def test_options():
@@ -190,7 +201,7 @@ def test_stopped_loop_equals_the_unstopped_loop_truncated_in_the_interpreter():
     stop = stopping.flag(lambda s, aux: aux["loss"] <= threshold, False)
     out = looped(4, stop)
     steps = int(out[n_state + 1])
-    assert steps == 2 == int(np.argmax(losses <= threshold)) + 1
+    assert steps == 2 == int(np.argmax(losses <= threshold)) + 1 and bool(out[n_state + 2])
     unstopped = looped(steps)
     for a, e in zip(out[:n_state], unstopped[:n_state]):
         np.testing.assert_array_equal(a, e)
@@ -212,7 +223,7 @@ for sharding in ("data", "params"):
         state, aux = single(state, b)
         losses.append(np.asarray(aux["loss"]).tolist())
     loop = single.loop(8, until=lambda s, a: s[1][0].count >= 3)
-    s, aux, steps = loop(fresh(init_state(opt)), b)
+    s, aux, steps, _ = loop(fresh(init_state(opt)), b)
     same = all(np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(s), jax.tree_util.tree_leaves(state)))
     out[sharding] = dict(steps=int(steps), same_state=same, history=np.asarray(aux["loss"]).tolist(), losses=losses)
 print(json.dumps(out))

@@ -1,0 +1,94 @@
+"""A repeated minimize compiles nothing: its programs are kept per (loss, optimizer, backend, until)
+objects and its executables per abstract signature; the persistent cache serves a new process."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+import loopfuse
+from loopfuse import CompiledLoop, CompiledStep, Dataset, GradOnly, runtime
+from problems import assert_trees_equal, batch, mlp_loss, mlp_params
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """{"loopfuse": XLA compiles of loopfuse programs, "jax": jax.jit backend compiles}, counted."""
+    counts = {"loopfuse": 0, "jax": 0}
+    compile_module = runtime.compile_module
+
+    def counted(*args, **kwargs):
+        counts["loopfuse"] += 1
+        return compile_module(*args, **kwargs)
+    monkeypatch.setattr(runtime, "compile_module", counted)
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            counts["jax"] += 1
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    yield counts
+    jax.monitoring.unregister_event_duration_listener(listener)
+
+
+@pytest.mark.parametrize("backend", [GradOnly(), CompiledStep(), CompiledLoop(steps=4)], ids=["grad-only", "step", "loop4"])
+def test_a_repeated_minimize_compiles_nothing(backend, compiles):
+    opt, until = optax.adam(1e-2), loopfuse.gtol(1e-9)
+    solve = lambda params, data: loopfuse.minimize(mlp_loss, params, data, opt, steps=10, backend=backend, until=until)
+    first = solve(mlp_params(), batch())
+    assert compiles["loopfuse"] + compiles["jax"] > 0
+    counts = dict(compiles)
+    again = solve(mlp_params(seed=3), batch(seed=4))       # other values, the same shapes and objects
+    assert compiles == counts
+    assert again.compile_seconds < 0.2 * first.compile_seconds
+    assert_trees_equal(solve(mlp_params(), batch()).params, first.params)
+    solve(mlp_params(), batch(n=32))                        # another shape compiles its own
+    assert compiles != counts
+
+
+def test_other_objects_are_other_programs(compiles):
+    """Keyed like jax.jit: by the objects' identity (an equal new optimizer is another program)."""
+    loopfuse.minimize(mlp_loss, mlp_params(), batch(), optax.adam(1e-2), steps=4, backend=CompiledStep())
+    counts = dict(compiles)
+    loopfuse.minimize(mlp_loss, mlp_params(), batch(), optax.adam(1e-2), steps=4, backend=CompiledStep())
+    assert compiles["loopfuse"] == counts["loopfuse"] + 1
+
+
+def test_a_dataset_solve_repeats_without_compiling(compiles):
+    opt, (x, y) = optax.sgd(0.1), (np.ones((32, 4), np.float32), np.ones((32, 1), np.float32))
+    data = lambda seed: Dataset({"x": x, "y": y}, batch_size=8, key=jax.random.key(seed))
+    loopfuse.minimize(mlp_loss, mlp_params(), data(0), opt, steps=6, backend=CompiledLoop(steps=3))
+    counts = dict(compiles)
+    loopfuse.minimize(mlp_loss, mlp_params(), data(1), opt, steps=6, backend=CompiledLoop(steps=3))
+    assert compiles == counts
+
+
+CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import optax, loopfuse
+from loopfuse import runtime
+from problems import batch, mlp_loss, mlp_params
+calls = []
+compile_module = runtime.compile_module
+runtime.compile_module = lambda *a, **k: calls.append(1) or compile_module(*a, **k)
+sol = loopfuse.minimize(mlp_loss, mlp_params(), batch(), optax.adam(1e-2), steps=20,
+                        backend=loopfuse.CompiledLoop(steps=8))
+print(json.dumps({"compiles": len(calls), "loss": sol.loss_history.tolist()}))
+"""
+
+
+def test_the_persistent_cache_serves_a_new_process(tmp_path):
+    env = {**os.environ, "LOOPFUSE_CACHE_DIR": str(tmp_path)}
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", CHILD, str(Path(__file__).parent)], env=env, capture_output=True,
+                             text=True, timeout=240, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    first, second = run(), run()
+    assert first["compiles"] == 2 and second["compiles"] == 0     # loops of 8 and of 4 steps
+    assert second["loss"] == first["loss"]

@@ -5,7 +5,7 @@
    ran. A jitted ``lax.scan`` runs all 5000 steps; a Python loop that checks the loss waits on the
    device after every step.
 2. Its memory figures come from the compiled executable (``step.memory_stats``): the early stop
-   and the history cost no more than jax.jit's donated scan.
+   and the history cost what jax.jit's donated scan needs, plus the step count and the stop flag.
 3. It keeps compiled programs on disk (``cache_dir=``): a new process, here a new `Step`, loads the
    loop instead of compiling it again.
 
@@ -85,7 +85,7 @@ def run(cache_dir) -> dict:
     t0 = time.perf_counter()
     loop.compiled(state, batch)
     compile_seconds = time.perf_counter() - t0
-    (final, aux, steps), seconds = timed(loop, fresh(state), batch)
+    (final, aux, steps, stopped), seconds = timed(loop, fresh(state), batch)
 
     scan = jax.jit(lambda s, b: jax.lax.scan(lambda c, _: train_step(c, b), s, None, length=MAX_STEPS),
                    donate_argnums=0).lower(state, batch).compile()
@@ -97,9 +97,10 @@ def run(cache_dir) -> dict:
     make().compiled(state, batch)   # a new Step: what a new process with the same cache_dir does
     load_seconds = time.perf_counter() - t0
     return {"params": final[0], "losses": np.asarray(aux["loss"][:int(steps)]), "steps": int(steps),
-            "seconds": seconds, "scan_seconds": scan_seconds, "host_steps": host_steps, "host_seconds": host_seconds,
-            "memory": loop.memory_stats(state, batch), "scan_memory": MemoryStats.from_analysis(scan.memory_analysis()),
-            "compile_seconds": compile_seconds, "load_seconds": load_seconds}
+            "stopped": bool(stopped), "seconds": seconds, "scan_seconds": scan_seconds, "host_steps": host_steps,
+            "host_seconds": host_seconds, "memory": loop.memory_stats(state, batch),
+            "scan_memory": MemoryStats.from_analysis(scan.memory_analysis()), "compile_seconds": compile_seconds,
+            "load_seconds": load_seconds}
 
 
 def main(cache_dir=None) -> dict:

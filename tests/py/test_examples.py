@@ -74,9 +74,9 @@ def test_stop_on_device_stops_where_a_host_check_does_bitwise(tmp_path, capsys):
     sod = load("stop_on_device")
     found = sod.main(tmp_path)
     assert "stopped at step" in capsys.readouterr().out
-    assert found["steps"] == found["host_steps"] < sod.MAX_STEPS
+    assert found["stopped"] and found["steps"] == found["host_steps"] < sod.MAX_STEPS
     assert found["losses"][-1] < sod.TARGET <= found["losses"][:-1].min()
-    assert found["memory"].peak <= found["scan_memory"].peak
+    assert found["memory"].peak <= 1.01 * found["scan_memory"].peak   # + the step count and the stop flag
     assert any(tmp_path.iterdir())                    # the compiled loop was written to the cache
 
     state, batch = sod.problem()

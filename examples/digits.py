@@ -2,7 +2,8 @@
 
 A shuffled `loopfuse.Dataset` on the device, `fit` running chunks of 100 steps inside the device
 loop with a tqdm bar, stopping once the running training loss is small (`until=`), and orbax
-checkpoints: interrupt it (Ctrl-C) and run it again, and it resumes where it stopped, bitwise.
+checkpoints: given a checkpoint folder, interrupt it (Ctrl-C) and run it again, and it resumes
+where it stopped, bitwise (a finished run restores its result and trains no more).
 
     python examples/digits.py [checkpoint folder]
 """

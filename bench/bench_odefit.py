@@ -16,8 +16,8 @@ excluded), the wall time of a whole repeated call (loopfuse's minimize keeps its
 call compiles nothing), the first call (loopfuse: measured; the others: compile + a run), compile
 time (jax's lower + compile; minimize's compile_seconds), peak memory of the compiled executable,
 the final loss, and the steps and time to reach within 1% of the best loss any contender of the
-phase found (time = steps to it / steps/s; optimistix records no history: its whole run if its
-final loss is within 1%).
+phase found (time = steps to it / steps/s; optimistix records no history: its whole run, an upper
+bound, if its final loss is within 1%).
 Rounds are interleaved (every contender once per round, the order alternating); figures are medians
 with the min-max spread. Writes odefit.md / odefit.json.
 """
@@ -190,7 +190,7 @@ def phase(runners: dict, data, rounds: int) -> dict:
             peak_bytes=setup["memory"].peak,
             temp_bytes=setup["memory"].temp, steps_to_target=to_target,
             seconds_to_target=None if to_target is None else to_target / statistics.median(steps_per_s),
-            log_params=np.asarray(first["params"]).tolist())
+            history=first["losses"] is not None, log_params=np.asarray(first["params"]).tolist())
     return dict(best_loss=best, rows=rows)
 
 
@@ -209,8 +209,9 @@ def table(title: str, result: dict) -> list[str]:
              "| compile (s) | peak memory | steps to 1% | time to 1% (ms) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in result["rows"].items():
-        target = "not reached" if r["steps_to_target"] is None else str(r["steps_to_target"])
-        seconds = "-" if r["seconds_to_target"] is None else f"{1e3 * r['seconds_to_target']:,.0f}"
+        bound = "" if r["history"] else "<= "      # no history: the whole run is an upper bound
+        target = "not reached" if r["steps_to_target"] is None else f"{bound}{r['steps_to_target']}"
+        seconds = "-" if r["seconds_to_target"] is None else f"{bound}{1e3 * r['seconds_to_target']:,.0f}"
         lines.append(
             f"| {name} | {r['steps']} | {r['final_loss']:.6g} | {fmt(r['steps_per_s'])} | {fmt(r['run_s'], 1e3)} "
             f"| {fmt(r['wall_s'], 1e3)} | {r['first_call_s']:.2f} | {r['compile_s']:.2f} "

@@ -1,0 +1,88 @@
+"""The scripts in examples/ run and find what they claim, bitwise what `jax.jit` of the same steps finds."""
+import importlib.util
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from problems import assert_trees_equal
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+
+
+def load(name: str):
+    """examples/<name>.py as a module (the folder is not a package: users copy single files)."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lotka_volterra_recovers_the_parameters_bitwise_as_jax_jit(capsys):
+    lv = load("lotka_volterra")
+    found = lv.main()
+    assert "predator growth" in capsys.readouterr().out
+    np.testing.assert_allclose(found["theta"], lv.TRUTH, rtol=0.05)
+
+    data = lv.observations()
+
+    def reference(optimizer, params, steps):     # jax.jit of what minimize runs, one step per call
+        @jax.jit
+        def step(state, data):
+            params, opt_state = state
+            value, grad = jax.value_and_grad(lv.loss)(params, data)
+            extra = {"value": value, "grad": grad, "value_fn": lambda p: lv.loss(p, data)} \
+                if optimizer is lv.LBFGS else {}
+            updates, opt_state = optimizer.update(grad, opt_state, params, **extra)
+            return (optax.apply_updates(params, updates), opt_state), value
+
+        state, losses = (params, optimizer.init(params)), []
+        for _ in range(steps):
+            state, value = step(state, data)
+            losses.append(value)
+        return state[0], np.stack(losses)
+
+    adam, lbfgs = found["adam"], found["lbfgs"]
+    params, losses = reference(lv.ADAM, jnp.log(lv.START), adam.steps)
+    assert_trees_equal((adam.params, adam.loss_history), (params, losses))
+    assert lbfgs.retcode == "converged"
+    params, losses = reference(lv.LBFGS, params, lbfgs.steps)
+    assert_trees_equal((lbfgs.params, lbfgs.loss_history), (params, losses))
+
+
+def test_digits_classifies_and_resumes_bitwise(tmp_path, capsys):
+    digits = load("digits")
+    whole, accuracy = digits.main()
+    assert "test accuracy" in capsys.readouterr().out
+    assert accuracy >= 0.95 and whole.retcode == "until" and whole.steps < digits.STEPS
+
+    def interrupt(done, aux):
+        if done >= 1000:
+            raise KeyboardInterrupt
+    first, _, _ = digits.train(tmp_path, progress=False, callback=interrupt)
+    assert first.retcode == "interrupted" and first.steps == 1000
+    resumed, _, resumed_accuracy = digits.train(tmp_path, progress=False)
+    assert resumed.resumed_from == 1000 and (resumed.steps, resumed.retcode) == (whole.steps, "until")
+    assert_trees_equal(resumed.state, whole.state)
+    assert_trees_equal(resumed.history, whole.history)
+    assert resumed_accuracy == accuracy
+
+
+def test_stop_on_device_stops_where_a_host_check_does_bitwise(tmp_path, capsys):
+    sod = load("stop_on_device")
+    found = sod.main(tmp_path)
+    assert "stopped at step" in capsys.readouterr().out
+    assert found["stopped"] and found["steps"] == found["host_steps"] < sod.MAX_STEPS
+    assert found["losses"][-1] < sod.TARGET <= found["losses"][:-1].min()
+    assert found["memory"].peak <= 1.01 * found["scan_memory"].peak   # + the step count and the stop flag
+    assert any(tmp_path.iterdir())                    # the compiled loop was written to the cache
+
+    state, batch = sod.problem()
+    step, losses = jax.jit(sod.train_step), []
+    for _ in range(found["steps"]):
+        state, aux = step(state, batch)
+        losses.append(aux["loss"])
+    assert_trees_equal(found["params"], state[0])
+    assert_trees_equal(found["losses"], np.stack(losses))

@@ -47,7 +47,7 @@ def own_control_flow(module_op: ir.Operation) -> list[ir.Operation]:
 
 def _is_wrap_loop(op: ir.Operation) -> bool:
     """Whether `op` is the while that wrap-loop puts in @main: its body calls @loopfuse_step."""
-    parent = op.parent.opview
+    parent = op.parent.opview if op.parent is not None else None
     if op.name != "stablehlo.while" or not isinstance(parent, func.FuncOp) or parent.sym_name.value != "main":
         return False
     return any(isinstance(o, func.CallOp) and o.callee.value == BODY for o in op.regions[1].blocks[0].operations)

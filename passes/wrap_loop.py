@@ -128,7 +128,7 @@ def _wrap(f: func.FuncOp, k: int) -> None:
         new_results = [final[1 + carried[j]] if j in carried else final[0] if j == stop else final[row[j]]
                        for j in range(len(out_types))]
         if stop is not None:
-            stopped = {STOPPED: ir.UnitAttr.get()}
+            stopped: dict[str, ir.Attribute] = {STOPPED: ir.UnitAttr.get()}
             if RESULT in results[stop]:
                 flat = ir.IntegerAttr(results[stop][RESULT])
                 stopped[RESULT] = ir.IntegerAttr.get(flat.type, flat.value + 1)

@@ -105,6 +105,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     if isinstance(backend, GradOnly):
         runner: _Eager | _Compiled = _Eager(program, batch, until is not None, stop_on_nonfinite)
     else:
+        assert isinstance(program, Step)
         runner = _Compiled(program, backend, batch, until is not None, stop_on_nonfinite)
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
@@ -236,7 +237,7 @@ class _Compiled(LoopChunks):
     def __init__(self, step: Step, backend: CompiledStep | CompiledLoop, batch, flagged: bool,
                  stop_on_nonfinite: bool):
         self.loops, self.flagged = isinstance(backend, CompiledLoop), flagged
-        self.chunk = backend.steps if self.loops else 1
+        self.chunk = backend.steps if isinstance(backend, CompiledLoop) else 1
         super().__init__(step, batch, _flag if flagged else None, stop_on_nonfinite)
 
     def compile(self, state, sizes) -> None:

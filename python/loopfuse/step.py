@@ -266,6 +266,7 @@ class Step:
 def _origin(entry: compile_cache.Entry | None, loaded, cache_set: bool) -> str:
     """Where the executable comes from, for the IR dump's executable.txt."""
     if loaded is not None:
+        assert entry is not None
         return f"loaded from the compile cache ({entry.path}); XLA did not run\n"
     if entry is not None:
         return f"compiled by XLA and stored in the compile cache ({entry.path})\n"

@@ -47,6 +47,7 @@ def check(step, executable, state, batch, start: int, static: dict) -> None:
     culprits = [what for what, variant in _variants(options, executable)
                 if _difference(_run(type(step)(step.fn, variant).served_executable(state, batch, static),
                                     state, batch, start), references[0]) is None]
+    assert diffs[0] is not None   # no reference matched
     path, max_abs, max_rel = diffs[0]
     specs = pipeline.build(options.passes, steps=options.steps, donate=options.donate)
     raise MiscompileError(

@@ -25,7 +25,6 @@ sections 2, 4 or 5 fails.
 """
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys

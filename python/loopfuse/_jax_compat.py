@@ -5,6 +5,7 @@ its self-test, loopfuse warns once and takes the public route instead:
 
   private (fast)                                       public fallback
   jaxlib._jax.array_result_handler                     jax.make_array_from_single_device_arrays
+                                                       (no weak types: a weak output comes back strong)
   jaxlib.mlir._mlir_libs._jax_mlir_ext dialects        jax.interpreters.mlir.make_ir_context
   jaxlib._jax.pjit (C++ dispatch of a step call)       loopfuse's Python call path
 

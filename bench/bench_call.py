@@ -33,7 +33,6 @@ import bench_compile  # noqa: E402
 import bench_loop  # noqa: E402
 
 import loopfuse  # noqa: E402
-from loopfuse import _jax_compat  # noqa: E402
 
 
 def problems(leaves: int) -> dict:
@@ -116,8 +115,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench/out", type=Path)
     ns = ap.parse_args()
     many_calls = max(5, ns.calls // 20)
-    md = [f"Python {sys.version.split()[0]}, jax {jax.__version__} (dispatch: {_jax_compat.status()['dispatch']}), "
-          f"{ns.rounds} interleaved rounds of {ns.calls} calls ({many_calls} at {ns.leaves} "
+    md = [f"jax {jax.__version__}, {ns.rounds} interleaved rounds of {ns.calls} calls ({many_calls} at {ns.leaves} "
           f"leaves), loadavg at start {os.getloadavg()[0]:.1f}"]
     rows = []
     if ns.executables:

@@ -7,9 +7,10 @@ a wheel with --no-deps: bench/gpu_check.sh); it runs on any platform, and `--qui
 problem so the whole check takes seconds on a CPU (the suite runs it). It installs nothing.
 
 1. environment: versions, devices, the route of each private jax API (`_jax_compat.status()`).
-2. results: one step and `loop(K)` bitwise against jax.jit (one call, and K calls); `until` stops
-   at the step a host loop of jax.jit stops at, with the same state; a `jax.debug.callback` runs
-   once per step, K times in `loop(K)`, with jax.jit's values.
+2. results: one step bitwise against jax.jit, `loop(K)` against the hand-written `lax.scan` of K
+   steps in jax.jit; `until` stops at the step jax.jit's losses say, with the state of a scan of
+   that many steps; a `jax.debug.callback` runs once per step, K times in `loop(K)`, with jax.jit's
+   values.
 3. speed: steps/s of jax.jit + donation per step, a hand-written `lax.scan` of K steps in one
    donating jit, the loopfuse step and loopfuse `loop(K)`, each round running K steps per variant,
    the order alternating round by round; medians, and ratios against jax.jit + donation.
@@ -143,15 +144,6 @@ def check(results: list, name: str, what: str, fn) -> None:
         results.append({"problem": name, "check": what, "ok": False, "detail": str(e).splitlines()[0][:300]})
 
 
-def jit_steps(jitted, state, batch, k):
-    """K calls of `jitted`: (final state, per-step aux)."""
-    auxes = []
-    for _ in range(k):
-        state, aux = jitted(state, batch)
-        auxes.append(aux)
-    return state, auxes
-
-
 def variants(step, k: int) -> dict:
     """The four ways to run `step` that section 3 times (sections 2 and 4 reuse their executables):
     name -> (call, steps per call)."""
@@ -161,30 +153,28 @@ def variants(step, k: int) -> dict:
 
 
 def result_checks(results: list, name: str, step, runs: dict, params, batch, k: int, tiny: bool) -> None:
-    jitted, lf, loop = runs[BASELINE][0], runs["loopfuse step"][0], runs[f"loopfuse loop({k})"][0]
+    """A step against jax.jit's step; a loop against jax.jit of the same loop written by hand (a
+    `lax.scan`: XLA compiles a step inside a loop differently from a step alone, for jax.jit too)."""
+    lf, loop, scan = runs["loopfuse step"][0], runs[f"loopfuse loop({k})"][0], runs[f"hand-written scan({k})"][0]
 
     def one_step():
         assert_trees_equal(lf(fresh(params), batch), jax.jit(step)(fresh(params), batch))
 
     def k_steps():
-        state, aux = loop(fresh(params), batch)
-        ref_state, ref_aux = jit_steps(jitted, fresh(params), batch, k)
-        assert_trees_equal(state, ref_state)
-        assert_trees_equal(aux["loss"], jnp.stack([a["loss"] for a in ref_aux]))
+        assert_trees_equal(loop(fresh(params), batch), scan(fresh(params), batch))
 
     check(results, name, "step == jax.jit", one_step)
-    check(results, name, f"loop({k}) == {k} x jax.jit", k_steps)
+    check(results, name, f"loop({k}) == jax.jit scan({k})", k_steps)
     if not tiny:
         return
+    losses = np.asarray(scan(fresh(params), batch)[1]["loss"])
 
     def until():
-        _, ref_aux = jit_steps(jitted, fresh(params), batch, k)
-        losses = np.array([a["loss"] for a in ref_aux])
         threshold = float(losses[k // 2])
         expected = int(np.argmax(losses <= np.float32(threshold))) + 1
         state, aux, steps = lf.loop(k, until=lambda s, a: a["loss"] <= threshold)(fresh(params), batch)
         assert int(steps) == expected, f"stopped after {int(steps)} steps, jax.jit's loop after {expected}"
-        assert_trees_equal(state, jit_steps(jitted, fresh(params), batch, expected)[0])
+        assert_trees_equal(state, scan_of(step, expected)(fresh(params), batch)[0])
         return f"stopped after {expected} of {k} steps"
 
     def callbacks():
@@ -196,9 +186,8 @@ def result_checks(results: list, name: str, step, runs: dict, params, batch, k: 
             return new_state, aux
         loopfuse.compile_step(logged).loop(k)(fresh(params), batch)
         jax.effects_barrier()
-        _, ref_aux = jit_steps(jitted, fresh(params), batch, k)
         assert len(seen) == k, f"the callback ran {len(seen)} times in loop({k})"
-        assert_trees_equal(seen, [np.asarray(a["loss"]) for a in ref_aux])
+        assert_trees_equal(seen, list(losses))
 
     check(results, name, "until stops like jax.jit", until)
     check(results, name, f"debug.callback {k} times in loop({k})", callbacks)

@@ -23,7 +23,7 @@ def test_quick_gpu_check_runs_on_cpu(tmp_path):
     checks = {(r["problem"], r["check"]): r["ok"] for r in report["results"]}
     expected = {k: not (simplified and k[0].startswith("GPT")) for k in checks}
     assert ("tiny MLP", "until stops like jax.jit") in checks and ("tiny MLP", "debug.callback 4 times in loop(4)") in checks
-    assert ("GPT 1x16", "loop(4) == 4 x jax.jit") in checks
+    assert ("GPT 1x16", "loop(4) == jax.jit scan(4)") in checks
     assert checks == expected, report["results"]
     assert proc.returncode == (1 if simplified else 0), proc.stderr[-3000:]
     for row in report["speed"].values():

@@ -5,6 +5,7 @@ its self-test, loopfuse warns once and takes the public route instead:
 
   private (fast)                                       public fallback
   jaxlib._jax.array_result_handler                     jax.make_array_from_single_device_arrays
+                                                       (no weak types: a weak output comes back strong)
   jaxlib.mlir._mlir_libs._jax_mlir_ext dialects        jax.interpreters.mlir.make_ir_context
   jaxlib._jax.pjit (C++ dispatch of a step call)       loopfuse's Python call path
 
@@ -54,7 +55,7 @@ def result_handler(aval: jax.core.ShapedArray, sharding) -> Callable:
     import jax
     make = _array_result_handler()
     if make is not None:
-        return make(aval, sharding, committed=True, _skip_checks=True)
+        return make(aval, sharding)
     return functools.partial(jax.make_array_from_single_device_arrays, aval.shape, sharding)
 
 
@@ -131,16 +132,19 @@ def _detect(feature: str, load: Callable, self_test: Callable):
 
 
 def _load_array_result_handler():
+    """`make(aval, sharding)` over jaxlib's array_result_handler, committed, unchecked where it checks:
+    jaxlib 0.12 no longer checks and dropped the `_skip_checks` keyword (read from its signature)."""
     from jaxlib import _jax
-    return _jax.array_result_handler
+    make = _jax.array_result_handler
+    skip = {"_skip_checks": True} if "_skip_checks" in (make.__doc__ or "") else {}
+    return functools.partial(make, committed=True, **skip)
 
 
 def _test_array_result_handler(make) -> None:
     import jax
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     data = np.arange(2, dtype=np.float32)
-    out = make(jax.core.ShapedArray((2,), np.float32), sharding, committed=True, _skip_checks=True)(
-        [jax.device_put(data, sharding)])
+    out = make(jax.core.ShapedArray((2,), np.float32), sharding)([jax.device_put(data, sharding)])
     if not (isinstance(out, jax.Array) and out.sharding == sharding and np.array_equal(out, data)):
         raise AssertionError(f"a result handler returned {out!r}")
 

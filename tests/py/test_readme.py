@@ -31,17 +31,19 @@ def loss_fn(params, batch):
 """,
     "state = result.state                  # the state the block above ends with",
     "loss, params = loss_fn, state[0]",
+    "",                                   # continues the block above (loss, params, batch, minimize)
 ]
 CLAIMS = [
     'assert aux["loss"].shape == (100,) and result.steps == 10_000 and result.history["loss"].shape == (10_000,)',
     'assert 1 <= int(steps) <= 1000 and losses.shape == (int(steps),) and aux["loss"].shape == (1000,)',
     "assert sol.loss_history.shape == (2000,) and sol.steps == 2000 and sol.steps_per_second > 0",
+    'assert sol.retcode == "converged" and sol.steps < 200',
 ]
 
 # CamelCase names the README mentions that are neither `loopfuse.X` nor listed with their module in
 # its Layout section: where each lives.
 OTHER_HOMES = {"CheckpointManager": "orbax.checkpoint", "ModulePass": "loopfuse.passes.module_pass",
-               "TypeError": "builtins"}
+               "TypeError": "builtins", "GradientTransformationExtraArgs": "optax"}
 # what `name.attr` refers to in the README's prose
 OWNERS = {"step": "Step", "result": "FitResult", "FitResult": "FitResult", "sol": "Solution", "Solution": "Solution"}
 # callables whose keyword arguments the README documents

@@ -172,7 +172,7 @@ def result_checks(results: list, name: str, step, runs: dict, params, batch, k: 
     def until():
         threshold = float(losses[k // 2])
         expected = int(np.argmax(losses <= np.float32(threshold))) + 1
-        state, aux, steps = lf.loop(k, until=lambda s, a: a["loss"] <= threshold)(fresh(params), batch)
+        state, aux, steps, _ = lf.loop(k, until=lambda s, a: a["loss"] <= threshold)(fresh(params), batch)
         assert int(steps) == expected, f"stopped after {int(steps)} steps, jax.jit's loop after {expected}"
         assert_trees_equal(state, scan_of(step, expected)(fresh(params), batch)[0])
         return f"stopped after {expected} of {k} steps"

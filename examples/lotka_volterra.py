@@ -24,6 +24,8 @@ START = np.array([1.2, 0.8, 2.8, 0.8])
 TIMES = jnp.linspace(0.0, 10.0, 101)
 ADAM = optax.adam(2e-2)
 LBFGS = optax.lbfgs()
+# float32 and an adaptive solver leave gradients of ~1e-4 at the optimum: stop when the loss stops changing
+UNTIL = loopfuse.ftol(rtol=1e-6)
 
 
 def vector_field(t, y, log_theta):
@@ -55,9 +57,7 @@ def estimate(adam_steps: int = 300, lbfgs_steps: int = 100) -> dict:
     data = observations()
     t0 = time.perf_counter()
     adam = loopfuse.minimize(loss, jnp.log(START), data=data, optimizer=ADAM, steps=adam_steps)
-    # float32 and an adaptive solver leave gradients of ~1e-4 at the optimum: stop when the loss stops changing
-    lbfgs = loopfuse.minimize(loss, adam, data=data, optimizer=LBFGS, steps=lbfgs_steps,
-                              until=loopfuse.ftol(rtol=1e-6))
+    lbfgs = loopfuse.minimize(loss, adam, data=data, optimizer=LBFGS, steps=lbfgs_steps, until=UNTIL)
     seconds = time.perf_counter() - t0
     return {"theta": np.exp(np.asarray(lbfgs.params)), "adam": adam, "lbfgs": lbfgs, "seconds": seconds}
 

@@ -42,7 +42,8 @@ def variants(fn, k: int) -> dict:
         return build
 
     return {"lax.scan (jax.jit, donated)": jit_scan, "loopfuse loop": with_loopfuse(None),
-            "loopfuse loop + pack-state": with_loopfuse(["pack-state"])}
+            "loopfuse loop + pack-state": with_loopfuse(["pack-state"]),
+            "loopfuse loop + pack-state{flatten=true}": with_loopfuse(["pack-state{flatten=true}"])}
 
 
 def bitwise(a, b) -> bool:

@@ -164,9 +164,9 @@ def _pack_step(body: ir.Block, groups: list[list[int]], n_carry: int) -> _StepPa
         types = [call.results[j].type for j in kept_res] + [v.type for v in flat_args]
         new_call = func.CallOp(types, ir.FlatSymbolRefAttr.get(BODY), operands)
     new_flats = list(new_call.results)[len(kept_res):]
+    packed = {k for g in groups for k in g}
     with ir.InsertionPoint(ret), ret.location:
-        carried = [v for k, v in enumerate(ret.operands) if k < n_carry and k not in {k for g in groups for k in g}]
-        stablehlo.ReturnOp(carried + new_flats)
+        stablehlo.ReturnOp([v for k, v in enumerate(ret.operands) if k not in packed] + new_flats)
     ret.erase()
     for n, j in enumerate(kept_res):
         call.results[j].replace_all_uses_with(new_call.results[n])

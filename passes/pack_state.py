@@ -24,6 +24,7 @@ Runs after wrap-loop (pipeline.build places it there: ``after_wrap_loop``); with
 (a single step) it changes nothing.
 """
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -95,7 +96,7 @@ class _StepPacker(Flattener):
 
     def finish(self) -> None:
         block = self.block
-        ret = block.operations[len(block.operations) - 1]
+        ret = block.operations[len(block.operations) - 1].operation
         packed = {j for g in self.results for j in g}
         with ir.InsertionPoint(ret), ret.location:
             flats = [self.flat([ret.operands[j] for j in g], [_size(ret.operands[j]) for j in g], ret)
@@ -199,7 +200,7 @@ def _concat(values: list[ir.Value]) -> ir.Value:
     return stablehlo.ConcatenateOp(pieces, 0).result
 
 
-def _unpack(flats: list[ir.Value], groups: list[list[int]], olds: list[ir.Value]) -> dict:
+def _unpack(flats: Sequence[ir.Value], groups: list[list[int]], olds: Sequence[ir.Value]) -> dict:
     """Replace each used `olds[k]` of a group by its slice of the group's flat value, reshaped back;
     returns {slice: (flat, offset)} (flatten-update's `slice_of`)."""
     slices = {}

@@ -37,7 +37,7 @@ def own_control_flow(module_op: ir.Operation) -> list[ir.Operation]:
     found: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name in CONTROL_FLOW and not _is_wrap_loop(op):
+        if op.name in CONTROL_FLOW and not is_wrap_loop(op):
             found.append(op)
         return ir.WalkResult.ADVANCE
 
@@ -45,7 +45,7 @@ def own_control_flow(module_op: ir.Operation) -> list[ir.Operation]:
     return found
 
 
-def _is_wrap_loop(op: ir.Operation) -> bool:
+def is_wrap_loop(op: ir.Operation) -> bool:
     """Whether `op` is the while that wrap-loop puts in @main: its body calls @loopfuse_step."""
     parent = op.parent.opview if op.parent is not None else None
     if op.name != "stablehlo.while" or not isinstance(parent, func.FuncOp) or parent.sym_name.value != "main":

@@ -11,9 +11,10 @@ possibly different shapes form a group: the Adam moment update ``b1 * m + (1 - b
 parameter leaf, say. At least ``min-group`` trees of a group are rewritten together: each per-leaf
 operand is reshaped to 1-D and concatenated over the trees, the tree is computed once on the flat
 vectors (shared scalars broadcast to the flat shape), and each tree's result is sliced out and
-reshaped back. A flat operand made exactly of the slices of an earlier group's flat result (tree
-for tree, in order) is that result itself, so a chain of updates (moments, bias correction, the
-parameter step) stays flat; the trees are ordered to make that so.
+reshaped back. A flat operand made exactly of consecutive slices of an earlier group's flat result
+(tree for tree, in order) is that result itself, or one slice of it, so a chain of updates (moments,
+bias correction, the parameter step) stays flat; the trees are ordered to make that so. The same
+holds for flat values the `Flattener` is told of (pack-state's state buffers).
 
 Why it is safe: an elementwise op computes each element from the elements at the same index, so
 the flat op computes, element for element, exactly what the tree's op did: the same op with the
@@ -77,22 +78,8 @@ class FlattenUpdate(ModulePass):
     min_group: int = option(2, "rewrite a group of alike trees only when it has at least this many", minimum=2)
 
     def apply(self, module_op: ir.Operation) -> None:
-        block = main_func(module_op).body.blocks[0]
-        groups: dict[tuple, list[Tree]] = {}
-        for tree in _trees(block):
-            groups.setdefault(tree.signature, []).append(tree)
-        flattener = _Flattener(block)
-        for trees in groups.values():
-            trees = [t for t in trees if _has_uses(t.root)]  # earlier groups may have consumed some
-            if len(trees) < self.min_group:
-                continue
-            scalars = [producer(ref[2]) for *_, refs in trees[0].signature for ref in refs
-                       if ref[:2] == ("scalar", "value")]
-            while len(trees) >= self.min_group:
-                n, anchor = flattener.batch(trees, scalars)
-                if n >= self.min_group and anchor is not None:
-                    flattener.rewrite(trees[:n], anchor)
-                trees = trees[n:]
+        flattener = Flattener(main_func(module_op).body.blocks[0])
+        flattener.flatten(self.min_group)
         flattener.erase_unused()
 
 
@@ -168,14 +155,32 @@ def _shared_scalar(value: ir.Value):
     return None if attr is None else ("splat", attr)
 
 
-class _Flattener:
-    """Rewrites batches of trees in one block, remembering the flat vectors it built."""
+class Flattener:
+    """Rewrites batches of trees in one block, remembering the flat vectors it built (and those it is
+    told of: `slice_of`)."""
 
     def __init__(self, block: ir.Block):
         self.block = block
         self.slice_of: dict[ir.Value, tuple[ir.Value, int]] = {}  # a value sliced out of a flat result -> (flat result, offset)
         self.concat_of: dict[tuple, ir.OpResult] = {}  # tuple of values -> their concatenation
         self.maybe_dead: dict[ir.Operation, None] = {}  # ops that may have lost their last use (ordered, no repeats)
+
+    def flatten(self, min_group: int) -> None:
+        """Rewrite every group of at least `min_group` alike trees of the block, batch by batch."""
+        groups: dict[tuple, list[Tree]] = {}
+        for tree in _trees(self.block):
+            groups.setdefault(tree.signature, []).append(tree)
+        for trees in groups.values():
+            trees = [t for t in trees if _has_uses(t.root)]  # earlier groups may have consumed some
+            if len(trees) < min_group:
+                continue
+            scalars = [producer(ref[2]) for *_, refs in trees[0].signature for ref in refs
+                       if ref[:2] == ("scalar", "value")]
+            while len(trees) >= min_group:
+                n, anchor = self.batch(trees, scalars)
+                if n >= min_group and anchor is not None:
+                    self.rewrite(trees[:n], anchor)
+                trees = trees[n:]
 
     def batch(self, trees: list[Tree], scalars: list):
         """How many leading `trees` one point of the block can compute together, and that point: the
@@ -200,7 +205,7 @@ class _Flattener:
         total = sum(sizes)
         columns = zip(*(t.operands() for t in trees))
         with ir.InsertionPoint(anchor), trees[0].nodes[-1].location:
-            leaves = [self._flatten(list(col), sizes, anchor) for col in columns]
+            leaves = [self.flat(list(col), sizes, anchor) for col in columns]
             scalars: dict[tuple, ir.Value] = {}
             values: list[ir.Value] = []
             for name, attrs, et, refs in trees[0].signature:
@@ -248,21 +253,28 @@ class _Flattener:
         return trees
 
     def _source(self, values: list, sizes: list):
-        """The earlier flat result whose consecutive slices are exactly `values`, or None."""
+        """(flat, start, end) when `values` are exactly the consecutive slices [start:end] of an
+        earlier flat result, or None."""
         first = self.slice_of.get(values[0])
         if first is None:
             return None
-        flat, offset = first[0], 0
+        flat, start = first
+        offset = start
         for v, n in zip(values, sizes):
             if self.slice_of.get(v) != (flat, offset):
                 return None
             offset += n
-        return flat if offset == flat.type.shape[0] else None
+        return flat, start, offset
 
-    def _flatten(self, values: list, sizes: list, anchor: ir.Operation) -> ir.Value:
-        """`values` as one 1-D vector: an earlier flat result or concatenation if there is one, else
-        the concatenation of their reshapes."""
-        flat = self._source(values, sizes)
+    def flat(self, values: list, sizes: list, anchor: ir.Operation) -> ir.Value:
+        """`values` as one 1-D vector: (a slice of) an earlier flat result or concatenation if there
+        is one, else the concatenation of their reshapes. Call it at an insertion point before `anchor`."""
+        source = self._source(values, sizes)
+        flat = None
+        if source is not None:
+            flat, start, end = source
+            if (start, end) != (0, flat.type.shape[0]):
+                flat = stablehlo.SliceOp(flat, [start], [end], [1]).result
         if flat is None:
             flat = self._concatenation(values, anchor)
         if flat is None:

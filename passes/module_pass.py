@@ -54,6 +54,7 @@ class ModulePass:
 
     name: ClassVar[str]     # the pass argument in a pipeline, e.g. "wrap-loop"
     summary: ClassVar[str]  # one line for --help
+    after_wrap_loop: ClassVar[bool] = False  # pipeline.build runs it after wrap-loop (it rewrites the loop)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

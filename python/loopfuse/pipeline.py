@@ -31,11 +31,15 @@ def build(passes=None, *, steps: int | None = None, donate: bool = True) -> list
 
     `passes` is a pipeline string or a sequence of pass objects and pipeline strings (``"simplify"``,
     ``"flatten-update{min-group=3}"``). drop-unused-outputs always runs first (it removes work),
-    wrap-loop next to last for ``steps``, alias-state last.
+    wrap-loop after the chosen passes for ``steps``, then the chosen passes that rewrite its loop
+    (``after_wrap_loop``: pack-state), alias-state last.
     """
-    specs = [DropUnusedOutputs(), *chosen(passes)]
+    opt = chosen(passes)
+    on_loop = [p for p in opt if getattr(p, "after_wrap_loop", False)]
+    specs = [DropUnusedOutputs(), *(p for p in opt if not getattr(p, "after_wrap_loop", False))]
     if steps is not None:
         specs.append(WrapLoop(steps=steps))
+    specs += on_loop
     if donate:
         specs.append(AliasState())
     return specs

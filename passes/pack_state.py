@@ -22,6 +22,11 @@ stay separate so that the step reads them in place.
 
 Runs after wrap-loop (pipeline.build places it there: ``after_wrap_loop``); without wrap-loop's loop
 (a single step) it changes nothing.
+
+Opt-in: exact on StableHLO (the reference interpreter), but XLA fuses the packed loop to other last
+bits in some programs (clipped Adam, an RNN; with jaxlib 0.11+ also Lion and RMSProp), within 1e-5
+relative (tests/py/test_pack_state.py), and on CPU it runs and compiles slower than the default
+loop (BENCHMARKS.md, "Packed state through the device loop").
 """
 import math
 from collections.abc import Sequence

@@ -8,6 +8,13 @@ and on wrap-loop's loop around them, but it changed the results of programs with
 conditionals of their own (diffrax's ODE solves: a save loop nested in the step loop), so such a
 program is compiled without it.
 
+Why (XLA:CPU, read from its HLO): with region analysis, the copy of a value that a while loop only
+reads becomes an ordering constraint ("overwrite it after the loop"). A small loop is then outlined
+into an ``xla_cpu_small_call`` call and the constraint is dropped, so the overwrite can run first and
+the loop reads the new value. That needs a loop of the program's own, nested in another loop or
+reading a donated buffer (tests/py/corpus.py, ``region_analysis_triggers``). Conditionals never
+triggered it; they are gated too, to be safe.
+
 loopfuse's passes add no control flow besides wrap-loop's loop, so the traced module and the final
 one give the same answer.
 

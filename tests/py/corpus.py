@@ -18,7 +18,7 @@ import optax
 import optimistix as optx
 from jax import lax
 
-from problems import init_state, train_step
+from problems import NEWER_XLA, init_state, train_step
 
 
 class Program(NamedTuple):
@@ -293,7 +293,7 @@ def region_analysis_triggers() -> dict:
 # nested_scans has the trigger's structure too; jaxlib 0.10's XLA miscompiles it under the option, later
 # ones happen to schedule it safely (the gate turns the option off for it on every version).
 REGION_ANALYSIS_UNSAFE = ("diffrax_pid_saveat_ts", "diffrax_constant_saveat_ts") + (
-    ("nested_scans",) if tuple(map(int, jax.__version__.split(".")[:2])) < (0, 11) else ())
+    () if NEWER_XLA else ("nested_scans",))
 
 PROGRAMS: dict[str, Callable[[], Program]] = {f.__name__: f for f in [
     diffrax_pid_saveat_ts, diffrax_constant_saveat_ts, diffrax_saveat_t1, diffrax_backsolve,

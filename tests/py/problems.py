@@ -12,6 +12,9 @@ import optax
 from loopfuse import MemoryStats
 
 
+# jaxlib 0.11+ ships an XLA that compiles some steps inside a loop to other last bits than 0.10's
+NEWER_XLA = tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 11)
+
 class Layer(NamedTuple):
     w: jax.Array
     b: jax.Array

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from problems import assert_trees_equal
+from problems import NEWER_XLA, assert_trees_equal
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
@@ -59,7 +59,7 @@ def test_lotka_volterra_recovers_the_parameters_bitwise_as_jax_jit(capsys):
     assert_trees_equal((adam.params, adam.loss_history), (params, losses))
     assert lbfgs.retcode == "converged"
     params, losses = reference(lv.LBFGS, params, lbfgs.steps, until=lv.UNTIL)
-    if tuple(map(int, jax.__version__.split(".")[:2])) < (0, 11):
+    if not NEWER_XLA:
         assert_trees_equal((lbfgs.params, lbfgs.loss_history), (params, losses))
     else:   # a known gap (README, "Results are jax.jit's"): with jaxlib 0.12's XLA this stopping loop's
         # last bits differ from jax.jit's while loop and from K jitted steps (verify=True reports it)

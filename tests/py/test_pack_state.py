@@ -19,7 +19,7 @@ from loopfuse.passes import PackState, WrapLoop
 from loopfuse.trace import trace
 from corpus import PROGRAMS
 from ir_helpers import interpret, op_counts
-from problems import assert_trees_close, assert_trees_equal, batch, fresh, init_state, mlp_params, train_step
+from problems import NEWER_XLA, assert_trees_close, assert_trees_equal, batch, fresh, init_state, mlp_params, train_step
 
 K = 3
 OPTIMIZERS = {
@@ -136,9 +136,6 @@ def test_loop_equals_jit_steps(name):
         return
     assert_trees_equal(got_state, want_state)
     assert_trees_equal(got_aux["loss"], want_aux["loss"])
-
-
-NEWER_XLA = tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 11)
 
 
 def test_clipped_adam_within_tolerance():

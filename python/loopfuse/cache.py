@@ -177,10 +177,3 @@ def _unpack(data: bytes) -> tuple[bytes, bytes]:
     if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
         raise ValueError("its checksum does not match (corrupt)")
     return payload[:sizes[0]], payload[sizes[0]:]
-
-
-def entry(explicit, text: str, pipeline: str, devices, options) -> Entry | None:
-    """The entry of traced module `text` run through `pipeline` and compiled with `options` on
-    `devices`, in the folder `explicit` (else $LOOPFUSE_CACHE_DIR); None when no folder is set."""
-    where = folder(explicit)
-    return None if where is None else Entry.of(where, text, pipeline, devices, options)

@@ -136,13 +136,14 @@ class Step:
         options = runtime.compile_options(devices, program.values, shardy=runtime.uses_shardy(traced.module))
         specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate)
         t0 = time.perf_counter()
-        entry = None if traced.effects.host_callbacks else compile_cache.entry(
-            o.cache_dir, str(traced.module), pipeline.pipeline_string(specs), devices, options)
+        where = compile_cache.folder(o.cache_dir)
+        entry = None if where is None or traced.effects.host_callbacks else compile_cache.Entry.of(
+            where, str(traced.module), pipeline.pipeline_string(specs), devices, options)
         loaded = entry.load(traced.module.context) if entry is not None else None
         cache_seconds = time.perf_counter() - t0
         dump = self._dump_folder(traced, specs)
         if loaded is None or dump is not None:
-            note = _origin(entry, loaded, compile_cache.folder(o.cache_dir) is not None) + str(program)
+            note = _origin(entry, loaded, where is not None) + str(program)
             text, timings = pipeline.lower(traced.module, specs, dump=dump, note=note)
             seconds.update(timings)
         if loaded is not None:
@@ -155,7 +156,7 @@ class Step:
                 t0 = time.perf_counter()
                 entry.store(executable, traced.module)
                 cache_seconds += time.perf_counter() - t0
-        if compile_cache.folder(o.cache_dir) is not None:
+        if where is not None:
             seconds["cache"] = cache_seconds
         with self._lock:
             self.compile_count += 1

@@ -40,24 +40,29 @@ def check(step, executable, state, batch, start: int, static: dict) -> None:
     copies of ``(state, batch)``."""
     got = _run(executable, state, batch, start)
     references = _references(step, state, batch, start, static)
-    diffs = [_difference(got, ref) for ref in references]
-    if any(d is None for d in diffs):
+    if _matches(got, references):
         return
     options = step.options
     culprits = [what for what, variant in _variants(options, executable)
-                if _difference(_run(type(step)(step.fn, variant).served_executable(state, batch, static),
-                                    state, batch, start), references[0]) is None]
-    assert diffs[0] is not None   # no reference matched
-    path, max_abs, max_rel = diffs[0]
-    specs = pipeline.build(options.passes, steps=options.steps, donate=options.donate)
+                if _matches(_run(type(step)(step.fn, variant).served_executable(state, batch, static), state, batch,
+                                 start), references)]
+    difference = _difference(got, references[0])
+    assert difference is not None   # no reference matched
+    path, max_abs, max_rel = difference
+    passes = pipeline.pipeline_string(pipeline.build(options.passes, steps=options.steps, donate=options.donate))
     raise MiscompileError(
         f"loopfuse's executable for {getattr(step.fn, '__name__', 'the step')} computes other values than jax.jit "
         f"of the same function: {path} differs by up to {max_abs:.3g} (relative {max_rel:.3g}). "
-        f"Passes: {pipeline.pipeline_string(specs)}; XLA options: {executable.xla_options or 'none'}. "
+        f"Passes: {passes}; XLA options: {executable.xla_options or 'none'}. "
         + (f"Removing {' or '.join(culprits)} makes it equal to jax.jit." if culprits else
            "No single pass, donation or XLA option explains it."),
-        path=path, max_abs=max_abs, max_rel=max_rel, passes=pipeline.pipeline_string(specs),
-        xla_options=executable.xla_options, culprits=culprits)
+        path=path, max_abs=max_abs, max_rel=max_rel, passes=passes, xla_options=executable.xla_options,
+        culprits=culprits)
+
+
+def _matches(got, references: list) -> bool:
+    """Whether `got` equals one of the `references` bitwise (see `_difference`)."""
+    return any(_difference(got, ref) is None for ref in references)
 
 
 def _copy(tree):

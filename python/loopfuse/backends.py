@@ -4,7 +4,8 @@ AD modes pick the derivative: `Reverse()` (jax.grad) or `Forward()` (jax.jacfwd)
 how much of the optimization runs compiled:
 
 * `GradOnly`:     only the derivative is jitted; the optimizer update and the loop run eagerly in
-                  Python, one step at a time (what a wrapper around an AD backend does).
+                  Python, one step at a time (what a wrapper around an AD backend does). An update
+                  that evaluates the loss (``value_fn``: a line search) is jitted on its own.
 * `CompiledStep`: the whole step (loss, gradient, optimizer update) through `compile_step`, one
                   call per step.
 * `CompiledLoop`: the whole inner loop through ``compile_step(...).loop(steps)``, one call per
@@ -69,7 +70,9 @@ def _check_ad(owner: str, ad) -> None:
 
 @dataclass(frozen=True)
 class GradOnly:
-    """Jit only ``value_and_grad(loss)``; the optimizer update and the loop run eagerly in Python."""
+    """Jit only ``value_and_grad(loss)``; the optimizer update and the loop run eagerly in Python (an
+    update taking ``value_fn``, a line search, is jitted on its own: eagerly, jax would compile its
+    while loop at every step)."""
 
     ad: AD = Reverse()
 

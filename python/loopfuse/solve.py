@@ -142,7 +142,7 @@ def _build_program(loss, has_data, optimizer, backend, until):
     objective = _objective(loss, has_data)
     value_and_grad = backend.ad.value_and_grad(objective)
     if isinstance(backend, GradOnly):
-        return init, _update(jax.jit(value_and_grad), objective, optimizer, until)
+        return init, _update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True)
     update = _update(value_and_grad, objective, optimizer, until)
     if isinstance(backend, CompiledLoop):
         return init, compile_step(update, **backend.compile_options())
@@ -159,20 +159,28 @@ def _objective(loss: Callable, has_data: bool) -> Callable:
 
 
 def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.GradientTransformation,
-            until: Callable | None) -> Callable:
+            until: Callable | None, jit_line_search: bool = False) -> Callable:
     """The step every backend runs: ``(state, batch) -> (new state, {"loss": loss})``, the state being
     ``(params, opt_state)``, plus the loss of the step before when `until` takes ``previous_loss``.
     An update that takes ``value``/``grad``/``value_fn`` (`_OPTIMIZER_KEYWORDS`) gets them; with `until`,
-    the aux is ``({"loss": loss}, until(params, loss, ...))`` (the flag of `LoopChunks`)."""
+    the aux is ``({"loss": loss}, until(params, loss, ...))`` (the flag of `LoopChunks`).
+    `jit_line_search` (GradOnly's eager step): an update that takes ``value_fn`` evaluates the loss (a
+    line search), so it runs as one `jax.jit` with the batch as an argument; eagerly, jax would compile
+    its while loop again at every step, as the loop body is a new closure each time."""
     wanted = _keywords(until, _UNTIL_KEYWORDS) if until is not None else ()
     given = _keywords(optimizer.update, _OPTIMIZER_KEYWORDS)
+
+    def optimizer_update(grads, opt_state, params, batch, value):
+        offered = {"value": value, "grad": grads, "value_fn": lambda p: objective(p, batch)}
+        return optimizer.update(grads, opt_state, params, **{k: offered[k] for k in given})
+    if jit_line_search and "value_fn" in given:
+        optimizer_update = jax.jit(optimizer_update)
 
     def update(state, batch):
         params, opt_state, *previous = state
         value, grads = value_and_grad(params, batch)
-        offered = {"value": value, "grad": grads, "value_fn": lambda p: objective(p, batch)}
         try:
-            updates, opt_state = optimizer.update(grads, opt_state, params, **{k: offered[k] for k in given})
+            updates, opt_state = optimizer_update(grads, opt_state, params, batch, value)
         except TypeError as e:
             if "keyword" not in str(e):
                 raise

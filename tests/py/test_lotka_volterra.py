@@ -1,7 +1,8 @@
 """The Lotka-Volterra fit of issue 20, as written there (diffrax Tsit5 + PID + SaveAt(ts) over
 [0, 10]): loopfuse with its defaults computes what jax.jit computes, bitwise, for 500 Adam steps in
 one device loop and through `minimize` (before the fix, region-analysis copy insertion made the
-fitted parameters 7% off)."""
+fitted parameters 7% off); and L-BFGS to convergence with the backends that step from Python, bitwise
+their hand-written loops."""
 import diffrax
 import jax
 import jax.numpy as jnp
@@ -57,3 +58,50 @@ def test_minimize_equals_the_jitted_scan(problem):
     sol = loopfuse.minimize(_loss, th0, data=data, optimizer=OPT, steps=STEPS,
                             backend=loopfuse.CompiledLoop(steps=STEPS))
     assert_trees_equal((sol.params, sol.loss_history), (th, aux["loss"]))
+
+
+UNTIL = loopfuse.ftol(rtol=1e-6)
+LBFGS = optax.lbfgs()
+
+
+def _lbfgs_step_loop(th, data, whole_step: bool):
+    """The hand-written L-BFGS loop of a backend that calls a step from Python, to `UNTIL` (on the
+    host, at most 100 steps): CompiledStep's ``jax.jit`` of the whole step (the `until` flag computed in
+    it, as minimize's step does), or GradOnly's ``jax.jit`` of value_and_grad then ``jax.jit`` of the
+    update with its line search, applied eagerly. Returns (params, losses)."""
+    def update(grad, opt_state, th, data, value):
+        return LBFGS.update(grad, opt_state, th, value=value, grad=grad, value_fn=lambda p: _loss(p, data))
+
+    def step(th, opt_state, previous, data):
+        value, grad = jax.value_and_grad(_loss)(th, data)
+        updates, opt_state = update(grad, opt_state, th, data, value)
+        return optax.apply_updates(th, updates), opt_state, value, UNTIL(th, value, previous_loss=previous)
+
+    if whole_step:
+        step = jax.jit(step)
+    else:
+        value_and_grad, jitted_update = jax.jit(jax.value_and_grad(_loss)), jax.jit(update)
+
+        def step(th, opt_state, previous, data):
+            value, grad = value_and_grad(th, data)
+            updates, opt_state = jitted_update(grad, opt_state, th, data, value)
+            return optax.apply_updates(th, updates), opt_state, value, UNTIL(th, value, previous_loss=previous)
+    opt_state, previous, losses = LBFGS.init(th), jnp.float32(jnp.inf), []
+    for _ in range(100):
+        th, opt_state, previous, stop = step(th, opt_state, previous, data)
+        losses.append(previous)
+        if stop:
+            break
+    return th, jnp.stack(losses)
+
+
+@pytest.mark.parametrize("backend", [loopfuse.GradOnly(), loopfuse.CompiledStep()], ids=["grad-only", "step"])
+def test_lbfgs_fit_converges_bitwise_as_the_hand_written_loop(problem, backend):
+    """L-BFGS (its zoom line search solving the ODE again) from the start, to `UNTIL`, with the backends
+    that step from Python; CompiledLoop's stopping L-BFGS loop is tests/py/test_examples.py's."""
+    th0, data, _ = problem
+    sol = loopfuse.minimize(_loss, th0, data=data, optimizer=LBFGS, steps=100, backend=backend, until=UNTIL)
+    assert sol.retcode == "converged" and sol.steps < 100
+    assert jnp.allclose(jnp.exp(sol.params), jnp.array([1.5, 1.0, 3.0, 1.0]), rtol=0.01)
+    expected = _lbfgs_step_loop(th0, data, whole_step=isinstance(backend, loopfuse.CompiledStep))
+    assert_trees_equal((sol.params, sol.loss_history), expected)

@@ -35,9 +35,11 @@ def compiles(monkeypatch):
     jax.monitoring.unregister_event_duration_listener(listener)
 
 
+@pytest.mark.parametrize("make_optimizer", [lambda: optax.adam(1e-2), optax.lbfgs], ids=["adam", "lbfgs"])
 @pytest.mark.parametrize("backend", [GradOnly(), CompiledStep(), CompiledLoop(steps=4)], ids=["grad-only", "step", "loop4"])
-def test_a_repeated_minimize_compiles_nothing(backend, compiles):
-    opt, until = optax.adam(1e-2), loopfuse.gtol(1e-9)
+def test_a_repeated_minimize_compiles_nothing(backend, make_optimizer, compiles):
+    """Also L-BFGS, whose line search GradOnly compiles once (with the update), not at every step."""
+    opt, until = make_optimizer(), loopfuse.gtol(1e-9)
     solve = lambda params, data: loopfuse.minimize(mlp_loss, params, data, opt, steps=10, backend=backend, until=until)
     first = solve(mlp_params(), batch())
     assert compiles["loopfuse"] + compiles["jax"] > 0

@@ -66,19 +66,26 @@ LBFGS = optax.lbfgs()
 
 def _lbfgs_step_loop(th, data, whole_step: bool):
     """The hand-written L-BFGS loop of a backend that calls a step from Python, to `UNTIL` (on the
-    host, at most 100 steps): CompiledStep's ``jax.jit`` of the whole step (the `until` flag computed in
-    it, as minimize's step does), or GradOnly's ``jax.jit`` of value_and_grad then ``jax.jit`` of the
-    update with its line search, applied eagerly. Returns (params, losses)."""
+    host, at most 100 steps): CompiledStep's ``jax.jit`` of the whole step, with the outputs of
+    minimize's step (the `until` flag and the loss with a one-step axis: XLA compiles what it sees, and
+    jaxlib 0.12's XLA gives this step other last bits with other outputs), or GradOnly's ``jax.jit`` of
+    value_and_grad then ``jax.jit`` of the update with its line search, applied eagerly.
+    Returns (params, losses)."""
     def update(grad, opt_state, th, data, value):
         return LBFGS.update(grad, opt_state, th, value=value, grad=grad, value_fn=lambda p: _loss(p, data))
 
-    def step(th, opt_state, previous, data):
-        value, grad = jax.value_and_grad(_loss)(th, data)
-        updates, opt_state = update(grad, opt_state, th, data, value)
-        return optax.apply_updates(th, updates), opt_state, value, UNTIL(th, value, previous_loss=previous)
-
     if whole_step:
-        step = jax.jit(step)
+        @jax.jit
+        def whole(state, data):
+            th, opt_state, previous = state
+            value, grad = jax.value_and_grad(_loss)(th, data)
+            updates, opt_state = update(grad, opt_state, th, data, value)
+            flag = UNTIL(th, value, previous_loss=previous)
+            return (optax.apply_updates(th, updates), opt_state, value), ({"loss": value[None]}, flag[None])
+
+        def step(th, opt_state, previous, data):
+            (th, opt_state, value), (_, flag) = whole((th, opt_state, previous), data)
+            return th, opt_state, value, flag[0]
     else:
         value_and_grad, jitted_update = jax.jit(jax.value_and_grad(_loss)), jax.jit(update)
 

@@ -106,7 +106,8 @@ class Step:
 
     def _trace(self, state, batch, static) -> Traced:
         o = self.options
-        return trace(self.fn, state, batch, static, o.keep_aux, self.placement, stopping.flag(o.until, o.stop_on_nonfinite))
+        return trace(self.fn, state, batch, static, o.keep_aux, self.placement, stopping.flag(o.until, o.stop_on_nonfinite),
+                     loop=o.steps is not None)
 
     def _program(self, traced: Traced, state) -> runtime.ProgramOptions:
         """The XLA options of `traced`'s program (`runtime.program_options`), given the bytes of
@@ -189,6 +190,7 @@ class Step:
                 entry = self._cache.get(key)
                 if entry is None:
                     entry = self._cache[key] = self._compile(state, batch, static)
+                    self._cache.setdefault(_promoted(key, entry.traced.promoted), entry)
             with self._lock:
                 self._compiling.pop(key, None)
         return entry
@@ -305,6 +307,12 @@ def _deleted(x) -> bool:
         return x.is_deleted()
     except AttributeError:  # numpy arrays and Python scalars
         return False
+
+
+def _promoted(key, leaves: tuple):
+    """The signature `key` with the state `leaves` strongly typed (the state the loop returns)."""
+    s_def, b_def, avals, static_key = key
+    return s_def, b_def, tuple(a.update(weak_type=False) if i in leaves else a for i, a in enumerate(avals)), static_key
 
 
 def _aval(x):

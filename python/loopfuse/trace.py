@@ -138,13 +138,18 @@ class Traced:
     out_specs: list                # per flat output: dtype and weak type (typed keys as raw uint32 data)
     effects: "Effects"
     stops: bool = False            # a last flat output: the loop's stop flag (see `stopping`)
+    promoted: tuple = ()           # state leaves given weakly typed, traced strongly typed (a loop's carry)
 
 
-def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None) -> Traced:
+def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None, loop: bool = False) -> Traced:
     """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through).
 
     With a `sharding.Placement`, arguments and results carry its shardings (SPMD over a mesh).
     With `stop` (from `stopping.flag`), ``stop(new_state, aux, kept aux leaves)`` is one more output.
+    With `loop` (the step of a device loop), a weakly typed state leaf whose new value is strongly
+    typed is traced strongly typed, as `lax.scan` and `lax.while_loop` promote their carry (optax's
+    L-BFGS state, say, starts with weak scalars): every call of the loop, the first included, then
+    runs one program (`Traced.promoted` lists those leaves).
     """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
     batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
@@ -191,6 +196,14 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         out_sh = (state_sh, placement.replicated) + ((placement.replicated,) if stop is not None else ())
         jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh), out_shardings=out_sh)
     lowered = jitted.lower(*specs)
+    promoted = tuple(i for i in range(n_state) if loop and specs[i].weak_type and not out_info["weak"][i])
+    if promoted:
+        try:
+            lowered = jitted.lower(*[jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) if i in promoted
+                                     else x for i, x in enumerate(specs)])
+        except StateMismatchError:   # strongly typed, the step changes a leaf's dtype (lax.scan refuses it)
+            promoted = ()
+            lowered = jitted.lower(*specs)
     kept = aux_kept(out_info["aux_paths"], keep_aux)
     out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
@@ -200,7 +213,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     module = _tag(lowered_module, state_paths, kept, has_step, len(effects.ordered), stop is not None)
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], kept, has_step, in_sh, out_specs, effects,
-                  stop is not None)
+                  stop is not None, promoted)
 
 
 def _raw(leaves) -> list:

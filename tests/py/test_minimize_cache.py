@@ -94,3 +94,11 @@ def test_the_persistent_cache_serves_a_new_process(tmp_path):
     first, second = run(), run()
     assert first["compiles"] == 2 and second["compiles"] == 0     # loops of 8 and of 4 steps
     assert second["loss"] == first["loss"]
+
+
+def test_a_solve_of_many_chunks_compiles_its_loop_once(compiles):
+    """optax.lbfgs's initial state holds weakly typed scalars that its update returns strongly typed:
+    the loop carries them strongly typed from the first chunk on (as lax.scan would), so the later
+    chunks run the first chunk's executable."""
+    s = loopfuse.minimize(mlp_loss, mlp_params(), batch(), optax.lbfgs(), steps=12, backend=CompiledLoop(steps=4))
+    assert s.steps == 12 and compiles["loopfuse"] == 1

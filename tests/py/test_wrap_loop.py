@@ -17,6 +17,7 @@ import pytest
 
 import loopfuse
 from loopfuse import Dataset, compile_step
+from problems import assert_trees_equal
 
 K = 5
 RTOL, ATOL = 1e-5, 1e-6
@@ -298,3 +299,34 @@ def test_loop_rejects_bad_steps():
     with pytest.raises(ValueError, match="positive int"):
         compile_step(make_step(optax.sgd(0.1))).loop(0)
     assert issubclass(loopfuse.StateMismatchError, ValueError)
+
+
+def _decay(state, target):
+    """w moves toward `target` at rate c; c (given weakly typed) decays strongly typed."""
+    w, c = state
+    return (w - c * (w - target), c * jnp.float32(0.9)), {"loss": jnp.sum((w - target) ** 2)}
+
+
+def test_a_weakly_typed_state_leaf_is_carried_as_lax_scan_carries_it():
+    """A weak leaf whose new value is strong is traced strong, as lax.scan promotes its carry: the loop
+    equals the jitted scan, and the strongly typed state it returns runs the same executable."""
+    w, target = jnp.arange(3.0), jnp.ones(3)
+    loop = compile_step(_decay).loop(4)
+    scan = jax.jit(lambda s, t: jax.lax.scan(lambda c, _: _decay(c, t), s, None, length=4))
+    state, aux = loop((jnp.copy(w), jnp.asarray(0.5)), target)
+    assert_trees_equal((state, aux), scan((w, jnp.asarray(0.5)), target))
+    assert not state[1].weak_type
+    assert_trees_equal(loop(state, target), scan(scan((w, jnp.asarray(0.5)), target)[0], target))
+    assert loop.compile_count == 1
+
+
+def test_a_leaf_whose_dtype_the_promotion_would_change_keeps_its_weak_type():
+    """bf16 w times a weak f32 c stays bf16; promoted, it would become f32 (lax.scan refuses that
+    loop): the leaf stays weakly typed in every step, as the step traced alone."""
+    def step(state, _):
+        w, c = state
+        return (w * c, c * jnp.float32(1.0)), {"w": w}
+
+    state, aux = compile_step(step).loop(2)((jnp.ones(2, jnp.bfloat16), jnp.asarray(0.5)), ())
+    assert state[0].dtype == jnp.bfloat16 and state[0].tolist() == [0.25, 0.25]
+    assert aux["w"].tolist() == [[1.0, 1.0], [0.5, 0.5]]

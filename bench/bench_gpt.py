@@ -1,7 +1,7 @@
 """A flax nnx GPT-style model with many small leaves: loop(K) with and without pack-state against a
 hand-written donated ``lax.scan`` of the same step (figure "gpt").
 
-    python bench/bench_gpt.py [--layers 12] [--width 256] [--loop 5] [--rounds 5]   # ~10 min on 2 cores
+    python bench/bench_gpt.py [--layers 12] [--width 256] [--loop 5] [--rounds 5]   # ~1 min on 2 cores
 
 The model: token and position embeddings, `--layers` pre-LayerNorm blocks (nnx.MultiHeadAttention
 with a causal mask, a 4x GELU MLP; every Linear with a bias), a final LayerNorm and a linear head;
@@ -10,9 +10,9 @@ state: per block 12 parameter leaves, 8 of them biases and LayerNorm scales/bias
 elements, which pack-state (default threshold 4,096 elements) carries in one flat buffer with their
 moments, while the weight matrices stay separate.
 
-Each variant is compiled once (wall time from nothing to a loaded executable: trace, passes and XLA
-for loopfuse, lower and compile for the scan; each in turn, so it carries whatever load the machine
-had then); its first call's state is compared bitwise with the scan's; then interleaved rounds
+Each variant is compiled once, after one untimed trace of the step (wall time from nothing to a
+loaded executable: trace, passes and XLA for loopfuse, lower and compile for the scan; each in turn,
+so it carries whatever load the machine had then); its first call's state is compared bitwise with the scan's; then interleaved rounds
 (bench/harness.py) of one call of K steps each, the state chained: medians and ratios of steps/s.
 """
 import sys
@@ -126,6 +126,7 @@ def main() -> None:
     leaves = jax.tree_util.tree_leaves(state)
     small = sum(1 for x in leaves if x.ndim and x.size <= 4096)
 
+    jax.eval_shape(step, state, tokens)   # a first trace warms flax's and jax's caches for every variant alike
     built, finals = {}, {}
     for name, build in builders(step, ns.loop).items():
         call, seconds = build(fresh(state), tokens)

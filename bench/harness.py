@@ -146,8 +146,14 @@ def environment() -> dict:
         commit = "unknown"
     return dict(cpu=cpu, cores=len(os.sched_getaffinity(0)), load_start=round(os.getloadavg()[0], 2),
                 python=platform.python_version(), jax=_version("jax"), jaxlib=_version("jaxlib"),
-                optax=_version("optax"), loopfuse=_version("loopfuse"),
+                optax=_version("optax"), loopfuse=_version("loopfuse"), dispatch=_dispatch(),
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), commit=commit)
+
+
+def _dispatch() -> str:
+    """The call route loopfuse's steps take here: "private" (jaxlib's C++ dispatcher) or "fallback"."""
+    from loopfuse import _jax_compat
+    return _jax_compat.status()["dispatch"]
 
 
 def _shown(argv: list[str]) -> list[str]:
@@ -181,7 +187,7 @@ class Report:
         e = self.env
         return (f"`{self.command}`: {e['cpu']}, {e['cores']} cores, load {e['load_start']} -> {e['load_end']}, "
                 f"{e['wall_s']:.0f} s; python {e['python']}, jax {e['jax']}, jaxlib {e['jaxlib']}, optax {e['optax']}, "
-                f"loopfuse {e['loopfuse']} ({e['commit']}); {e['date']}"
+                f"loopfuse {e['loopfuse']} ({e['commit']}, dispatch {e['dispatch']}); {e['date']}"
                 + ("; **--quick: a smoke test, not a measurement**" if self.args.quick else ""))
 
     def write(self) -> str:

@@ -67,5 +67,6 @@ def test_report_writes_environment_markdown_and_json(tmp_path):
     report.section("| a |\n|---|\n| 1 |", demo=[1])
     text = report.write()
     assert text.startswith("`python bench/demo.py`: ") and "jax " + jax.__version__ in text and "| 1 |" in text
+    assert f"dispatch {loopfuse._jax_compat.status()['dispatch']}" in text
     assert (tmp_path / "demo.md").read_text() == text
     assert '"demo": [\n    1\n  ]' in (tmp_path / "r.json").read_text()

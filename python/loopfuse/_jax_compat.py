@@ -45,7 +45,8 @@ func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
 
 
 def status() -> dict:
-    """Which route each feature takes: {"result_handler": "private" | "fallback", "dialects": ..., "dispatch": ...}."""
+    """Which route each feature takes: {"result_handler": "private" | "fallback", "dialects": ...,
+    "dispatch": ..., "dce": ...}."""
     return {"result_handler": "private" if _array_result_handler() else "fallback",
             "dialects": "private" if _register_jax_dialects() else "fallback",
             "dispatch": "private" if _cpp_dispatch() else "fallback",

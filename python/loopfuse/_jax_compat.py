@@ -8,6 +8,8 @@ its self-test, loopfuse warns once and takes the public route instead:
                                                        (no weak types: a weak output comes back strong)
   jaxlib.mlir._mlir_libs._jax_mlir_ext dialects        jax.interpreters.mlir.make_ir_context
   jaxlib._jax.pjit (C++ dispatch of a step call)       loopfuse's Python call path
+  jax's jaxpr dead-code elimination (`pruned`)         the step lowered as traced (XLA may compile
+                                                       a loop of it to other last bits than jax.jit)
 
 ``LOOPFUSE_JAX_COMPAT=fallback`` forces the public routes (the tests run both). Public APIs are
 used directly where they exist: jax.extend.backend.get_compile_options (runtime) and
@@ -43,10 +45,12 @@ func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
 
 
 def status() -> dict:
-    """Which route each feature takes: {"result_handler": "private" | "fallback", "dialects": ..., "dispatch": ...}."""
+    """Which route each feature takes: {"result_handler": "private" | "fallback", "dialects": ...,
+    "dispatch": ..., "dce": ...}."""
     return {"result_handler": "private" if _array_result_handler() else "fallback",
             "dialects": "private" if _register_jax_dialects() else "fallback",
-            "dispatch": "private" if _cpp_dispatch() else "fallback"}
+            "dispatch": "private" if _cpp_dispatch() else "fallback",
+            "dce": "private" if _dce() else "fallback"}
 
 
 def result_handler(aval: jax.core.ShapedArray, sharding) -> Callable:
@@ -101,6 +105,24 @@ def cpp_dispatcher(name: str, fun: Callable, cache_miss: Callable, static_argnam
         return None
     pjit, cache_type, registry = api
     return pjit(name, fun, cache_miss, [], list(static_argnames), (), registry, _put, cache_type(capacity=4096))
+
+
+def pruned(traced: jax.stages.Traced) -> Callable | None:
+    """The function `traced` (a ``jax.jit(f, keep_unused=True).trace(...)``) computes, of the same
+    inputs and output tree, with the dead code jax.jit removes before lowering removed, the unused
+    inputs kept: jax.jit's default (keep_unused=False) prunes its jaxpr, inside nested jits and
+    loops too, while keep_unused=True lowers it as traced. None where this jax hides its DCE."""
+    dce = _dce()
+    if dce is None:
+        return None
+    import jax
+    jaxpr, consts = dce(traced.jaxpr)
+    out_tree = jax.tree_util.tree_structure(traced.out_info)
+
+    def fun(*args):
+        return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, [], *consts, *args))
+    fun.__name__ = fun.__qualname__ = traced.fun_name
+    return fun
 
 
 def dispatch_flatten(tree) -> tuple[list, Any]:
@@ -227,6 +249,49 @@ def _test_cpp_dispatch(api) -> None:
 @functools.cache
 def _cpp_dispatch():
     return _detect("jaxlib._jax.pjit", _load_cpp_dispatch, _test_cpp_dispatch)
+
+
+def _load_dce():
+    """``dce(traced.jaxpr) -> (jaxpr, consts)``: jax's recursive DCE keeping every input, the
+    closed-over constants turned into leading inputs (jax 0.10's ClosedJaxpr, or 0.12's Jaxpr
+    that holds its constants)."""
+    from jax._src.interpreters import partial_eval as pe
+
+    def dce(jaxpr):
+        inner = jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr
+        opened = pe.convert_constvars_jaxpr(inner)
+        kept, _ = pe.dce_jaxpr(opened, [True] * len(opened.outvars), instantiate=True)
+        return kept, list(jaxpr.consts)
+    return dce
+
+
+def _test_dce(dce) -> None:
+    import jax
+    import jax.numpy as jnp
+    table = np.arange(3, dtype=np.float32)
+
+    def f(x, unused):   # a dead output of a nested jit: jax.jit prunes it inside the nested call
+        return jax.jit(lambda y: (jnp.sin(y) + table, jnp.cos(y)))(x)[0]
+    traced = jax.jit(f, keep_unused=True).trace(np.float32(1), np.float32(2))
+    jaxpr, consts = dce(traced.jaxpr)
+    if len(jaxpr.invars) != len(consts) + 2 or any(e.primitive.name == "cos" for e in _all_eqns(jaxpr)):
+        raise AssertionError(f"dead-code elimination kept {jaxpr}")
+    out = jax.core.eval_jaxpr(jaxpr, [], *consts, np.float32(1), np.float32(2))
+    if not np.array_equal(out[0], jax.jit(f)(np.float32(1), np.float32(2))):
+        raise AssertionError(f"the pruned jaxpr computed {out}")
+
+
+def _all_eqns(jaxpr):
+    from jax.extend.core import jaxprs_in_params
+    for e in jaxpr.eqns:
+        yield e
+        for sub in jaxprs_in_params(e.params):
+            yield from _all_eqns(sub)
+
+
+@functools.cache
+def _dce():
+    return _detect("jax's jaxpr dead-code elimination", _load_dce, _test_dce)
 
 
 # ---- effects: private only (a step with effects is refused when they are gone) ---------------

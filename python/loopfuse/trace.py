@@ -185,25 +185,34 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         specs.append(jax.ShapeDtypeStruct((), jnp.int32))
     state_paths = [jax.tree_util.keystr(p) for p, _ in state_leaves]
     in_sh = None
-    if placement is None:
-        jitted = jax.jit(flat, keep_unused=True)
-    else:
+    shardings: dict[str, Any] = {}
+    if placement is not None:
         state_sh = [placement.state(x) for x in state_specs]
         batch_sh = ([placement.replicated] * (len(specs) - n_state) if has_step else
                     [placement.batch(jax.tree_util.keystr(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])])
         in_sh = state_sh + batch_sh
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]
         out_sh = (state_sh, placement.replicated) + ((placement.replicated,) if stop is not None else ())
-        jitted = jax.jit(flat, keep_unused=True, in_shardings=tuple(in_sh), out_shardings=out_sh)
-    lowered = jitted.lower(*specs)
+        shardings = {"in_shardings": tuple(in_sh), "out_shardings": out_sh}
+    jitted = jax.jit(flat, keep_unused=True, **shardings)
+
+    def lower(specs):
+        # keep_unused=True keeps every argument in place but also skips the dead-code elimination that
+        # jax.jit does by default; lower the pruned jaxpr, as jax.jit does, or XLA may compile a loop of
+        # the step to other last bits than jax.jit's (a diffrax L-BFGS fit with jaxlib 0.12)
+        traced = jitted.trace(*specs)
+        pruned = _jax_compat.pruned(traced)
+        return traced.lower() if pruned is None else jax.jit(pruned, keep_unused=True, **shardings).lower(*specs)
+
+    lowered = lower(specs)
     promoted = tuple(i for i in range(n_state) if loop and specs[i].weak_type and not out_info["weak"][i])
     if promoted:
         try:
-            lowered = jitted.lower(*[jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) if i in promoted
-                                     else x for i, x in enumerate(specs)])
+            lowered = lower([jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) if i in promoted else x
+                             for i, x in enumerate(specs)])
         except StateMismatchError:   # strongly typed, the step changes a leaf's dtype (lax.scan refuses it)
             promoted = ()
-            lowered = jitted.lower(*specs)
+            lowered = lower(specs)
     kept = aux_kept(out_info["aux_paths"], keep_aux)
     out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]

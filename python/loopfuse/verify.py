@@ -4,9 +4,10 @@
 reference on copies of the call's inputs before the call itself, so the caller's state is never
 consumed by the check, and compares every returned leaf bitwise. The reference of a step is
 ``jax.jit(fn)``; of ``loop(K)``, K calls of ``jax.jit(fn)`` (stopping where the loop's `until` /
-``stop_on_nonfinite`` would, histories padded as the loop pads them) or, for a loop that runs all
-K steps, ``jax.jit`` of the same steps written as one ``lax.scan`` (XLA may compile a loop body to
-other last bits than a lone step; the loop must equal one of the two).
+``stop_on_nonfinite`` would, histories padded as the loop pads them; the stop computed inside the
+jitted step or on its outputs) or, for a loop that runs all K steps, ``jax.jit`` of the same steps
+written as one ``lax.scan`` (XLA may compile a loop body to other last bits than a lone step; the
+loop must equal one of them).
 
 On a difference it bisects, as LLVM's ``-opt-bisect-limit`` does: it compiles the program again
 with each loopfuse pass, buffer donation (alias-state) and each XLA option loopfuse set removed in
@@ -82,33 +83,46 @@ def _select(batch, i):
 def _references(step, state, batch, start: int, static: dict) -> list:
     """The outputs `step` must equal, as its executable returns them: one step of ``jax.jit(fn)``
     returning the aux leaves the call keeps (XLA may fuse a program that returns more, gradients
-    say, to other last bits); for a loop, K such steps (and, without a stop, their jitted scan)."""
+    say, to other last bits); for a loop, K such steps (and, without a stop, their jitted scan).
+    With a stop, the K steps are taken twice: the stop computed inside the jitted step, and K calls
+    of ``jax.jit(fn)`` itself with the stop evaluated on their outputs (with jaxlib 0.12 the extra
+    output can change the step's last bits, and with them where an `until` stops)."""
     o = step.options
     stop = stopping.flag(o.until, o.stop_on_nonfinite)
 
-    def one(s, b, i):
-        new, aux = step.fn(s, _select(b, i), **static)
+    def outputs(new, aux):
         returned = _returned(aux, o.keep_aux)
         if stop is None:
             return new, returned
         kept = {p: x for p, x in zip(_dotted_paths(returned), jax.tree_util.tree_leaves(returned))}
         return new, returned, stop(new, aux, kept)
 
+    def one(s, b, i):
+        return outputs(*step.fn(s, _select(b, i), **static))
+
     jitted = jax.jit(one)
     if o.steps is None:
         return [jitted(_copy(state), batch, np.int32(start))]
-    s, rows = _copy(state), []
-    for k in range(o.steps):
-        s, aux, *stopped = jitted(s, batch, np.int32(start + k))
-        rows.append(aux)
-        if stopped and bool(stopped[0]):
-            break
-    history = jax.tree_util.tree_map(lambda *r: _padded(jnp.stack(r), o.steps), *rows)
     if stop is not None:
-        return [(s, history, np.int32(len(rows)), np.bool_(bool(stopped[0])))]
+        fn = jax.jit(lambda s, b, i: step.fn(s, _select(b, i), **static))
+        return [_steps(run, state, batch, start, o.steps) for run in (jitted, lambda s, b, i: outputs(*fn(s, b, i)))]
+    s, history, _, _ = _steps(jitted, state, batch, start, o.steps)
     scan = jax.jit(lambda s, b: jax.lax.scan(lambda s, i: one(s, b, i), s,
                                              start + jnp.arange(o.steps, dtype=jnp.int32)))
     return [(s, history), scan(_copy(state), batch)]
+
+
+def _steps(run, state, batch, start: int, k: int) -> tuple:
+    """Up to `k` calls of `run` from a copy of `state`, ending after one whose stop flag (if it
+    returns one) is true: (state, history padded to `k` rows, steps run, stopped)."""
+    s, rows, stopped = _copy(state), [], []
+    for i in range(k):
+        s, aux, *stopped = run(s, batch, np.int32(start + i))
+        rows.append(aux)
+        if stopped and bool(stopped[0]):
+            break
+    history = jax.tree_util.tree_map(lambda *r: _padded(jnp.stack(r), k), *rows)
+    return s, history, np.int32(len(rows)), np.bool_(bool(stopped and stopped[0]))
 
 
 def _returned(aux, keep_aux):

@@ -12,14 +12,18 @@ from loopfuse import _jax_compat
 from problems import assert_trees_equal
 
 
+CACHES = [_jax_compat._array_result_handler, _jax_compat._register_jax_dialects, _jax_compat._cpp_dispatch,
+          _jax_compat._dce]
+ROUTES = ("result_handler", "dialects", "dispatch", "dce")
+
+
 @pytest.fixture
 def fresh_detection():
     """Forget which route each feature took (before and after the test)."""
-    caches = [_jax_compat._array_result_handler, _jax_compat._register_jax_dialects, _jax_compat._cpp_dispatch]
-    for c in caches:
+    for c in CACHES:
         c.cache_clear()
     yield
-    for c in caches:
+    for c in CACHES:
         c.cache_clear()
 
 
@@ -44,16 +48,15 @@ def _assert_equals_jax_jit(got):
 def test_private_apis_pass_their_self_test_on_the_installed_jax(fresh_detection):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _jax_compat.status() == {"result_handler": "private", "dialects": "private", "dispatch": "private"}
+        assert _jax_compat.status() == dict.fromkeys(ROUTES, "private")
 
 
 def test_forced_fallback_gives_the_same_results(fresh_detection, monkeypatch):
     expected = _run_loop()
     monkeypatch.setenv(_jax_compat.FORCE_ENV, "fallback")
-    _jax_compat._array_result_handler.cache_clear()
-    _jax_compat._register_jax_dialects.cache_clear()
-    _jax_compat._cpp_dispatch.cache_clear()
-    assert _jax_compat.status() == {"result_handler": "fallback", "dialects": "fallback", "dispatch": "fallback"}
+    for c in CACHES:
+        c.cache_clear()
+    assert _jax_compat.status() == dict.fromkeys(ROUTES, "fallback")
     got = _run_loop()
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
         assert a.dtype == b.dtype and a.sharding == b.sharding

@@ -53,11 +53,17 @@ def test_loop_of_500_steps_equals_the_jitted_scan(problem):
     assert_trees_equal(loopfuse.compile_step(_step).loop(STEPS)((fresh(th0), OPT.init(th0)), data), expected)
 
 
-def test_minimize_equals_the_jitted_scan(problem):
-    th0, data, ((th, _), aux) = problem
+def test_minimize_equals_the_jitted_steps(problem):
+    """minimize's loop stops at a non-finite loss; with jaxlib 0.12 such a loop equals the jitted
+    steps, and the jitted scan differs from both in the last bits (README, "Results are jax.jit's")."""
+    th0, data, _ = problem
     sol = loopfuse.minimize(_loss, th0, data=data, optimizer=OPT, steps=STEPS,
                             backend=loopfuse.CompiledLoop(steps=STEPS))
-    assert_trees_equal((sol.params, sol.loss_history), (th, aux["loss"]))
+    step, state, losses = jax.jit(_step), (th0, OPT.init(th0)), []
+    for _ in range(STEPS):
+        state, aux = step(state, data)
+        losses.append(aux["loss"])
+    assert_trees_equal((sol.params, sol.loss_history), (state[0], jnp.stack(losses)))
 
 
 UNTIL = loopfuse.ftol(rtol=1e-6)

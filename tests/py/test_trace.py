@@ -117,3 +117,26 @@ def test_keep_aux_prefixes_select_subtrees():
     np.testing.assert_array_equal(aux["m"]["b"], 2 * np.ones(2))
     with pytest.raises(AuxPathError, match=r"'m\.c'.*\['loss', 'm\.a', 'm\.b'\]"):
         loopfuse.compile_step(step, keep_aux=("m.c",))(jnp.ones(2), None)
+
+
+def nested_dead_code(state, batch):
+    """A nested jit with an output nobody uses (jnp, optax and diffrax functions have them), and a
+    batch leaf the step never reads."""
+    kept, _ = jax.jit(lambda x: (x * 2.0, jnp.cos(x)))(state + batch["x"])
+    return kept, {"loss": jnp.sum(kept)}
+
+
+def test_the_trace_is_pruned_as_jax_jit_prunes_and_keeps_every_argument():
+    """jax.jit removes dead code, inside nested jits too, before lowering; keep_unused=True (which the
+    trace needs: every leaf has its argument) skips that. The trace prunes like jax.jit, else XLA
+    may compile a loop of such a step to other last bits (a diffrax L-BFGS fit with jaxlib 0.12)."""
+    state, batch = jnp.ones(3), {"x": jnp.ones(3), "ignored": jnp.zeros(2)}
+    assert "stablehlo.cosine" in jax.jit(nested_dead_code, keep_unused=True).lower(state, batch).as_text()
+    assert "stablehlo.cosine" not in jax.jit(nested_dead_code).lower(state, batch).as_text()
+    step = loopfuse.compile_step(nested_dead_code)
+    traced = step.lower(state, batch)["00-traced"]
+    assert "stablehlo.cosine" not in traced
+    main = next(line for line in traced.splitlines() if "func.func public @main" in line)
+    assert main.count("%arg") == 3       # the state, x and the ignored leaf, in place
+    want = jax.jit(nested_dead_code)(state, batch)
+    assert_same(step(state, batch), want)

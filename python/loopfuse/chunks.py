@@ -62,13 +62,16 @@ class Chunks(Protocol):
     """What the driver runs: chunks of `k` steps from global step index `start`."""
 
     stop_on_nonfinite: bool     # a step whose floating aux leaves hold a NaN or Inf ends the run
+    chains: bool                # `run` takes `after`: a chunk may be dispatched before the last one's stop is read
 
     def prepare(self, state, k: int) -> jax.tree_util.PyTreeDef:
         """Build the call for `k` steps (donates nothing); return the aux tree structure."""
 
-    def run(self, state, start: int, k: int) -> tuple[Any, Any, Stop | None]:
+    def run(self, state, start: int, k: int, after=None) -> tuple[Any, Any, Stop | None]:
         """``(new_state, aux, stop)`` after steps ``start .. start + k``; aux leaves have a leading [k]
-        axis. `stop` is None when the chunk cannot stop early (all k steps ran)."""
+        axis. `stop` is None when the chunk cannot stop early (all k steps ran). `after`: the previous
+        chunk's `Stop.stopped` still on the device, or None (only given where `chains`); when it is
+        true the chunk runs no step."""
 
 
 def aux_structure(step: Step, state, batch):
@@ -95,6 +98,8 @@ class LoopChunks:
     stop_on_nonfinite: a step whose kept floating aux leaves hold a NaN or Inf ends the run.
     """
 
+    chains = True
+
     def __init__(self, step: Step, batch, until: Callable | None = None, stop_on_nonfinite: bool = False):
         self.step, self.batch, self.until, self.stop_on_nonfinite = step, batch, until, stop_on_nonfinite
 
@@ -104,8 +109,10 @@ class LoopChunks:
     def prepare(self, state, k: int):
         return aux_structure(self.loop(k), state, self.batch)
 
-    def run(self, state, start: int, k: int):
-        state, aux, *stop = self.loop(k)(state, self.batch, start=start)
+    def run(self, state, start: int, k: int, after=None):
+        loop = self.loop(k)
+        state, aux, *stop = (loop(state, self.batch, start=start) if after is None
+                             else loop.after(after, state, self.batch, start=start))
         return state, aux, Stop(*stop) if stop else None
 
 
@@ -122,11 +129,38 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     Each chunk is waited for and its aux history moved to the host, so Ctrl-C stops after the chunk
     in flight; `pipelined` dispatches chunks without waiting (throughput for one-step chunks), the
     history staying on the device until the end, where a Ctrl-C may then land outside the driver.
-    Chunks that can stop early are always waited for: the next one runs only if they did not stop.
+    Pipelined chunks that can stop early are chained (`Chunks.chains`, without checkpoints or a
+    callback): the next one is dispatched before the previous one's stop is read and runs no step
+    if it stopped, so at most two are in flight and a Ctrl-C stops after both. Otherwise chunks that
+    can stop early are waited for: the next one runs only if they did not stop.
     """
-    done = resumed_from = 0
+    done = planned = resumed_from = 0     # done: steps whose chunk was read back; planned: dispatched
     history, retcode, bar = [], "max_steps", None    # history: the flat aux leaves of each chunk
+    in_flight: list = []                  # (k, aux, stop) of chunks dispatched, not yet read back
+    depth = 2 if pipelined and checkpoints is None and callback is None and getattr(chunks, "chains", False) else 1
     sigint = _SigintHold()
+
+    def read_back() -> Any:
+        """Take the oldest chunk in flight into done, retcode and the history (and a checkpoint);
+        its aux history, on the host unless pipelined and unable to stop."""
+        nonlocal done, retcode
+        k, aux, stop = in_flight.pop(0)
+        if not pipelined or stop is not None:
+            jax.block_until_ready(state if not in_flight else aux)
+            aux = jax.tree_util.tree_map(np.asarray, aux)
+        ran = k if stop is None else int(stop.steps)
+        if stop is not None:
+            aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
+            if retcode not in STOPS:      # a chained chunk after a stop ran no step
+                retcode = _why_stopped(aux, stop.stopped, ran, chunks.stop_on_nonfinite) or retcode
+        done += ran
+        history.append(jax.tree_util.tree_leaves(aux))
+        ended = done == num_steps or retcode in STOPS
+        if checkpoints is not None and (every is not None and done % every == 0 or ended):
+            checkpoints.save(done, state, _stack(aux_def, history), retcode if retcode in STOPS else None,
+                             wait=ended)
+        return aux, ran
+
     try:
         sigint.install()
         if checkpoints is not None:
@@ -137,30 +171,26 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
             restored = checkpoints.restore(state, _paths(aux_def))
             if restored is not None:
                 resumed_from, state, leaves, stopped = restored
-                done = resumed_from
+                done = planned = resumed_from
                 history.append(leaves)
                 retcode = stopped or retcode
         bar = progress_bar(num_steps, done) if progress else None
-        while done < num_steps and retcode not in STOPS:
-            k = _next_chunk(done, num_steps, chunk, every)
-            if k not in prepared:          # compiling stays interruptible: nothing is donated yet
-                chunks.prepare(state, k)
-                prepared.add(k)
+        while in_flight or planned < num_steps and retcode not in STOPS:
+            dispatch = planned < num_steps and retcode not in STOPS and len(in_flight) < depth
+            if dispatch:
+                k = _next_chunk(planned, num_steps, chunk, every)
+                if k not in prepared:          # compiling stays interruptible: nothing is donated yet
+                    chunks.prepare(state, k)
+                    prepared.add(k)
             with sigint.hold():
-                state, aux, stop = chunks.run(state, done, k)
-                if not pipelined or stop is not None:
-                    jax.block_until_ready(state)
-                    aux = jax.tree_util.tree_map(np.asarray, aux)
-                ran = k if stop is None else int(stop.steps)
-                if stop is not None:
-                    aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
-                    retcode = _why_stopped(aux, stop.stopped, ran, chunks.stop_on_nonfinite) or retcode
-                done += ran
-                history.append(jax.tree_util.tree_leaves(aux))
-                ended = done == num_steps or retcode in STOPS
-                if checkpoints is not None and (every is not None and done % every == 0 or ended):
-                    checkpoints.save(done, state, _stack(aux_def, history), retcode if retcode in STOPS else None,
-                                     wait=ended)
+                if dispatch:
+                    previous = in_flight[-1][2] if in_flight else None
+                    state, aux, stop = chunks.run(state, planned, k, previous and previous.stopped)
+                    in_flight.append((k, aux, stop))
+                    planned += k
+                    if len(in_flight) < depth and planned < num_steps:
+                        continue               # read the oldest chunk back once the next one is queued
+                aux, ran = read_back()
             if bar is not None or callback is not None:
                 aux = jax.tree_util.tree_map(np.asarray, aux)
             if bar is not None:
@@ -170,9 +200,13 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                 callback(done, aux)
     except KeyboardInterrupt:
         retcode = "interrupted"
+        while in_flight:                   # the state is the last chunk's: count the steps it holds
+            read_back()
     except Exception as e:
-        if done == resumed_from:           # nothing ran: the caller's state is untouched
+        if done == resumed_from and not in_flight:   # nothing ran: the caller's state is untouched
             raise
+        while in_flight:
+            read_back()
         result = FitResult(state, _stack(aux_def, history), done, "error", resumed_from)
         raise FitError(f"stopped by {type(e).__name__} after {done} of {num_steps} steps: {e}; FitError.result "
                        f"holds the state, steps and aux history after step {done}", result) from e

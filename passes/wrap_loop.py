@@ -169,8 +169,10 @@ def _stopped_arg(f: func.FuncOp, args: list[dict], in_types: list, stop: int | N
     tagged = [i for i, a in enumerate(args) if STOPPED in a]
     if not tagged:
         return None
-    if len(tagged) > 1 or stop is None:
-        raise PassError(f, f"arguments {tagged} tagged {STOPPED}: a loop with a {STOP} result takes at most one")
+    if len(tagged) > 1:
+        raise PassError(f, f"arguments {tagged} are all tagged {STOPPED}; a loop has one initial stopped flag")
+    if stop is None:
+        raise PassError(f, f"argument {tagged[0]} is tagged {STOPPED} but no result {STOP}: it starts a stopping loop")
     if in_types[tagged[0]] != ir.RankedTensorType.get([], ir.IntegerType.get_signless(1)):
         raise PassError(f, f"stopped argument {tagged[0]} must be tensor<i1>, not {in_types[tagged[0]]}")
     return tagged[0]

@@ -6,8 +6,10 @@ after the step that asked it to. The state is never lost: SIGINT is held while a
 delivered once its result is bound (Ctrl-C stops after the chunk in flight); an exception after a
 chunk completed is raised as `FitError` carrying the state reached.
 """
+import math
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
@@ -21,6 +23,7 @@ from .checkpoint import Checkpoints
 from .errors import FitError
 from .step import Step
 
+CHAIN_SECONDS = 0.05    # the device time of the chunks a chained run keeps queued, at most (past two)
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
 
 
@@ -131,22 +134,29 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     history staying on the device until the end, where a Ctrl-C may then land outside the driver.
     Pipelined chunks that can stop early are chained (`Chunks.chains`, without checkpoints or a
     callback): the next one is dispatched before the previous one's stop is read and runs no step
-    if it stopped, so at most two are in flight and a Ctrl-C stops after both. Otherwise chunks that
-    can stop early are waited for: the next one runs only if they did not stop.
+    if it stopped. Two are in flight until the first is read back, then as many as take about
+    `CHAIN_SECONDS` by its duration, so a Ctrl-C stops after those; at the end the last one's flag
+    (a stop keeps it true) tells whether any stopped, and only then is each one's read. Otherwise
+    chunks that can stop early are waited for: the next one runs only if they did not stop.
     """
     done = planned = resumed_from = 0     # done: steps whose chunk was read back; planned: dispatched
     history, retcode, bar = [], "max_steps", None    # history: the flat aux leaves of each chunk
-    in_flight: list = []                  # (k, aux, stop) of chunks dispatched, not yet read back
-    depth = 2 if pipelined and checkpoints is None and callback is None and getattr(chunks, "chains", False) else 1
+    in_flight: list = []                  # (k, aux, stop, dispatch time) of chunks not yet read back
+    chained = pipelined and checkpoints is None and callback is None and getattr(chunks, "chains", False)
+    depth, timed, ran_all = 1 + chained, not chained, False    # timed: depth set from a chunk's duration
     sigint = _SigintHold()
 
     def read_back() -> Any:
         """Take the oldest chunk in flight into done, retcode and the history (and a checkpoint);
         its aux history, on the host unless pipelined and unable to stop."""
-        nonlocal done, retcode
-        k, aux, stop = in_flight.pop(0)
+        nonlocal done, retcode, depth, timed
+        k, aux, stop, dispatched = in_flight.pop(0)
+        if ran_all:                       # the last chunk in flight did not stop, so no chunk did
+            stop = None
         if not pipelined or stop is not None:
             jax.block_until_ready(state if not in_flight else aux)
+            if not timed:
+                depth, timed = max(2, math.ceil(CHAIN_SECONDS / (time.perf_counter() - dispatched))), True
             aux = jax.tree_util.tree_map(np.asarray, aux)
         ran = k if stop is None else int(stop.steps)
         if stop is not None:
@@ -185,11 +195,14 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
             with sigint.hold():
                 if dispatch:
                     previous = in_flight[-1][2] if in_flight else None
+                    t = time.perf_counter()
                     state, aux, stop = chunks.run(state, planned, k, previous and previous.stopped)
-                    in_flight.append((k, aux, stop))
+                    in_flight.append((k, aux, stop, t))
                     planned += k
                     if len(in_flight) < depth and planned < num_steps:
                         continue               # read the oldest chunk back once the next one is queued
+                if chained and planned == num_steps and not ran_all and in_flight[-1][2] is not None:
+                    ran_all = not bool(in_flight[-1][2].stopped)
                 aux, ran = read_back()
             if bar is not None or callback is not None:
                 aux = jax.tree_util.tree_map(np.asarray, aux)
@@ -253,7 +266,9 @@ def _paths(aux_def) -> list[str]:
 
 
 def _stack(aux_def, history: list) -> Any:
-    """One aux tree whose leaves are the chunks' histories concatenated along the step axis."""
+    """One aux tree whose leaves are the chunks' histories concatenated along the step axis (those
+    still on the device copied to the host together)."""
+    history = jax.device_get(history)
     return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*history)])
 
 

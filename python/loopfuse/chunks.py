@@ -3,8 +3,9 @@
 Between chunks it advances the progress bar, collects the aux history, calls the callback and
 saves checkpoints. A chunk that can stop early (``until=``, ``stop_on_nonfinite=``) ends the run
 after the step that asked it to. The state is never lost: SIGINT is held while a chunk runs and
-delivered once its result is bound (Ctrl-C stops after the chunk in flight); an exception after a
-chunk completed is raised as `FitError` carrying the state reached.
+delivered once its result is bound (Ctrl-C stops after the chunk in flight, or the chunks queued
+by a chained run, see `drive`); an exception after a chunk completed is raised as `FitError`
+carrying the state reached.
 """
 import math
 import signal
@@ -105,12 +106,15 @@ class LoopChunks:
 
     def __init__(self, step: Step, batch, until: Callable | None = None, stop_on_nonfinite: bool = False):
         self.step, self.batch, self.until, self.stop_on_nonfinite = step, batch, until, stop_on_nonfinite
+        self._prepared: dict = {}     # k -> aux structure (a run's state keeps its signature)
 
     def loop(self, k: int) -> Step:
         return self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
 
     def prepare(self, state, k: int):
-        return aux_structure(self.loop(k), state, self.batch)
+        if k not in self._prepared:
+            self._prepared[k] = aux_structure(self.loop(k), state, self.batch)
+        return self._prepared[k]
 
     def run(self, state, start: int, k: int, after=None):
         loop = self.loop(k)

@@ -165,8 +165,11 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
         ran = k if stop is None else int(stop.steps)
         if stop is not None:
             aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
-            if retcode not in STOPS:      # a chained chunk after a stop ran no step
+            if retcode not in STOPS:
                 retcode = _why_stopped(aux, stop.stopped, ran, chunks.stop_on_nonfinite) or retcode
+            elif ran:                     # chained after a stop, it must have run no step
+                raise RuntimeError(f"a chunk chained after a stop ran {ran} steps: its loop ignored the "
+                                   "stopped flag it was given (wrap-loop's loopfuse.stopped argument)")
         done += ran
         history.append(jax.tree_util.tree_leaves(aux))
         ended = done == num_steps or retcode in STOPS

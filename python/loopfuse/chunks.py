@@ -206,6 +206,8 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                     state, aux, stop = chunks.run(state, planned, k, previous and previous.stopped)
                     in_flight.append((k, aux, stop, t))
                     planned += k
+                    if pipelined:              # its history and stop go to the host as soon as it is done
+                        _copy_to_host_async((aux, stop))
                     if len(in_flight) < depth and planned < num_steps:
                         continue               # read the oldest chunk back once the next one is queued
                 if chained and planned == num_steps and not ran_all and in_flight[-1][2] is not None:
@@ -265,6 +267,12 @@ def _next_chunk(done: int, num_steps: int, chunk: int, every: int | None) -> int
     start = 0 if every is None else done - done % every
     end = num_steps if every is None else min(num_steps, start + every)
     return min(chunk - (done - start) % chunk, end - done)
+
+
+def _copy_to_host_async(tree) -> None:
+    for x in jax.tree_util.tree_leaves(tree):
+        if isinstance(x, jax.Array):
+            x.copy_to_host_async()
 
 
 def _paths(aux_def) -> list[str]:

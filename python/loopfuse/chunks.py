@@ -107,9 +107,12 @@ class LoopChunks:
     def __init__(self, step: Step, batch, until: Callable | None = None, stop_on_nonfinite: bool = False):
         self.step, self.batch, self.until, self.stop_on_nonfinite = step, batch, until, stop_on_nonfinite
         self._prepared: dict = {}     # k -> aux structure (a run's state keeps its signature)
+        self._loops: dict = {}        # k -> its Step
 
     def loop(self, k: int) -> Step:
-        return self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
+        if k not in self._loops:
+            self._loops[k] = self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
+        return self._loops[k]
 
     def prepare(self, state, k: int):
         if k not in self._prepared:

@@ -171,3 +171,19 @@ def test_minimize_ctrl_c_raises_and_leaves_the_callers_params(sigint_raises, mon
         minimize(lsq_loss, params, _data(), optax.sgd(0.1), 80, backend=CompiledLoop(steps=8))
     assert calls == [False, True]      # held while the chunk was dispatched, delivered after it
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(params))
+
+
+def test_a_chained_solve_over_a_dataset_stops_where_the_host_check_stops(dispatched):
+    """The step index and the stopped flag are both arguments of a chained loop: each chunk sees its
+    global steps' batches; GradOnly, which checks on the host after every step, is the reference."""
+    x, y = _data(n=48)
+    ds = loopfuse.Dataset((x, y), batch_size=8, key=jax.random.key(3))
+    run = lambda backend, steps: minimize(lsq_loss, PARAMS, ds, optax.sgd(0.05), steps, backend=backend,
+                                          until=lambda params, loss: loss < threshold)
+    threshold = -1.0
+    losses = run(loopfuse.GradOnly(), 40).loss_history
+    threshold = float(losses[21]) * (1 + 1e-4)            # step 22 at the latest, past the first chunk
+    ref, s = run(loopfuse.GradOnly(), 40), run(CompiledLoop(steps=4), 40)
+    assert 4 < ref.steps <= 22 and (s.steps, s.retcode) == (ref.steps, ref.retcode) == (s.steps, "converged")
+    assert any(chained and ran == 0 for _, _, chained, ran in dispatched)
+    np.testing.assert_allclose(s.loss_history, ref.loss_history, rtol=1e-5)

@@ -1,6 +1,6 @@
 """The whole `minimize` call at the tiny size, repeated: its fixed cost against hand-written loops.
 
-    python bench/bench_minimize_call.py [--rounds 21] [--json PATH]     # ~1 min on 2 cores
+    python bench/bench_minimize_call.py [--rounds 101] [--json PATH]     # ~15 s on 2 cores
 
 Problem: 2,000 Adam(1e-3) steps of a 4-8-1 tanh MLP on a fixed batch of 16 (tests/py/problems.py's
 sizes). Each variant is one call from the caller's params and data (arguments, never closed over) to
@@ -103,7 +103,7 @@ def minimize_solve(backend):
 
 
 def main() -> None:
-    ap = harness.parser(__doc__, rounds=21)
+    ap = harness.parser(__doc__, rounds=101)
     ns = ap.parse_args()
     if ns.quick:
         ns.rounds = 2

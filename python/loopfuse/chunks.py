@@ -11,6 +11,7 @@ import math
 import signal
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
@@ -25,6 +26,7 @@ from .errors import FitError
 from .step import Step
 
 CHAIN_SECONDS = 0.05    # the device time of the chunks a chained run keeps queued, at most (past two)
+_STEP_SECONDS: "weakref.WeakKeyDictionary[Step, float]" = weakref.WeakKeyDictionary()  # of a step's last chained run
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
 
 
@@ -141,16 +143,20 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     history staying on the device until the end, where a Ctrl-C may then land outside the driver.
     Pipelined chunks that can stop early are chained (`Chunks.chains`, without checkpoints or a
     callback): the next one is dispatched before the previous one's stop is read and runs no step
-    if it stopped. Two are in flight until the first is read back, then as many as take about
-    `CHAIN_SECONDS` by its duration, so a Ctrl-C stops after those; at the end the last one's flag
-    (a stop keeps it true) tells whether any stopped, and only then is each one's read. Otherwise
+    if it stopped. As many are in flight as take about `CHAIN_SECONDS` (at least two), by the wall
+    time per step of the last chained run of the same step, or else of the first chunk (two are in
+    flight until it is read back), so a Ctrl-C stops after those. At the end the last one's flag (a
+    stop keeps it true) tells whether any stopped, and only then is each one's stop read. Otherwise
     chunks that can stop early are waited for: the next one runs only if they did not stop.
     """
     done = planned = resumed_from = 0     # done: steps whose chunk was read back; planned: dispatched
     history, retcode, bar = [], "max_steps", None    # history: the flat aux leaves of each chunk
     in_flight: list = []                  # (k, aux, stop, dispatch time) of chunks not yet read back
     chained = pipelined and checkpoints is None and callback is None and getattr(chunks, "chains", False)
-    depth, timed, ran_all = 1 + chained, not chained, False    # timed: depth set from a chunk's duration
+    depth, timed, ran_all = 1 + chained, not chained, False    # timed: depth set from a duration
+    step = getattr(chunks, "step", None) if chained else None
+    if step in _STEP_SECONDS:
+        depth, timed = max(2, math.ceil(CHAIN_SECONDS / (_STEP_SECONDS[step] * chunk))), True
     sigint = _SigintHold()
 
     def read_back() -> Any:
@@ -195,6 +201,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                 history.append(leaves)
                 retcode = stopped or retcode
         bar = progress_bar(num_steps, done) if progress else None
+        started = time.perf_counter()
         while in_flight or planned < num_steps and retcode not in STOPS:
             dispatch = planned < num_steps and retcode not in STOPS and len(in_flight) < depth
             if dispatch:
@@ -209,8 +216,6 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                     state, aux, stop = chunks.run(state, planned, k, previous and previous.stopped)
                     in_flight.append((k, aux, stop, t))
                     planned += k
-                    if pipelined:              # its history and stop go to the host as soon as it is done
-                        _copy_to_host_async((aux, stop))
                     if len(in_flight) < depth and planned < num_steps:
                         continue               # read the oldest chunk back once the next one is queued
                 if chained and planned == num_steps and not ran_all and in_flight[-1][2] is not None:
@@ -241,6 +246,8 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
             bar.close()
         if checkpoints is not None:
             checkpoints.close()
+    if step is not None and done > resumed_from:
+        _STEP_SECONDS[step] = (time.perf_counter() - started) / (done - resumed_from)
     return FitResult(state, _stack(aux_def, history) if history else None, done, retcode, resumed_from)
 
 
@@ -270,12 +277,6 @@ def _next_chunk(done: int, num_steps: int, chunk: int, every: int | None) -> int
     start = 0 if every is None else done - done % every
     end = num_steps if every is None else min(num_steps, start + every)
     return min(chunk - (done - start) % chunk, end - done)
-
-
-def _copy_to_host_async(tree) -> None:
-    for x in jax.tree_util.tree_leaves(tree):
-        if isinstance(x, jax.Array):
-            x.copy_to_host_async()
 
 
 def _paths(aux_def) -> list[str]:

@@ -80,6 +80,18 @@ def test_a_stop_in_chunk_3_of_20_equals_the_plain_run_and_the_next_chunk_runs_no
     np.testing.assert_array_equal(s.loss_history, plain.loss_history)
 
 
+def test_chunks_in_flight_are_bounded_by_chain_seconds(dispatched, monkeypatch):
+    """With no time to queue, two chunks are in flight: one chunk runs (no step) after the stop."""
+    import loopfuse.chunks
+    monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", 0.0)
+    losses = minimize(lsq_loss, PARAMS, _data(), optax.sgd(0.1), 40, backend=CompiledLoop(steps=8),
+                      stop_on_nonfinite=False).loss_history
+    threshold = _between(losses, 21)
+    s = minimize(lsq_loss, PARAMS, _data(), optax.sgd(0.1), 160, backend=CompiledLoop(steps=8),
+                 until=lambda params, loss: loss < threshold)
+    assert s.steps == 21 and dispatched == [(0, 8, False, 8), (8, 8, True, 8), (16, 8, True, 5), (24, 8, True, 0)]
+
+
 def test_a_non_finite_loss_stops_a_chained_run_where_an_unchained_one_stops(dispatched, tmp_path):
     """The unchained reference: the same run checkpointed at every chunk, which waits for each chunk
     (a checkpoint needs its state)."""

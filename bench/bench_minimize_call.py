@@ -1,6 +1,6 @@
 """The whole `minimize` call at the tiny size, repeated: its fixed cost against hand-written loops.
 
-    python bench/bench_minimize_call.py [--rounds 21] [--json PATH]     # ~1 min on 2 cores
+    python bench/bench_minimize_call.py [--rounds 101] [--json PATH]     # ~15 s on 2 cores
 
 Problem: 2,000 Adam(1e-3) steps of a 4-8-1 tanh MLP on a fixed batch of 16 (tests/py/problems.py's
 sizes). Each variant is one call from the caller's params and data (arguments, never closed over) to
@@ -13,6 +13,11 @@ results on the host, timed as wall time after a warm-up call (every variant's ex
                      then moved to the host (what the Solution holds);
 * ``optimistix``:    ``optx.minimise(loss, optx.OptaxMinimiser(adam, rtol=0, atol=0), params, data,
                      max_steps=2000, throw=False)`` (jitted by optimistix; no loss history).
+
+Two rows that split the call, not references: ``loops_only``, minimize's own 20 device loops
+(its cached program, chained with ``loop.after`` as minimize runs them) from its initial state to
+the final params, nothing read back; ``fori_device``, the fori_loop call without moving the loss
+history to the host.
 
 Rounds interleave the variants (bench/harness.py): per-variant medians with min-max, and the ratio
 of the medians, the reference's time over minimize's (>= 1.0: minimize is as fast or faster).
@@ -38,7 +43,8 @@ OPT = optax.adam(1e-3)
 TARGETS = {"fori_loop": 1.0, "optimistix": 1.2}
 
 
-def fori_loop_solve():
+def fori_loop_run():
+    """The jitted fori_loop: ``(params, data) -> (params, loss history)``, on the device."""
     @jax.jit
     def run(params, data):
         def body(i, carry):
@@ -48,6 +54,11 @@ def fori_loop_solve():
             return optax.apply_updates(p, updates), s, losses.at[i].set(value)
         params, _, losses = jax.lax.fori_loop(0, STEPS, body, (params, OPT.init(params), jnp.zeros(STEPS)))
         return params, losses
+    return run
+
+
+def fori_loop_solve():
+    run = fori_loop_run()
 
     def solve(params, data):
         params, losses = run(params, data)
@@ -65,6 +76,25 @@ def optimistix_solve():
     return solve
 
 
+def loops_only():
+    from loopfuse.solve import _cached_program
+    backend = loopfuse.CompiledLoop()
+    init, program = _cached_program(mlp_loss, True, OPT, backend, None)
+    loop = program.loop(backend.steps, stop_on_nonfinite=True)
+
+    def solve(params, data):
+        state, stopped = init(params), None
+        for _ in range(STEPS // backend.steps):
+            state, _, _, stopped = loop(state, data) if stopped is None else loop.after(stopped, state, data)
+        return jax.block_until_ready(state)
+    return solve
+
+
+def fori_device():
+    run = fori_loop_run()
+    return lambda params, data: jax.block_until_ready(run(params, data))
+
+
 def minimize_solve(backend):
     def solve(params, data):
         sol = loopfuse.minimize(mlp_loss, params, data, OPT, steps=STEPS, backend=backend)
@@ -73,7 +103,7 @@ def minimize_solve(backend):
 
 
 def main() -> None:
-    ap = harness.parser(__doc__, rounds=21)
+    ap = harness.parser(__doc__, rounds=101)
     ns = ap.parse_args()
     if ns.quick:
         ns.rounds = 2
@@ -81,7 +111,8 @@ def main() -> None:
     params, data = mlp_params(), batch()
     variants = {"minimize": minimize_solve(loopfuse.CompiledLoop()),
                 "minimize_k2000": minimize_solve(loopfuse.CompiledLoop(steps=STEPS)),
-                "fori_loop": fori_loop_solve(), "optimistix": optimistix_solve()}
+                "fori_loop": fori_loop_solve(), "optimistix": optimistix_solve(),
+                "loops_only": loops_only(), "fori_device": fori_device()}
     first = {name: 1e3 * harness.clocked(lambda: solve(params, data))[0] for name, solve in variants.items()}
     times = harness.interleave({name: (lambda solve=solve: 1e3 * harness.clocked(lambda: solve(params, data))[0])
                                 for name, solve in variants.items()}, ns.rounds)

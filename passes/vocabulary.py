@@ -12,7 +12,8 @@ UNUSED = "loopfuse.unused"          # result, unit: the caller did not ask for t
 STEP_INDEX = "loopfuse.step_index"  # arg, unit: the scalar i32 global step counter
 STOP = "loopfuse.stop"              # result, unit: a tensor<i1>, true = the loop stops after this step
 STEPS_RUN = "loopfuse.steps_run"    # result, unit (wrap-loop puts it in place of STOP): tensor<i32> steps run
-STOPPED = "loopfuse.stopped"        # result, unit (wrap-loop puts it after STEPS_RUN): tensor<i1>, the stop ended the loop
+STOPPED = "loopfuse.stopped"        # result, unit (wrap-loop puts it after STEPS_RUN): tensor<i1>, the stop ended the loop;
+                                    # arg, unit: tensor<i1>, the loop starts with it as that flag (true: no step runs)
 ALIAS = "tf.aliasing_output"        # arg, i32 (read by XLA): result index this argument's buffer is reused for
 DONOR = "jax.buffer_donor"          # arg, bool (read by XLA): the buffer may be reused by any output
 

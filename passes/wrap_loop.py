@@ -20,7 +20,9 @@ stopped``; the histories start as NaN (floating and complex) or 0 (integer, bool
 steps that never ran read as such; ``@main`` returns the final counter, the number of steps run,
 as a ``tensor<i32>`` tagged ``loopfuse.steps_run`` in the stop result's place, and right after it
 the final flag, a ``tensor<i1>`` tagged ``loopfuse.stopped`` (``loopfuse.result`` one past the
-stop's): whether the stop ended the loop, also when it asked to at the K-th step. Safe for the same
+stop's): whether the stop ended the loop, also when it asked to at the K-th step. An argument tagged
+``loopfuse.stopped`` (a ``tensor<i1>``, e.g. the previous call's flag) is the flag's initial value:
+true runs no step (steps run 0, the state returned as it came, the flag true). Safe for the same
 reasons: the iterations that run are the same, and the flag only decides how many run. Without a
 ``loopfuse.stop`` result the output is exactly the plain K-step loop.
 """
@@ -86,6 +88,7 @@ def _wrap(f: func.FuncOp, k: int) -> None:
         if in_types[s] != i32:
             raise PassError(f, f"step index argument {s} must be tensor<i32>, not {in_types[s]}")
     stop = _stop_result(f, results, out_types, carried)
+    stopped_arg = _stopped_arg(f, args, in_types, stop)
     aux = [j for j in range(len(out_types)) if j not in carried and j != stop]
 
     _clone_as_body(f)
@@ -99,7 +102,8 @@ def _wrap(f: func.FuncOp, k: int) -> None:
         hist_init = _zeros if stop is None else _unwritten
         init = [zero, *block.arguments, *[hist_init(t) for t in hist_types]]
         if stop is not None:
-            init.append(_scalar(0, ir.RankedTensorType(out_types[stop])))  # the "stopped" flag, last
+            init.append(_scalar(0, ir.RankedTensorType(out_types[stop])) if stopped_arg is None
+                        else block.arguments[stopped_arg])  # the "stopped" flag, last
         loop = stablehlo.WhileOp([v.type for v in init], init)
         n_args = len(in_types)
 
@@ -158,6 +162,20 @@ def _stop_result(f: func.FuncOp, results: list[dict], out_types: list, carried: 
     if out_types[j] != ir.RankedTensorType.get([], ir.IntegerType.get_signless(1)):
         raise PassError(f, f"stop result {j} must be tensor<i1>, not {out_types[j]}")
     return j
+
+
+def _stopped_arg(f: func.FuncOp, args: list[dict], in_types: list, stop: int | None) -> int | None:
+    """The index of the one argument tagged loopfuse.stopped (a tensor<i1>, with a stop result), or None."""
+    tagged = [i for i, a in enumerate(args) if STOPPED in a]
+    if not tagged:
+        return None
+    if len(tagged) > 1:
+        raise PassError(f, f"arguments {tagged} are all tagged {STOPPED}; a loop has one initial stopped flag")
+    if stop is None:
+        raise PassError(f, f"argument {tagged[0]} is tagged {STOPPED} but no result {STOP}: it starts a stopping loop")
+    if in_types[tagged[0]] != ir.RankedTensorType.get([], ir.IntegerType.get_signless(1)):
+        raise PassError(f, f"stopped argument {tagged[0]} must be tensor<i1>, not {in_types[tagged[0]]}")
+    return tagged[0]
 
 
 def _and_not(go: ir.Value, stopped: ir.Value) -> ir.Value:

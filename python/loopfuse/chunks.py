@@ -3,11 +3,15 @@
 Between chunks it advances the progress bar, collects the aux history, calls the callback and
 saves checkpoints. A chunk that can stop early (``until=``, ``stop_on_nonfinite=``) ends the run
 after the step that asked it to. The state is never lost: SIGINT is held while a chunk runs and
-delivered once its result is bound (Ctrl-C stops after the chunk in flight); an exception after a
-chunk completed is raised as `FitError` carrying the state reached.
+delivered once its result is bound (Ctrl-C stops after the chunk in flight, or the chunks queued
+by a chained run, see `drive`); an exception after a chunk completed is raised as `FitError`
+carrying the state reached.
 """
+import math
 import signal
 import threading
+import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
@@ -21,6 +25,8 @@ from .checkpoint import Checkpoints
 from .errors import FitError
 from .step import Step
 
+CHAIN_SECONDS = 0.05    # the device time of the chunks a chained run keeps queued, at most (past two)
+_STEP_SECONDS: "weakref.WeakKeyDictionary[Step, float]" = weakref.WeakKeyDictionary()  # of a step's last chained run
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
 
 
@@ -62,13 +68,16 @@ class Chunks(Protocol):
     """What the driver runs: chunks of `k` steps from global step index `start`."""
 
     stop_on_nonfinite: bool     # a step whose floating aux leaves hold a NaN or Inf ends the run
+    chains: bool                # `run` takes `after`: a chunk may be dispatched before the last one's stop is read
 
     def prepare(self, state, k: int) -> jax.tree_util.PyTreeDef:
         """Build the call for `k` steps (donates nothing); return the aux tree structure."""
 
-    def run(self, state, start: int, k: int) -> tuple[Any, Any, Stop | None]:
+    def run(self, state, start: int, k: int, after=None) -> tuple[Any, Any, Stop | None]:
         """``(new_state, aux, stop)`` after steps ``start .. start + k``; aux leaves have a leading [k]
-        axis. `stop` is None when the chunk cannot stop early (all k steps ran)."""
+        axis. `stop` is None when the chunk cannot stop early (all k steps ran). `after`: the previous
+        chunk's `Stop.stopped` still on the device, or None (only given where `chains`); when it is
+        true the chunk runs no step."""
 
 
 def aux_structure(step: Step, state, batch):
@@ -95,17 +104,27 @@ class LoopChunks:
     stop_on_nonfinite: a step whose kept floating aux leaves hold a NaN or Inf ends the run.
     """
 
+    chains = True
+
     def __init__(self, step: Step, batch, until: Callable | None = None, stop_on_nonfinite: bool = False):
         self.step, self.batch, self.until, self.stop_on_nonfinite = step, batch, until, stop_on_nonfinite
+        self._prepared: dict = {}     # k -> aux structure (a run's state keeps its signature)
+        self._loops: dict = {}        # k -> its Step
 
     def loop(self, k: int) -> Step:
-        return self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
+        if k not in self._loops:
+            self._loops[k] = self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
+        return self._loops[k]
 
     def prepare(self, state, k: int):
-        return aux_structure(self.loop(k), state, self.batch)
+        if k not in self._prepared:
+            self._prepared[k] = aux_structure(self.loop(k), state, self.batch)
+        return self._prepared[k]
 
-    def run(self, state, start: int, k: int):
-        state, aux, *stop = self.loop(k)(state, self.batch, start=start)
+    def run(self, state, start: int, k: int, after=None):
+        loop = self.loop(k)
+        state, aux, *stop = (loop(state, self.batch, start=start) if after is None
+                             else loop.after(after, state, self.batch, start=start))
         return state, aux, Stop(*stop) if stop else None
 
 
@@ -122,11 +141,52 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     Each chunk is waited for and its aux history moved to the host, so Ctrl-C stops after the chunk
     in flight; `pipelined` dispatches chunks without waiting (throughput for one-step chunks), the
     history staying on the device until the end, where a Ctrl-C may then land outside the driver.
-    Chunks that can stop early are always waited for: the next one runs only if they did not stop.
+    Pipelined chunks that can stop early are chained (`Chunks.chains`, without checkpoints or a
+    callback): the next one is dispatched before the previous one's stop is read and runs no step
+    if it stopped. As many are in flight as take about `CHAIN_SECONDS` (at least two), by the wall
+    time per step of the last chained run of the same step, or else of the first chunk (two are in
+    flight until it is read back), so a Ctrl-C stops after those. At the end the last one's flag (a
+    stop keeps it true) tells whether any stopped, and only then is each one's stop read. Otherwise
+    chunks that can stop early are waited for: the next one runs only if they did not stop.
     """
-    done = resumed_from = 0
+    done = planned = resumed_from = 0     # done: steps whose chunk was read back; planned: dispatched
     history, retcode, bar = [], "max_steps", None    # history: the flat aux leaves of each chunk
+    in_flight: list = []                  # (k, aux, stop, dispatch time) of chunks not yet read back
+    chained = pipelined and checkpoints is None and callback is None and getattr(chunks, "chains", False)
+    depth, timed, ran_all = 1 + chained, not chained, False    # timed: depth set from a duration
+    step = getattr(chunks, "step", None) if chained else None
+    if step in _STEP_SECONDS:
+        depth, timed = max(2, math.ceil(CHAIN_SECONDS / (_STEP_SECONDS[step] * chunk))), True
     sigint = _SigintHold()
+
+    def read_back() -> Any:
+        """Take the oldest chunk in flight into done, retcode and the history (and a checkpoint);
+        its aux history, on the host unless pipelined and unable to stop."""
+        nonlocal done, retcode, depth, timed
+        k, aux, stop, dispatched = in_flight.pop(0)
+        if ran_all:                       # the last chunk in flight did not stop, so no chunk did
+            stop = None
+        if not pipelined or stop is not None:
+            jax.block_until_ready(state if not in_flight else aux)
+            if not timed:
+                depth, timed = max(2, math.ceil(CHAIN_SECONDS / (time.perf_counter() - dispatched))), True
+            aux = jax.tree_util.tree_map(np.asarray, aux)
+        ran = k if stop is None else int(stop.steps)
+        if stop is not None:
+            aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
+            if retcode not in STOPS:
+                retcode = _why_stopped(aux, stop.stopped, ran, chunks.stop_on_nonfinite) or retcode
+            elif ran:                     # chained after a stop, it must have run no step
+                raise RuntimeError(f"a chunk chained after a stop ran {ran} steps: its loop ignored the "
+                                   "stopped flag it was given (wrap-loop's loopfuse.stopped argument)")
+        done += ran
+        history.append(jax.tree_util.tree_leaves(aux))
+        ended = done == num_steps or retcode in STOPS
+        if checkpoints is not None and (every is not None and done % every == 0 or ended):
+            checkpoints.save(done, state, _stack(aux_def, history), retcode if retcode in STOPS else None,
+                             wait=ended)
+        return aux, ran
+
     try:
         sigint.install()
         if checkpoints is not None:
@@ -137,30 +197,30 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
             restored = checkpoints.restore(state, _paths(aux_def))
             if restored is not None:
                 resumed_from, state, leaves, stopped = restored
-                done = resumed_from
+                done = planned = resumed_from
                 history.append(leaves)
                 retcode = stopped or retcode
         bar = progress_bar(num_steps, done) if progress else None
-        while done < num_steps and retcode not in STOPS:
-            k = _next_chunk(done, num_steps, chunk, every)
-            if k not in prepared:          # compiling stays interruptible: nothing is donated yet
-                chunks.prepare(state, k)
-                prepared.add(k)
+        started = time.perf_counter()
+        while in_flight or planned < num_steps and retcode not in STOPS:
+            dispatch = planned < num_steps and retcode not in STOPS and len(in_flight) < depth
+            if dispatch:
+                k = _next_chunk(planned, num_steps, chunk, every)
+                if k not in prepared:          # compiling stays interruptible: nothing is donated yet
+                    chunks.prepare(state, k)
+                    prepared.add(k)
             with sigint.hold():
-                state, aux, stop = chunks.run(state, done, k)
-                if not pipelined or stop is not None:
-                    jax.block_until_ready(state)
-                    aux = jax.tree_util.tree_map(np.asarray, aux)
-                ran = k if stop is None else int(stop.steps)
-                if stop is not None:
-                    aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
-                    retcode = _why_stopped(aux, stop.stopped, ran, chunks.stop_on_nonfinite) or retcode
-                done += ran
-                history.append(jax.tree_util.tree_leaves(aux))
-                ended = done == num_steps or retcode in STOPS
-                if checkpoints is not None and (every is not None and done % every == 0 or ended):
-                    checkpoints.save(done, state, _stack(aux_def, history), retcode if retcode in STOPS else None,
-                                     wait=ended)
+                if dispatch:
+                    previous = in_flight[-1][2] if in_flight else None
+                    t = time.perf_counter()
+                    state, aux, stop = chunks.run(state, planned, k, previous and previous.stopped)
+                    in_flight.append((k, aux, stop, t))
+                    planned += k
+                    if len(in_flight) < depth and planned < num_steps:
+                        continue               # read the oldest chunk back once the next one is queued
+                if chained and planned == num_steps and not ran_all and in_flight[-1][2] is not None:
+                    ran_all = not bool(in_flight[-1][2].stopped)
+                aux, ran = read_back()
             if bar is not None or callback is not None:
                 aux = jax.tree_util.tree_map(np.asarray, aux)
             if bar is not None:
@@ -170,9 +230,13 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                 callback(done, aux)
     except KeyboardInterrupt:
         retcode = "interrupted"
+        while in_flight:                   # the state is the last chunk's: count the steps it holds
+            read_back()
     except Exception as e:
-        if done == resumed_from:           # nothing ran: the caller's state is untouched
+        if done == resumed_from and not in_flight:   # nothing ran: the caller's state is untouched
             raise
+        while in_flight:
+            read_back()
         result = FitResult(state, _stack(aux_def, history), done, "error", resumed_from)
         raise FitError(f"stopped by {type(e).__name__} after {done} of {num_steps} steps: {e}; FitError.result "
                        f"holds the state, steps and aux history after step {done}", result) from e
@@ -182,6 +246,8 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
             bar.close()
         if checkpoints is not None:
             checkpoints.close()
+    if step is not None and done > resumed_from:
+        _STEP_SECONDS[step] = (time.perf_counter() - started) / (done - resumed_from)
     return FitResult(state, _stack(aux_def, history) if history else None, done, retcode, resumed_from)
 
 
@@ -219,7 +285,9 @@ def _paths(aux_def) -> list[str]:
 
 
 def _stack(aux_def, history: list) -> Any:
-    """One aux tree whose leaves are the chunks' histories concatenated along the step axis."""
+    """One aux tree whose leaves are the chunks' histories concatenated along the step axis (those
+    still on the device copied to the host together)."""
+    history = jax.device_get(history)
     return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*history)])
 
 

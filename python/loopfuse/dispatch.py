@@ -21,7 +21,7 @@ def dispatcher(name: str, python, cache_miss, static_argnames=()):
 
 def fastpath(executable, args: tuple, outs) -> "_jax_compat.FastpathData | None":
     """How the dispatcher repeats the call ``executable(args) -> outs`` (args: state, batch, step
-    index) for arguments of the same signature, or None when it must not."""
+    index, and for a loop that can stop the initial stopped flag) for arguments of the same signature, or None when it must not."""
     t = executable.traced
     if t.effects.any:
         return None
@@ -30,10 +30,10 @@ def fastpath(executable, args: tuple, outs) -> "_jax_compat.FastpathData | None"
     results = executable.results
     if len(out_leaves) != len(results) or results != sorted(results):  # outputs not in flat order
         return None
-    if t.has_step_index and not _int32_scalar(args[-1]):
+    if t.has_step_index and not _int32_scalar(args[2]) or t.stopped_arg and not _bool_scalar(args[3]):
         return None
-    kept = [True] * (len(flat) - 1) + [t.has_step_index]
-    taken = flat if t.has_step_index else flat[:-1]
+    kept = [True] * (len(flat) - 1 - t.stopped_arg) + [t.has_step_index] + [True] * t.stopped_arg
+    taken = [x for x, keep in zip(flat, kept) if keep]
     targets = executable.arg_targets
     n = len(targets[0].device_set) if targets else 1
     if n > 1 and any(isinstance(x, jax.Array) and len(x.sharding.device_set) == n and x.sharding != s
@@ -50,6 +50,10 @@ def refused(tree) -> bool:
     donated twice)."""
     leaves = jax.tree_util.tree_leaves(tree)
     return len(set(map(id, leaves))) < len(leaves) or any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves)
+
+
+def _bool_scalar(x) -> bool:
+    return np.shape(x) == () and jax.numpy.result_type(x) == np.bool_
 
 
 def _int32_scalar(x) -> bool:

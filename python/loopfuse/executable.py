@@ -63,14 +63,17 @@ class Executable:
     def memory(self) -> runtime.MemoryStats:
         return runtime.MemoryStats.of(self.executable)
 
-    def __call__(self, leaves: list, start: int = 0):
+    def __call__(self, leaves: list, start: int = 0, stopped=False):
         """Run on the flat state+batch `leaves`; returns ``(new_state, aux)`` (and the steps run and
-        whether the stop ended it, for a loop that can stop early)."""
-        outs = runtime.execute(self.executable, self._arguments(leaves, start), self.handlers, self.traced.effects)
+        whether the stop ended it, for a loop that can stop early: one that starts `stopped` runs none)."""
+        outs = runtime.execute(self.executable, self._arguments(leaves, start, stopped), self.handlers,
+                               self.traced.effects)
         return self._unflatten(outs)
 
-    def _arguments(self, leaves, start) -> list:
-        args = leaves + [np.int32(start)] if self.traced.has_step_index else list(leaves)
+    def _arguments(self, leaves, start, stopped) -> list:
+        t = self.traced
+        args = leaves + [np.int32(start)] * t.has_step_index + [stopped if isinstance(stopped, jax.Array)
+                                                                else np.bool_(stopped)] * t.stopped_arg
         for i in self.key_args:
             args[i] = jax.random.key_data(args[i])
         args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(args, self.arg_targets)]

@@ -220,7 +220,7 @@ def _keywords(fn: Callable, offered: tuple) -> tuple:
 class _Eager:
     """GradOnly: a jitted derivative inside an eager Python step, one step per `run`."""
 
-    chunk = 1
+    chunk, chains = 1, False
 
     def __init__(self, update: Callable, batch, flagged: bool, stop_on_nonfinite: bool):
         self.update, self.batch, self.flagged, self.stop_on_nonfinite = update, batch, flagged, stop_on_nonfinite
@@ -231,7 +231,7 @@ class _Eager:
     def prepare(self, state, k: int):
         return jax.tree_util.tree_structure({"loss": 0})  # what `update` returns
 
-    def run(self, state, start: int, k: int):
+    def run(self, state, start: int, k: int, after=None):
         batch = self.batch.batch(np.int32(start)) if isinstance(self.batch, Dataset) else self.batch
         new_state, aux = self.update(state, batch)
         return new_state, *_one_step(jax.tree_util.tree_map(lambda x: x[None], aux), self)
@@ -246,6 +246,7 @@ class _Compiled(LoopChunks):
                  stop_on_nonfinite: bool):
         self.loops, self.flagged = isinstance(backend, CompiledLoop), flagged
         self.chunk = backend.steps if isinstance(backend, CompiledLoop) else 1
+        self.chains = self.loops
         super().__init__(step, batch, _flag if flagged else None, stop_on_nonfinite)
 
     def compile(self, state, sizes) -> None:
@@ -259,9 +260,9 @@ class _Compiled(LoopChunks):
         structure = super().prepare(state, k)
         return structure.children()[0] if self.flagged else structure
 
-    def run(self, state, start: int, k: int):
+    def run(self, state, start: int, k: int, after=None):
         if self.loops:
-            state, aux, stop = super().run(state, start, k)
+            state, aux, stop = super().run(state, start, k, after)
             return state, aux[0] if self.flagged else aux, stop
         state, aux = self.step(state, self.batch, start=start)
         return state, *_one_step(aux, self)

@@ -63,6 +63,7 @@ class Step:
     def __init__(self, fn: Callable, options: StepOptions = StepOptions()):
         _check_start_is_free(fn)
         self.fn, self.options = fn, options
+        self._stops = options.steps is not None and (options.until is not None or options.stop_on_nonfinite)
         self.placement = Placement(options.devices, options.sharding or "data") if options.devices is not None else None
         self.compile_count = 0
         self._cache: dict = {}
@@ -109,7 +110,7 @@ class Step:
     def _trace(self, state, batch, static) -> Traced:
         o = self.options
         return trace(self.fn, state, batch, static, o.keep_aux, self.placement, stopping.flag(o.until, o.stop_on_nonfinite),
-                     loop=o.steps is not None)
+                     stopped_arg=self._stops, loop=o.steps is not None)
 
     def _program(self, traced: Traced, state) -> runtime.ProgramOptions:
         """The XLA options of `traced`'s program (`runtime.program_options`), given the bytes of
@@ -229,15 +230,28 @@ class Step:
         keyword arguments are static arguments of the step function (part of the signature).
         The caller's donated state arrays are consumed: use the returned state.
         """
+        return self._dispatch(state, batch, start, (False,) if self._stops else (), static)
+
+    def after(self, stopped, state, batch, *, start: int = 0, **static) -> tuple[Any, ...]:
+        """`__call__` of a loop that can stop early, following a call whose stopped flag (its fourth
+        output, still on the device) is `stopped`: when it is true this call runs no step (steps run
+        0, the state returned as it came, stopped true). So the next call is dispatched before the
+        previous one's flag is read, and its results are those of stopping as soon as that flag is."""
+        if not self._stops:
+            raise ValueError("Step.after is for a loop that can stop early: step.loop(K, until=...)")
+        return self._dispatch(state, batch, start, (stopped,), static)
+
+    def _dispatch(self, state, batch, start, stopped: tuple, static):
+        """Call through the C++ dispatcher; `stopped` is () or, for a loop that can stop, (initial flag,)."""
         if isinstance(batch, Dataset):
             batch = self._serve(batch, start)
         names = tuple(static)
         call = self._dispatchers.get(names) or self._dispatcher(names)
         try:
-            return call(state, batch, start, **static)
+            return call(state, batch, start, *stopped, **static)
         except ValueError:
             if dispatch.refused((state, batch)):  # the Python path names the gone leaf or copies the shared one
-                return self._call(state, batch, start, **static)
+                return self._call(state, batch, start, *stopped, **static)
             raise
 
     def _dispatcher(self, names: tuple):
@@ -248,16 +262,16 @@ class Step:
                     getattr(self.fn, "__name__", "step"), self._call, self._cache_miss, names)
             return self._dispatchers[names]
 
-    def _call(self, state, batch, start, **static):
+    def _call(self, state, batch, start, *stopped, **static):
         """One call through loopfuse's Python path."""
-        return self._run(state, batch, start, static)[0]
+        return self._run(state, batch, start, stopped, static)[0]
 
-    def _cache_miss(self, state, batch, start, **static):
+    def _cache_miss(self, state, batch, start, *stopped, **static):
         """The C++ dispatcher's first call of a signature: the outputs, and how to repeat it in C++."""
-        outs, executable = self._run(state, batch, start, static)
-        return outs, dispatch.fastpath(executable, (state, batch, start), outs), False
+        outs, executable = self._run(state, batch, start, stopped, static)
+        return outs, dispatch.fastpath(executable, (state, batch, start, *stopped), outs), False
 
-    def _run(self, state, batch, start, static):
+    def _run(self, state, batch, start, stopped: tuple, static):
         key, leaves = self._signature(state, batch, static)
         if any(map(_deleted, leaves)):
             _raise_donated(state, batch)
@@ -265,7 +279,7 @@ class Step:
         if key not in self._verified and verify.enabled(self.options.verify):
             verify.check(self, executable, state, batch, start, static)
             self._verified.add(key)
-        return executable(leaves, start), executable
+        return executable(leaves, start, *stopped), executable
 
 
 def _origin(entry: compile_cache.Entry | None, loaded, cache_set: bool) -> str:

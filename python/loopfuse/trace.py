@@ -1,10 +1,12 @@
 """Trace ``fn(state, batch) -> (new_state, aux)`` to StableHLO tagged for loopfuse's passes.
 
 The traced ``@main`` takes the flat state leaves, then the flat batch leaves, then (for a
-`Dataset` batch) an int32 step index, and returns the flat new-state leaves then the flat aux
-leaves. Tags: state arguments and results carry ``loopfuse.state = "<leaf path>"``, every
-result carries ``loopfuse.result = <flat output index>``, aux results the caller did not keep
-carry ``loopfuse.unused``, and the step index carries ``loopfuse.step_index``.
+`Dataset` batch) an int32 step index, then (for a loop that can stop early, traced so) a bool, its
+initial stopped flag, and returns the flat new-state leaves then the flat aux leaves (then the stop flag).
+Tags: state arguments and results carry ``loopfuse.state = "<leaf path>"``, every result carries
+``loopfuse.result = <flat output index>``, aux results the caller did not keep carry
+``loopfuse.unused``, the step index carries ``loopfuse.step_index``, the stop flag
+``loopfuse.stop`` and the initial stopped flag ``loopfuse.stopped``.
 
 A step with ordered effects (``jax.debug.print(..., ordered=True)``, ordered ``io_callback``)
 follows jax's calling convention: one ``!stablehlo.token`` argument and result per effect come
@@ -25,7 +27,7 @@ from . import _jax_compat
 from .data import Dataset
 from .errors import AuxPathError, StateMismatchError
 from .passes._func import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
-from .passes.vocabulary import RESULT, STATE, STEP_INDEX, STOP, UNUSED
+from .passes.vocabulary import RESULT, STATE, STEP_INDEX, STOP, STOPPED, UNUSED
 
 TOKEN_PATH = "<effect token {}>"   # loopfuse.state of the N-th ordered-effect token
 
@@ -139,13 +141,16 @@ class Traced:
     effects: "Effects"
     stops: bool = False            # a last flat output: the loop's stop flag (see `stopping`)
     promoted: tuple = ()           # state leaves given weakly typed, traced strongly typed (a loop's carry)
+    stopped_arg: bool = False      # a last argument: the loop's initial stopped flag
 
 
-def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None, loop: bool = False) -> Traced:
+def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None,
+          stopped_arg: bool = False, loop: bool = False) -> Traced:
     """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through).
 
     With a `sharding.Placement`, arguments and results carry its shardings (SPMD over a mesh).
-    With `stop` (from `stopping.flag`), ``stop(new_state, aux, kept aux leaves)`` is one more output.
+    With `stop` (from `stopping.flag`), ``stop(new_state, aux, kept aux leaves)`` is one more output;
+    with `stopped_arg` too, a scalar bool, the loop's initial stopped flag, is one more (last) argument.
     With `loop` (the step of a device loop), a weakly typed state leaf whose new value is strongly
     typed is traced strongly typed, as `lax.scan` and `lax.while_loop` promote their carry (optax's
     L-BFGS state, say, starts with weak scalars): every call of the loop, the first included, then
@@ -162,7 +167,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         s = jax.tree_util.tree_unflatten(state_def, wrap_keys(args[:n_state], state_keys))
         b = jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[n_state:n_state + n_batch], batch_keys))
         if has_step:
-            b = b.batch(args[-1])
+            b = b.batch(args[n_state + n_batch])
             if placement is not None:
                 b = placement.constrain_batch(batch.batch_size, b)
         new_state, aux = _split_output(fn(s, b, **static))
@@ -183,13 +188,17 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     specs = state_specs + [_input_spec("batch", p, x) for p, x in batch_leaves]
     if has_step:
         specs.append(jax.ShapeDtypeStruct((), jnp.int32))
+    stopped_arg = stopped_arg and stop is not None
+    if stopped_arg:         # the loop's initial stopped flag (wrap-loop), unused by the step
+        specs.append(jax.ShapeDtypeStruct((), jnp.bool_))
     state_paths = [jax.tree_util.keystr(p) for p, _ in state_leaves]
     in_sh = None
     shardings: dict[str, Any] = {}
     if placement is not None:
         state_sh = [placement.state(x) for x in state_specs]
         batch_sh = ([placement.replicated] * (len(specs) - n_state) if has_step else
-                    [placement.batch(jax.tree_util.keystr(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])])
+                    [placement.batch(jax.tree_util.keystr(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])]
+                    + [placement.replicated] * stopped_arg)
         in_sh = state_sh + batch_sh
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]
         out_sh = (state_sh, placement.replicated) + ((placement.replicated,) if stop is not None else ())
@@ -219,10 +228,10 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     lowered_module = lowered.compiler_ir("stablehlo")
     assert lowered_module is not None  # None only for a dialect jax cannot lower to
     effects = _effects(lowered, lowered_module)
-    module = _tag(lowered_module, state_paths, kept, has_step, len(effects.ordered), stop is not None)
+    module = _tag(lowered_module, state_paths, kept, has_step, len(effects.ordered), stop is not None, stopped_arg)
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], kept, has_step, in_sh, out_specs, effects,
-                  stop is not None, promoted)
+                  stop is not None, promoted, stopped_arg)
 
 
 def _raw(leaves) -> list:
@@ -273,7 +282,8 @@ def _check_same_state(state, new_state) -> None:
                 f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
 
 
-def _tag(lowered: ir.Module, state_paths, aux_kept, has_step: bool, n_tokens: int, stops: bool) -> ir.Module:
+def _tag(lowered: ir.Module, state_paths, aux_kept, has_step: bool, n_tokens: int, stops: bool,
+         stopped_arg: bool) -> ir.Module:
     """A tagged copy of jax's lowered module, in jax's context (jax's own module is left untouched)."""
     with lowered.context:
         module = _copy(lowered)
@@ -283,7 +293,9 @@ def _tag(lowered: ir.Module, state_paths, aux_kept, has_step: bool, n_tokens: in
         for i, path in enumerate(tokens + state_paths):
             args[i][STATE] = ir.StringAttr.get(path)
         if has_step:
-            args[-1][STEP_INDEX] = ir.UnitAttr.get()
+            args[len(args) - 1 - stopped_arg][STEP_INDEX] = ir.UnitAttr.get()
+        if stopped_arg:
+            args[-1][STOPPED] = ir.UnitAttr.get()
         set_arg_attrs(f, args)
         results = result_attrs(f)
         i32 = ir.IntegerType.get_signless(32)

@@ -82,7 +82,39 @@ func.func @main(%w: tensor<3xcomplex<f32>> {loopfuse.state = "w"}, %b: tensor<bf
 
 // -----
 
-// Errors: the stop result must be a tensor<i1> ...
+// (d) An argument tagged loopfuse.stopped is the carried flag's initial value (in place of the
+// false constant): a loop that starts stopped runs no step. The step is called with it (unused).
+// CHECK-LABEL: func.func @main(%arg0: tensor<f32> {loopfuse.state = "w"}, %arg1: tensor<i1> {loopfuse.stopped})
+// CHECK-NOT: dense<false>
+// CHECK: stablehlo.while({{.*}}, %[[STOPPED:[a-zA-Z0-9_]+]] = %arg1) : tensor<i32>, tensor<f32>, tensor<i1>, tensor<4xf32>, tensor<i1>
+// CHECK: stablehlo.not %[[STOPPED]] : tensor<i1>
+func.func @main(%w: tensor<f32> {loopfuse.state = "w"}, %after: tensor<i1> {loopfuse.stopped})
+    -> (tensor<f32> {loopfuse.state = "w"}, tensor<f32>, tensor<i1> {loopfuse.stop}) {
+  %c = stablehlo.constant dense<1.0> : tensor<f32>
+  %s = stablehlo.compare LT, %w, %c : (tensor<f32>, tensor<f32>) -> tensor<i1>
+  return %w, %w, %s : tensor<f32>, tensor<f32>, tensor<i1>
+}
+
+// -----
+
+// Errors: a stopped argument needs a stop result ...
+// ERR: error: pass 'wrap-loop{steps=4}' failed: argument 1 is tagged loopfuse.stopped but no result loopfuse.stop: it starts a stopping loop
+func.func @main(%w: tensor<f32> {loopfuse.state = "w"}, %after: tensor<i1> {loopfuse.stopped}) -> (tensor<f32> {loopfuse.state = "w"}) {
+  return %w : tensor<f32>
+}
+
+// -----
+
+// ... and is a tensor<i1> ...
+// ERR: error: pass 'wrap-loop{steps=4}' failed: stopped argument 1 must be tensor<i1>, not tensor<2xi1>
+func.func @main(%w: tensor<f32> {loopfuse.state = "w"}, %after: tensor<2xi1> {loopfuse.stopped}) -> (tensor<f32> {loopfuse.state = "w"}, tensor<i1> {loopfuse.stop}) {
+  %f = stablehlo.constant dense<false> : tensor<i1>
+  return %w, %f : tensor<f32>, tensor<i1>
+}
+
+// -----
+
+// ... the stop result must be a tensor<i1> ...
 // ERR: error: pass 'wrap-loop{steps=4}' failed: stop result 1 must be tensor<i1>, not tensor<f32>
 func.func @main(%w: tensor<f32> {loopfuse.state = "w"}) -> (tensor<f32> {loopfuse.state = "w"}, tensor<f32> {loopfuse.stop}) {
   return %w, %w : tensor<f32>, tensor<f32>

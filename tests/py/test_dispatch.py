@@ -18,9 +18,9 @@ def misses(monkeypatch):
     seen = []
     miss = loopfuse.Step._cache_miss
 
-    def counting(self, state, batch, start, **static):
+    def counting(self, state, batch, start, *stopped, **static):    # stopped: a stopping loop's initial flag
         seen.append(start)
-        return miss(self, state, batch, start, **static)
+        return miss(self, state, batch, start, *stopped, **static)
     monkeypatch.setattr(loopfuse.Step, "_cache_miss", counting)
     return seen
 

@@ -155,7 +155,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     chained = pipelined and checkpoints is None and callback is None and getattr(chunks, "chains", False)
     depth, timed, ran_all = 1 + chained, not chained, False    # timed: depth set from a duration
     step = getattr(chunks, "step", None) if chained else None
-    if step in _STEP_SECONDS:
+    if step is not None and step in _STEP_SECONDS:
         depth, timed = max(2, math.ceil(CHAIN_SECONDS / (_STEP_SECONDS[step] * chunk))), True
     sigint = _SigintHold()
 

@@ -38,7 +38,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 
 from ._func import arg_attrs, main_func
 from .control_flow import is_wrap_loop
-from .flatten_update import Flattener
+from .flatten_update import Flattener, feeding
 from .module_pass import ModulePass, option
 from .vocabulary import STATE
 from .wrap_loop import BODY
@@ -73,13 +73,15 @@ class PackState(ModulePass):
             return
         flattener = _pack(loops[0], groups)
         if self.flatten:
-            flattener.flatten(self.min_group)
+            flattener.flatten(self.min_group, _last(flattener.block))
         flattener.finish()
 
     def _groups(self, main: func.FuncOp, loop: ir.Operation) -> list[list[int]]:
         """Groups of the loop's carry positions to pack (carry position = argument index + 1, after
-        the counter), one per element type, in first-occurrence order."""
-        by_type: dict[str, list[int]] = {}
+        the counter), one per element type (with `flatten`, one per element type and `_update_only` role),
+        in first-occurrence order."""
+        update_only = _update_only(loop) if self.flatten else {}
+        by_type: dict[tuple, list[int]] = {}
         args = main.body.blocks[0].arguments
         for i, attrs in enumerate(arg_attrs(main)):
             t = args[i].type
@@ -87,7 +89,7 @@ class PackState(ModulePass):
                     or not t.has_static_shape or not 0 < math.prod(t.shape) <= self.max_leaf_elements):
                 continue
             assert loop.operands[i + 1] == args[i], "wrap-loop carries argument i at position i + 1"
-            by_type.setdefault(str(t.element_type), []).append(i + 1)
+            by_type.setdefault((str(t.element_type), update_only.get(i + 1)), []).append(i + 1)
         return [g for g in by_type.values() if len(g) >= self.min_group]
 
 
@@ -112,6 +114,32 @@ class _StepPacker(Flattener):
         self.step.attributes["function_type"] = ir.TypeAttr.get(
             ir.FunctionType.get([a.type for a in block.arguments], [v.type for v in outs]))
         self.erase_unused()
+
+
+def _update_only(loop: ir.Operation) -> dict[int, tuple]:
+    """The carry positions whose step argument is read only by update chains into the step's return
+    (`flatten_update.feeding`): an optimizer's moments, not the parameters, which the forward pass
+    reads too; each with the signature of the chain that reads it. Each kind of moment gets a buffer
+    of its own, so that its flat update writes it in place and the parameters' update reads that
+    result: in one buffer with the parameters (or with each other) XLA recomputes the moments in the
+    parameters' update from the old buffer, and copies the whole buffer every step to keep it."""
+    step = _callee(_step_call(loop.regions[1].blocks[0]))
+    entry = step.body.blocks[0]
+    tree_of = {op: tree for tree in feeding(entry, _last(entry)) for op in tree.nodes}
+    roles = {}
+    for i, arg in enumerate(entry.arguments):
+        users = [u.owner.operation for u in arg.uses]
+        if users and all(op in tree_of for op in users):
+            roles[i + 1] = tree_of[users[0]].signature
+    return roles
+
+
+def _last(block: ir.Block) -> ir.Operation:
+    return block.operations[len(block.operations) - 1].operation
+
+
+def _step_call(body: ir.Block) -> func.CallOp:
+    return next(op for op in body.operations if isinstance(op, func.CallOp) and op.callee.value == BODY)
 
 
 def _pack(loop: ir.Operation, groups: list[list[int]]) -> _StepPacker:
@@ -144,7 +172,7 @@ def _pack(loop: ir.Operation, groups: list[list[int]]) -> _StepPacker:
 
 def _pack_step(body: ir.Block, groups: list[list[int]], n_carry: int) -> _StepPacker:
     """Make the body's call of the step take and return the flat buffers (the body's last arguments)."""
-    call = next(op for op in body.operations if isinstance(op, func.CallOp) and op.callee.value == BODY)
+    call = _step_call(body)
     ret = body.operations[len(body.operations) - 1]
     flat_args = list(body.arguments)[n_carry:]
     for g in groups:

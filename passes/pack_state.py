@@ -1,5 +1,5 @@
 """pack-state{max-leaf-elements=4096 min-group=2 flatten=false}: carry the small state leaves of
-wrap-loop's loop as flat buffers, one per element type.
+wrap-loop's loop as flat buffers, one per element type (with ``flatten=true``, and per role).
 
 Rewrites: wrap-loop's ``stablehlo.while`` in ``@main`` carries every state leaf (the arguments
 tagged ``loopfuse.state``) as its own value into ``@loopfuse_step``. The statically shaped tensor
@@ -10,9 +10,15 @@ each leaf as a slice of it (reshaped back), and returns the concatenation of the
 and the loop's results are sliced out once after it. The buffers come after the other values in the
 loop's carry and in the step's arguments and results, in the order their element types first occur;
 inside a buffer the leaves keep their argument order. With ``flatten=true`` flatten-update's grouping
-then runs on the step (`flatten_update.Flattener`), knowing the leaves as slices of the buffers: an
-elementwise update alike over many packed leaves (the moments, the parameter step) is computed once
-over a slice of the buffer, and the buffer the step returns is built from those flat results.
+then runs on the step (`flatten_update.Flattener`), knowing the leaves as slices of the buffers, on
+the update chains into the step's return only (`flatten_update.feeding`): an elementwise update
+alike over many packed leaves (the moments, the parameter step) is computed once over the buffer,
+and the buffer the step returns is built from those flat results, while the forward pass (whose
+elementwise ops feed reductions and products) stays per leaf, reading slices of the buffer. And a
+leaf read only by such chains (an optimizer's moment) goes into a buffer of its own per chain
+(`_update_only`), apart from the parameters. This is the structure of a hand-written
+``ravel_pytree`` step: per-leaf forward and gradient kernels, the gradient concatenated once, one
+flat kernel per moment written in place, one for the parameters.
 
 Why it is safe: reshape (row major), concatenate and slice only move elements, and every slice
 reads back exactly the elements the concatenation put there, so the step sees the same values as
@@ -24,9 +30,12 @@ Runs after wrap-loop (pipeline.build places it there: ``after_wrap_loop``); with
 (a single step) it changes nothing.
 
 Opt-in: exact on StableHLO (the reference interpreter), but XLA fuses the packed loop to other last
-bits in some programs (clipped Adam, an RNN; with jaxlib 0.11+ also Lion and RMSProp), within 1e-5
-relative (tests/py/test_pack_state.py), and on CPU it runs and compiles slower than the default
-loop (BENCHMARKS.md, "Packed state through the device loop").
+bits in some programs (clipped Adam, an RNN; with jaxlib 0.11+ also Lion and RMSProp; with
+``flatten=true`` also Adam, ``inject_hyperparams`` and the corpus transformer), within 1e-5 relative
+(tests/py/test_pack_state.py). Speed (BENCHMARKS.md, "Packed state through the device loop"): with
+``flatten=true`` the loop body is the hand-written ``ravel_pytree`` step's, kernel for kernel, and as
+fast; each call still unpacks every leaf once (a slice kernel per leaf) and passes the state leaf by
+leaf, which the ``ravel_pytree`` program, whose caller keeps the state flat, does not pay.
 """
 import math
 from collections.abc import Sequence

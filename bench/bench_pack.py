@@ -156,12 +156,13 @@ def table(results: list, ks: list[int]) -> list[str]:
                              f"{r['steps_per_s'] / base[k]['steps_per_s']:.2f}x | {r['bitwise_vs_scan']} |{kern}")
     if len(ks) == 2:  # ms per call = per call + K * per step, fitted on the two K
         lo, hi = ks
-        lines += ["", f"Split of the median time per call (ms) into per call + K x per step, from K = {lo} and {hi}:", "",
-                  "| leaves | variant | per step, us | per call, ms |", "|---|---|---:|---:|"]
+        lines += ["", f"Split of the median time per call (ms) into per call + K x per step, from K = {lo} "
+                  f"and {hi}:", "", "| leaves | variant | per step, us | per call, ms |", "|---|---|---:|---:|"]
         for res in results:
             for name, by_k in res["rows"].items():
                 step = (by_k[hi]["ms_per_call"] - by_k[lo]["ms_per_call"]) / (hi - lo)
-                lines.append(f"| {res['leaves']} | {name} | {step * 1e3:.0f} | {by_k[lo]['ms_per_call'] - lo * step:.2f} |")
+                per_call = by_k[lo]["ms_per_call"] - lo * step
+                lines.append(f"| {res['leaves']} | {name} | {step * 1e3:.0f} | {per_call:.2f} |")
     return lines
 
 

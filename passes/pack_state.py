@@ -33,8 +33,8 @@ Opt-in: exact on StableHLO (the reference interpreter), but XLA fuses the packed
 bits in some programs (clipped Adam, an RNN; with jaxlib 0.11+ also Lion and RMSProp; with
 ``flatten=true`` also Adam, ``inject_hyperparams`` and the corpus transformer), within 1e-5 relative
 (tests/py/test_pack_state.py). Speed (BENCHMARKS.md, "Packed state through the device loop"): with
-``flatten=true`` the loop body is the hand-written ``ravel_pytree`` step's, kernel for kernel, and as
-fast; each call still unpacks every leaf once (a slice kernel per leaf) and passes the state leaf by
+``flatten=true`` the loop body is the hand-written ``ravel_pytree`` step's, kernel for kernel, and
+about as fast per step; each call still unpacks every leaf once (a slice kernel per leaf) and passes the state leaf by
 leaf, which the ``ravel_pytree`` program, whose caller keeps the state flat, does not pay.
 """
 import math
@@ -87,8 +87,8 @@ class PackState(ModulePass):
 
     def _groups(self, main: func.FuncOp, loop: ir.Operation) -> list[list[int]]:
         """Groups of the loop's carry positions to pack (carry position = argument index + 1, after
-        the counter), one per element type (with `flatten`, one per element type and `_update_only` role),
-        in first-occurrence order."""
+        the counter), one per element type (with `flatten`, per element type and `_update_only`
+        role), in first-occurrence order."""
         update_only = _update_only(loop) if self.flatten else {}
         by_type: dict[tuple, list[int]] = {}
         args = main.body.blocks[0].arguments

@@ -141,6 +141,19 @@ def _tree(root: ir.Operation, inner: set) -> Tree:
     return Tree(nodes, slots, tuple(signature))
 
 
+def feeding(block: ir.Block, sink: ir.Operation) -> list[Tree]:
+    """The expression trees of `block` whose root is used only by `sink` or by a node of another
+    such tree (an update chain into the return, not a forward pass into a reduction). A user comes
+    after the root it reads, so one backward walk over the roots in program order decides."""
+    trees = list(_trees(block))
+    tree_of = {op: n for n, tree in enumerate(trees) for op in tree.nodes}
+    kept: set[int] = set()
+    for n in reversed(range(len(trees))):
+        if all((user := u.owner.operation) == sink or tree_of.get(user) in kept for u in trees[n].root.uses):
+            kept.add(n)
+    return [tree for n, tree in enumerate(trees) if n in kept]
+
+
 def _shared_scalar(value: ir.Value):
     """("splat", scalar attribute) for a splat constant (possibly broadcast), ("value", v) for a broadcast
     0-d value v, else None."""
@@ -165,10 +178,12 @@ class Flattener:
         self.concat_of: dict[tuple, ir.OpResult] = {}  # tuple of values -> their concatenation
         self.maybe_dead: dict[ir.Operation, None] = {}  # ops that may have lost their last use (ordered, no repeats)
 
-    def flatten(self, min_group: int) -> None:
-        """Rewrite every group of at least `min_group` alike trees of the block, batch by batch."""
+    def flatten(self, min_group: int, sink: ir.Operation | None = None) -> None:
+        """Rewrite every group of at least `min_group` alike trees of the block, batch by batch; with
+        a `sink`, only the trees whose results flow into nothing but `sink` and such trees."""
+        trees = list(_trees(self.block)) if sink is None else feeding(self.block, sink)
         groups: dict[tuple, list[Tree]] = {}
-        for tree in _trees(self.block):
+        for tree in trees:
             groups.setdefault(tree.signature, []).append(tree)
         for trees in groups.values():
             trees = [t for t in trees if _has_uses(t.root)]  # earlier groups may have consumed some

@@ -1,5 +1,5 @@
 """pack-state{max-leaf-elements=4096 min-group=2 flatten=false}: carry the small state leaves of
-wrap-loop's loop as flat buffers, one per element type.
+wrap-loop's loop as flat buffers, one per element type (with ``flatten=true``, and per role).
 
 Rewrites: wrap-loop's ``stablehlo.while`` in ``@main`` carries every state leaf (the arguments
 tagged ``loopfuse.state``) as its own value into ``@loopfuse_step``. The statically shaped tensor
@@ -10,9 +10,15 @@ each leaf as a slice of it (reshaped back), and returns the concatenation of the
 and the loop's results are sliced out once after it. The buffers come after the other values in the
 loop's carry and in the step's arguments and results, in the order their element types first occur;
 inside a buffer the leaves keep their argument order. With ``flatten=true`` flatten-update's grouping
-then runs on the step (`flatten_update.Flattener`), knowing the leaves as slices of the buffers: an
-elementwise update alike over many packed leaves (the moments, the parameter step) is computed once
-over a slice of the buffer, and the buffer the step returns is built from those flat results.
+then runs on the step (`flatten_update.Flattener`), knowing the leaves as slices of the buffers, on
+the update chains into the step's return only (`flatten_update.feeding`): an elementwise update
+alike over many packed leaves (the moments, the parameter step) is computed once over the buffer,
+and the buffer the step returns is built from those flat results, while the forward pass (whose
+elementwise ops feed reductions and products) stays per leaf, reading slices of the buffer. And a
+leaf read only by such chains (an optimizer's moment) goes into a buffer of its own per chain
+(`_update_only`), apart from the parameters. This is the structure of a hand-written
+``ravel_pytree`` step: per-leaf forward and gradient kernels, the gradient concatenated once, one
+flat kernel per moment written in place, one for the parameters.
 
 Why it is safe: reshape (row major), concatenate and slice only move elements, and every slice
 reads back exactly the elements the concatenation put there, so the step sees the same values as
@@ -24,9 +30,12 @@ Runs after wrap-loop (pipeline.build places it there: ``after_wrap_loop``); with
 (a single step) it changes nothing.
 
 Opt-in: exact on StableHLO (the reference interpreter), but XLA fuses the packed loop to other last
-bits in some programs (clipped Adam, an RNN; with jaxlib 0.11+ also Lion and RMSProp), within 1e-5
-relative (tests/py/test_pack_state.py), and on CPU it runs and compiles slower than the default
-loop (BENCHMARKS.md, "Packed state through the device loop").
+bits in some programs (clipped Adam, an RNN; with jaxlib 0.11+ also Lion and RMSProp; with
+``flatten=true`` also Adam, ``inject_hyperparams`` and the corpus transformer), within 1e-5 relative
+(tests/py/test_pack_state.py). Speed (BENCHMARKS.md, "Packed state through the device loop"): with
+``flatten=true`` the loop body is the hand-written ``ravel_pytree`` step's, kernel for kernel, and
+about as fast per step; each call still unpacks every leaf once (a slice kernel per leaf) and passes the state leaf by
+leaf, which the ``ravel_pytree`` program, whose caller keeps the state flat, does not pay.
 """
 import math
 from collections.abc import Sequence
@@ -38,7 +47,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 
 from ._func import arg_attrs, main_func
 from .control_flow import is_wrap_loop
-from .flatten_update import Flattener
+from .flatten_update import Flattener, feeding
 from .module_pass import ModulePass, option
 from .vocabulary import STATE
 from .wrap_loop import BODY
@@ -73,13 +82,15 @@ class PackState(ModulePass):
             return
         flattener = _pack(loops[0], groups)
         if self.flatten:
-            flattener.flatten(self.min_group)
+            flattener.flatten(self.min_group, _last(flattener.block))
         flattener.finish()
 
     def _groups(self, main: func.FuncOp, loop: ir.Operation) -> list[list[int]]:
         """Groups of the loop's carry positions to pack (carry position = argument index + 1, after
-        the counter), one per element type, in first-occurrence order."""
-        by_type: dict[str, list[int]] = {}
+        the counter), one per element type (with `flatten`, per element type and `_update_only`
+        role), in first-occurrence order."""
+        update_only = _update_only(loop) if self.flatten else {}
+        by_type: dict[tuple, list[int]] = {}
         args = main.body.blocks[0].arguments
         for i, attrs in enumerate(arg_attrs(main)):
             t = args[i].type
@@ -87,7 +98,7 @@ class PackState(ModulePass):
                     or not t.has_static_shape or not 0 < math.prod(t.shape) <= self.max_leaf_elements):
                 continue
             assert loop.operands[i + 1] == args[i], "wrap-loop carries argument i at position i + 1"
-            by_type.setdefault(str(t.element_type), []).append(i + 1)
+            by_type.setdefault((str(t.element_type), update_only.get(i + 1)), []).append(i + 1)
         return [g for g in by_type.values() if len(g) >= self.min_group]
 
 
@@ -112,6 +123,32 @@ class _StepPacker(Flattener):
         self.step.attributes["function_type"] = ir.TypeAttr.get(
             ir.FunctionType.get([a.type for a in block.arguments], [v.type for v in outs]))
         self.erase_unused()
+
+
+def _update_only(loop: ir.Operation) -> dict[int, tuple]:
+    """The carry positions whose step argument is read only by update chains into the step's return
+    (`flatten_update.feeding`): an optimizer's moments, not the parameters, which the forward pass
+    reads too; each with the signature of the chain that reads it. Each kind of moment gets a buffer
+    of its own, so that its flat update writes it in place and the parameters' update reads that
+    result: in one buffer with the parameters (or with each other) XLA recomputes the moments in the
+    parameters' update from the old buffer, and copies the whole buffer every step to keep it."""
+    step = _callee(_step_call(loop.regions[1].blocks[0]))
+    entry = step.body.blocks[0]
+    tree_of = {op: tree for tree in feeding(entry, _last(entry)) for op in tree.nodes}
+    roles = {}
+    for i, arg in enumerate(entry.arguments):
+        users = [u.owner.operation for u in arg.uses]
+        if users and all(op in tree_of for op in users):
+            roles[i + 1] = tree_of[users[0]].signature
+    return roles
+
+
+def _last(block: ir.Block) -> ir.Operation:
+    return block.operations[len(block.operations) - 1].operation
+
+
+def _step_call(body: ir.Block) -> func.CallOp:
+    return next(op for op in body.operations if isinstance(op, func.CallOp) and op.callee.value == BODY)
 
 
 def _pack(loop: ir.Operation, groups: list[list[int]]) -> _StepPacker:
@@ -144,7 +181,7 @@ def _pack(loop: ir.Operation, groups: list[list[int]]) -> _StepPacker:
 
 def _pack_step(body: ir.Block, groups: list[list[int]], n_carry: int) -> _StepPacker:
     """Make the body's call of the step take and return the flat buffers (the body's last arguments)."""
-    call = next(op for op in body.operations if isinstance(op, func.CallOp) and op.callee.value == BODY)
+    call = _step_call(body)
     ret = body.operations[len(body.operations) - 1]
     flat_args = list(body.arguments)[n_carry:]
     for g in groups:

@@ -93,3 +93,57 @@ func.func @main(%w0: tensor<2xf32> {loopfuse.state = "['w0']"}, %w1: tensor<3xf3
   %3 = stablehlo.subtract %w1, %2 : tensor<3xf32>
   return %1, %3 : tensor<2xf32>, tensor<3xf32>
 }
+
+// -----
+
+// (d) flatten=true with a forward pass: only the update chains into the return are flattened. The
+// forward (w - x, squared, reduced) stays per leaf on slices of the parameters' buffer, its result
+// d concatenated once as the flat gradient; the momenta, read only by their update chain, get a
+// buffer of their own, which the flat chain writes whole, and the parameters' chain reads its result.
+// FLAT-LABEL: func.func private @loopfuse_step(%arg0: tensor<2xf32>, %arg1: tensor<3xf32>, %arg2: tensor<5xf32>, %arg3: tensor<5xf32>) -> (tensor<f32>, tensor<f32>, tensor<5xf32>, tensor<5xf32>)
+// FLAT-NEXT: %[[W0:[0-9]+]] = stablehlo.slice %arg2 [0:2]
+// FLAT-NEXT: %[[W1:[0-9]+]] = stablehlo.slice %arg2 [2:5]
+// FLAT: %[[D0:[0-9]+]] = stablehlo.subtract %[[W0]], %arg0 : tensor<2xf32>
+// FLAT-NEXT: stablehlo.multiply %[[D0]], %[[D0]] : tensor<2xf32>
+// FLAT-NEXT: stablehlo.reduce
+// FLAT-NEXT: %[[D1:[0-9]+]] = stablehlo.subtract %[[W1]], %arg1 : tensor<3xf32>
+// FLAT-NEXT: stablehlo.multiply %[[D1]], %[[D1]] : tensor<3xf32>
+// FLAT-NEXT: stablehlo.reduce
+// FLAT-NEXT: %[[G:[0-9]+]] = stablehlo.concatenate %[[D0]], %[[D1]], dim = 0 : (tensor<2xf32>, tensor<3xf32>) -> tensor<5xf32>
+// FLAT-NEXT: stablehlo.constant
+// FLAT-NEXT: %[[BM:[0-9]+]] = stablehlo.multiply %{{[a-z0-9_]+}}, %arg3 : tensor<5xf32>
+// FLAT-NEXT: %[[M:[0-9]+]] = stablehlo.add %[[BM]], %[[G]] : tensor<5xf32>
+// FLAT-NEXT: stablehlo.constant
+// FLAT-NEXT: %[[U:[0-9]+]] = stablehlo.multiply %{{[a-z0-9_]+}}, %[[M]] : tensor<5xf32>
+// FLAT-NEXT: %[[W:[0-9]+]] = stablehlo.subtract %arg2, %[[U]] : tensor<5xf32>
+// FLAT-NEXT: return %{{[0-9]+}}, %{{[0-9]+}}, %[[W]], %[[M]] : tensor<f32>, tensor<f32>, tensor<5xf32>, tensor<5xf32>
+// FLAT-LABEL: func.func @main
+// FLAT: %[[PW:[0-9]+]] = stablehlo.concatenate %arg0, %arg1, dim = 0
+// FLAT-NEXT: %[[PM:[0-9]+]] = stablehlo.concatenate %arg2, %arg3, dim = 0
+// FLAT-NEXT: stablehlo.while({{.*}} = %[[PW]], %{{[a-zA-Z0-9_]+}} = %[[PM]])
+func.func @main(%w0: tensor<2xf32> {loopfuse.state = "['w0']"}, %w1: tensor<3xf32> {loopfuse.state = "['w1']"},
+                %m0: tensor<2xf32> {loopfuse.state = "['m0']"}, %m1: tensor<3xf32> {loopfuse.state = "['m1']"},
+                %x0: tensor<2xf32>, %x1: tensor<3xf32>)
+    -> (tensor<2xf32> {loopfuse.state = "['w0']"}, tensor<3xf32> {loopfuse.state = "['w1']"},
+        tensor<2xf32> {loopfuse.state = "['m0']"}, tensor<3xf32> {loopfuse.state = "['m1']"}, tensor<f32>, tensor<f32>) {
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %d0 = stablehlo.subtract %w0, %x0 : tensor<2xf32>
+  %s0 = stablehlo.multiply %d0, %d0 : tensor<2xf32>
+  %l0 = stablehlo.reduce(%s0 init: %z) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
+  %d1 = stablehlo.subtract %w1, %x1 : tensor<3xf32>
+  %s1 = stablehlo.multiply %d1, %d1 : tensor<3xf32>
+  %l1 = stablehlo.reduce(%s1 init: %z) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
+  %b0 = stablehlo.constant dense<0.9> : tensor<2xf32>
+  %b1 = stablehlo.constant dense<0.9> : tensor<3xf32>
+  %r0 = stablehlo.constant dense<0.1> : tensor<2xf32>
+  %r1 = stablehlo.constant dense<0.1> : tensor<3xf32>
+  %0 = stablehlo.multiply %b0, %m0 : tensor<2xf32>
+  %1 = stablehlo.add %0, %d0 : tensor<2xf32>
+  %2 = stablehlo.multiply %r0, %1 : tensor<2xf32>
+  %3 = stablehlo.subtract %w0, %2 : tensor<2xf32>
+  %4 = stablehlo.multiply %b1, %m1 : tensor<3xf32>
+  %5 = stablehlo.add %4, %d1 : tensor<3xf32>
+  %6 = stablehlo.multiply %r1, %5 : tensor<3xf32>
+  %7 = stablehlo.subtract %w1, %6 : tensor<3xf32>
+  return %3, %7, %1, %5, %l0, %l1 : tensor<2xf32>, tensor<3xf32>, tensor<2xf32>, tensor<3xf32>, tensor<f32>, tensor<f32>
+}

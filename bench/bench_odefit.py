@@ -1,6 +1,6 @@
 """The Lotka-Volterra fit (examples/lotka_volterra.py) side by side: loopfuse against jax.jit, lax.scan, optimistix.
 
-    python bench/bench_odefit.py [--rounds 3] [--out bench/out]
+    python bench/bench_odefit.py [--rounds 3] [--json PATH]     # ~5 min on 2 cores
 
 Two phases of the example's recipe, each a separate table:
 
@@ -19,11 +19,8 @@ the final loss, and the steps and time to reach within 1% of the best loss any c
 phase found (time = steps to it / steps/s; optimistix records no history: its whole run, an upper
 bound, if its final loss is within 1%).
 Rounds are interleaved (every contender once per round, the order alternating); figures are medians
-with the min-max spread. Writes odefit.md / odefit.json.
+with the min-max spread (bench/harness.py: figure "odefit").
 """
-import argparse
-import json
-import os
 import statistics
 import sys
 import time
@@ -38,10 +35,11 @@ import optax
 import optimistix as optx
 
 import loopfuse
-from bench_loop import machine
 from loopfuse import MemoryStats
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import harness  # noqa: E402
 import lotka_volterra as lv  # noqa: E402  (the example's problem, loss and optimizers)
 
 ADAM_STEPS, LBFGS_STEPS, CHUNK = 300, 30, 100
@@ -220,11 +218,11 @@ def table(title: str, result: dict) -> list[str]:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default="bench/out", type=Path)
+    ap = harness.parser(__doc__, rounds=3)
     args = ap.parse_args()
-    info, t0 = machine(), now()
+    if args.quick:
+        args.rounds = 1
+    out = harness.Report("odefit", args)
     data = lv.observations()
     start = jnp.log(jnp.asarray(lv.START))
     adam = phase(contenders(lv.ADAM, False, ADAM_STEPS, CHUNK, start, data,
@@ -232,18 +230,11 @@ def main():
     polish_from = jnp.asarray(adam["rows"]["jax.jit(lax.scan)"]["log_params"], jnp.float32)   # bitwise its result
     lbfgs = phase(contenders(lv.LBFGS, True, LBFGS_STEPS, LBFGS_STEPS, polish_from, data,
                              optx.BFGS(rtol=1e-6, atol=1e-6), 256), data, args.rounds)
-    info.update(wall_s=round(now() - t0, 1), loadavg_1min_end=round(os.getloadavg()[0], 2),
-                command=f"python bench/bench_odefit.py --rounds {args.rounds}")
-    text = "\n".join([
-        "# bench_odefit results\n", ", ".join(f"{k}: {v}" for k, v in info.items()) + "\n",
-        f"Lotka-Volterra fit of examples/lotka_volterra.py; {args.rounds} interleaved rounds; median (min-max).\n",
-        *table(f"Adam (2e-2), {ADAM_STEPS} steps from the example's start", adam),
-        *table(f"L-BFGS, {LBFGS_STEPS} steps from the Adam result (optimistix BFGS: to its rtol=atol=1e-6)", lbfgs)])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "odefit.md").write_text(text)
-    (args.out / "odefit.json").write_text(json.dumps(dict(machine=info, adam=adam, lbfgs=lbfgs), indent=2))
-    print(text + f"\nwrote {args.out}/odefit.md, odefit.json")
-
+    out.section("\n".join([f"{args.rounds} interleaved rounds; median (min-max).\n",
+                           *table(f"Adam (2e-2), {ADAM_STEPS} steps from the example's start", adam)]), adam=adam)
+    out.section("\n".join(table(f"L-BFGS, {LBFGS_STEPS} steps from the Adam result (optimistix BFGS: to its "
+                                "rtol=atol=1e-6)", lbfgs)), lbfgs=lbfgs)
+    out.write()
 
 if __name__ == "__main__":
     main()

@@ -31,6 +31,7 @@ run data bench_data.py "$@"
 run compile_options bench_compile_options.py "$@"
 run compile bench_compile.py "$@"
 run cache bench_cache.py "$@"
+run odefit bench_odefit.py "$@"
 run gpt bench_gpt.py "$@"
 echo "all figures in $((SECONDS - start)) s" >&2
 if [[ "$OUT" == bench/out ]]; then "$PY" bench/harness.py paste BENCHMARKS.md "$OUT"; fi

@@ -24,6 +24,7 @@ from . import validate
 from .checkpoint import Checkpoints
 from .errors import FitError
 from .step import Step
+from .trace import dotted
 
 CHAIN_SECONDS = 0.05    # the device time of the chunks a chained run keeps queued, at most (past two)
 _STEP_SECONDS: "weakref.WeakKeyDictionary[Step, float]" = weakref.WeakKeyDictionary()  # of a step's last chained run
@@ -341,8 +342,9 @@ def progress_bar(total: int, initial: int = 0):
 
 
 def _postfix(bar, aux) -> None:
-    """Show the last value of up to three scalar-per-step aux leaves (e.g. the loss)."""
+    """Show the last value of up to three scalar-per-step aux leaves (e.g. ``loss=0.0123``), named by
+    their paths as `keep_aux` names them."""
     leaves = jax.tree_util.tree_leaves_with_path(aux)
-    scalars = {jax.tree_util.keystr(p) or "aux": float(v[-1]) for p, v in leaves if v.ndim == 1}
+    scalars = {dotted(p) or "aux": float(v[-1]) for p, v in leaves if v.ndim == 1}
     if scalars:
         bar.set_postfix({k: f"{v:.4g}" for k, v in list(scalars.items())[:3]})

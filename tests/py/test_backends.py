@@ -107,7 +107,7 @@ def test_progress_bar_counts_steps_and_shows_each_chunks_last_loss(capsys):
                  progress=True)
     h = s.loss_history
     assert progress_bar_updates(capsys.readouterr().err, 10) == [
-        (0, ""), (4, f"['loss']={h[3]:.4g}"), (8, f"['loss']={h[7]:.4g}"), (10, f"['loss']={h[9]:.4g}")]
+        (0, ""), (4, f"loss={h[3]:.4g}"), (8, f"loss={h[7]:.4g}"), (10, f"loss={h[9]:.4g}")]
 
 
 # ---- validation ----------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def test_fit_progress_bar(capsys):
     opt = optax.sgd(0.1)
     h = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 4, chunk=2, progress=True).history["loss"]
     assert progress_bar_updates(capsys.readouterr().err, 4) == [
-        (0, ""), (2, f"['loss']={h[1]:.4g}"), (4, f"['loss']={h[3]:.4g}")]
+        (0, ""), (2, f"loss={h[1]:.4g}"), (4, f"loss={h[3]:.4g}")]
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -20,6 +20,7 @@ from loopfuse.backends import CompiledLoop
 from loopfuse.chunks import LoopChunks, drive
 from loopfuse.solve import minimize
 from problems import assert_trees_equal, batch, fresh, init_state, train_step
+from test_fit import _slow_state, _slow_step, sigint_raises  # noqa: F401  (sigint_raises: a fixture)
 from test_until_drivers import PARAMS, _between, _data, lsq_loss
 
 
@@ -116,26 +117,6 @@ def test_repeated_chained_solves_build_no_further_executable():
         minimize(lsq_loss, PARAMS, _data(), opt, steps, backend=backend, until=until)
     _, program = _cached_program(lsq_loss, True, opt, backend, until)
     assert program.loop(8, until=_flag, stop_on_nonfinite=True).compile_count == 1
-
-
-def _slow_step(state, batch):
-    """A few ms per step, so that a chunk is in flight most of the time."""
-    w, x = state
-    for _ in range(4):
-        x = jnp.tanh(x @ w + batch)
-    return (w, x), {"s": jnp.sum(x)}
-
-
-def _slow_state():
-    rng = np.random.default_rng(0)
-    return (jnp.asarray(rng.normal(size=(128, 128)).astype(np.float32) / 12), jnp.ones((128, 128), jnp.float32))
-
-
-@pytest.fixture
-def sigint_raises():
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 def test_sigint_during_chained_chunks_returns_a_live_state_equal_to_the_plain_run(sigint_raises):

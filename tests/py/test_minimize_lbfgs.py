@@ -78,7 +78,7 @@ def test_lbfgs_on_rosenbrock_is_bitwise_the_jit_loop(backend, rosenbrock_referen
     assert s.retcode == "max_steps" and 0 < losses[-1] < 0.01 * losses[0]     # mid-way, not yet converged
 
 
-@pytest.mark.parametrize("backend", COMPILED, ids=IDS)
+@pytest.mark.parametrize("backend", [GradOnly(), *COMPILED], ids=["grad-only", *IDS])
 def test_lbfgs_converges_on_rosenbrock(backend):
     s = minimize(rosenbrock, X0, optimizer=optax.lbfgs(), steps=200, backend=backend, until=loopfuse.gtol(1e-5))
     assert s.retcode == "converged" and s.steps < 200

@@ -6,8 +6,6 @@ and the steps each dispatched chunk reports.
 """
 import os
 import signal
-import threading
-import time
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +18,7 @@ from loopfuse.backends import CompiledLoop
 from loopfuse.chunks import LoopChunks, drive
 from loopfuse.solve import minimize
 from problems import assert_trees_equal, batch, fresh, init_state, train_step
-from test_fit import _slow_state, _slow_step, sigint_raises  # noqa: F401  (sigint_raises: a fixture)
+from test_fit import _slow_state, _slow_step, interrupted_runs, sigint_raises  # noqa: F401  (sigint_raises: a fixture)
 from test_until_drivers import PARAMS, _between, _data, lsq_loss
 
 
@@ -125,21 +123,9 @@ def test_sigint_during_chained_chunks_returns_a_live_state_equal_to_the_plain_ru
     step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
     never = lambda state, aux: aux["s"] < -1e30
     run = lambda n, state: drive(LoopChunks(step, bias, never, True), state, n, chunk=5, pipelined=True)
-    run(60, _slow_state())             # compiles
-    t0 = time.perf_counter()
-    run(60, _slow_state())
-    window = time.perf_counter() - t0
     plain = lambda n: loopfuse.fit(step, _slow_state(), bias, n, chunk=5, progress=False).state
-    rng, refs = np.random.default_rng(2), {}
-    for _ in range(12):
-        state = _slow_state()
-        timer = threading.Timer(rng.uniform(0, window), os.kill, (os.getpid(), signal.SIGINT))
-        try:
-            timer.start()
-            result = run(10**4, state)
-        except KeyboardInterrupt:      # landed before the first chunk ran: then nothing may be consumed
-            result = loopfuse.FitResult(state, None, 0, "interrupted")
-        timer.join()
+    refs: dict = {}
+    for result in interrupted_runs(run, 12, seed=2):
         assert result.interrupted and result.steps % 5 == 0
         assert result.steps == 0 or result.history["s"].shape == (result.steps,)
         assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))

@@ -159,16 +159,16 @@ def test_sigint_between_chunks_interrupts_unless_the_process_ignores_it(handler,
     assert signal.getsignal(signal.SIGINT) is previous
 
 
-def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted_fit(sigint_raises):
-    """A real SIGINT (os.kill from a timer thread) mostly lands while a chunk runs in XLA."""
-    step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
-    run = lambda n, state: loopfuse.fit(step, state, bias, n, chunk=5, progress=False)
+def interrupted_runs(run, rounds: int, seed: int):
+    """``run(10**4, state)`` from a fresh `_slow_state` `rounds` times, each with a real SIGINT (os.kill
+    from a timer thread) at a random moment within the time of 60 steps: yields each FitResult (one
+    that landed before the first chunk ran is a result of 0 steps with the state passed in)."""
     run(60, _slow_state())             # compiles
     t0 = time.perf_counter()
     run(60, _slow_state())
-    window = time.perf_counter() - t0  # interrupts land within the first ~60 of 10**4 steps
-    rng, refs = np.random.default_rng(1), {}
-    for _ in range(25):
+    window = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    for _ in range(rounds):
         state = _slow_state()
         timer = threading.Timer(rng.uniform(0, window), os.kill, (os.getpid(), signal.SIGINT))
         try:
@@ -177,6 +177,15 @@ def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted
         except KeyboardInterrupt:      # landed before the first chunk ran: then nothing may be consumed
             result = loopfuse.FitResult(state, None, 0, "interrupted")
         timer.join()
+        yield result
+
+
+def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted_fit(sigint_raises):
+    """A real SIGINT mostly lands while a chunk runs in XLA."""
+    step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
+    run = lambda n, state: loopfuse.fit(step, state, bias, n, chunk=5, progress=False)
+    refs: dict = {}
+    for result in interrupted_runs(run, 25, seed=1):
         assert result.interrupted and result.steps % 5 == 0
         assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
         if result.steps not in refs:

@@ -153,7 +153,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     done = planned = resumed_from = 0     # done: steps whose chunk was read back; planned: dispatched
     history, retcode, bar = [], "max_steps", None    # history: the flat aux leaves of each chunk
     in_flight: list = []                  # (k, aux, stop, dispatch time) of chunks not yet read back
-    chained = pipelined and checkpoints is None and callback is None and getattr(chunks, "chains", False)
+    chained = pipelined and checkpoints is None and callback is None and chunks.chains
     depth, timed, ran_all = 1 + chained, not chained, False    # timed: depth set from a duration
     step = getattr(chunks, "step", None) if chained else None
     if step is not None and step in _STEP_SECONDS:

@@ -1,6 +1,8 @@
 """pack-state: loop(K) speed and compile time with and without the pass, against a hand-written
 donated ``lax.scan`` of the same step (Adam over many small leaves, bench_compile.py's problem), and
-the issue's hand-written ``ravel_pytree`` program (params and moments as flat vectors).
+the issue's hand-written ``ravel_pytree`` program (params and moments as flat vectors), and
+loopfuse's loop on a state kept packed between calls (``loopfuse.pack``, packed once before the
+rounds; its compile time includes the packing's).
 
     python bench/bench_pack.py [--leaves 300 1000] [--loop 10 [100]] [--rounds 5] [--calls 20] [--variants 1 4] [--hlo]
                                [--out bench/out]
@@ -44,10 +46,11 @@ def variants(fn, k: int, ravel_fn) -> dict:
             return call, time.perf_counter() - t0, state
         return build
 
-    def with_loopfuse(passes):
+    def with_loopfuse(passes, prepare=lambda s: s):
         def build(state, batch):
-            loop = loopfuse.compile_step(fn, passes=passes).loop(k)
             t0 = time.perf_counter()
+            state = prepare(state)
+            loop = loopfuse.compile_step(fn, passes=passes).loop(k)
             loop.compiled(state, batch)
             return loop, time.perf_counter() - t0, state
         return build
@@ -56,7 +59,8 @@ def variants(fn, k: int, ravel_fn) -> dict:
             "hand-written ravel_pytree lax.scan (jax.jit, donated)": jit_scan(ravel_fn, ravel),
             "loopfuse loop": with_loopfuse(None),
             "loopfuse loop + pack-state": with_loopfuse(["pack-state"]),
-            "loopfuse loop + pack-state{flatten=true}": with_loopfuse(["pack-state{flatten=true}"])}
+            "loopfuse loop + pack-state{flatten=true}": with_loopfuse(["pack-state{flatten=true}"]),
+            "loopfuse loop, state packed between calls (loopfuse.pack)": with_loopfuse(None, loopfuse.pack)}
 
 
 def ravel(state):
@@ -85,7 +89,8 @@ def ravel_step(params):
 
 
 def bitwise(a, b) -> bool:
-    """The same bits in every state element (in leaf order: `ravel` keeps it)."""
+    """The same bits in every state element (in leaf order: `ravel` keeps it, a packed state is unpacked)."""
+    a, b = (x.unpack() if isinstance(x, loopfuse.PackedState) else x for x in (a, b))
     return np.asarray(ravel_pytree(a)[0]).tobytes() == np.asarray(ravel_pytree(b)[0]).tobytes()
 
 

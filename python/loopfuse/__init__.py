@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "compile_step": "step", "Step": "step", "StepOptions": "step",
     "fit": "fitting", "FitResult": "fitting",
-    "Dataset": "data",
+    "Dataset": "data", "pack": "packed", "PackedState": "packed",
     "MemoryStats": "runtime",
     "minimize": "solve", "Solution": "solve", "gtol": "convergence", "ftol": "convergence",
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
     from .cache import CacheWarning
     from .data import Dataset
+    from .packed import PackedState, pack
     from .errors import AuxPathError, DonatedArrayError, FitError, LoopfuseError, MiscompileError, StateMismatchError
     from .fitting import FitResult, fit
     from .pipeline import PipelineError

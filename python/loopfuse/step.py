@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from . import cache as compile_cache, dispatch, pipeline, runtime, stopping, validate, verify
+from . import cache as compile_cache, dispatch, packed, pipeline, runtime, stopping, validate, verify
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
@@ -65,10 +65,12 @@ class Step:
         self.fn, self.options = fn, options
         self._stops = options.steps is not None and (options.until is not None or options.stop_on_nonfinite)
         self.placement = Placement(options.devices, options.sharding or "data") if options.devices is not None else None
-        self.compile_count = 0
+        self.compile_count = 0             # programs compiled for this Step's calls (packed states' included)
         self._cache: dict = {}
         self._loops: dict = {}
-        self._lock = threading.Lock()      # guards compile_count, _loops, _compiling and _dispatchers
+        self._packed: dict = {}            # layout -> the Step of states packed so (see `_for`)
+        self._owner: Step | None = None    # the Step this one runs packed states for
+        self._lock = threading.Lock()      # guards compile_count, _loops, _packed, _compiling and _dispatchers
         self._compiling: dict = {}         # signature -> lock held while it compiles
         self._dispatchers: dict = {}       # static argument names -> call (see `dispatch`)
         self._verified: set = set()        # signatures whose first call `verify` checked
@@ -92,6 +94,19 @@ class Step:
                 self._loops[key] = Step(self.fn, replace(self.options, steps=steps, until=until,
                                                          stop_on_nonfinite=stop_on_nonfinite))
             return self._loops[key]
+
+    def _for(self, state) -> "Step":
+        """The Step that runs `state`: this one, or for a `packed.PackedState` the Step of its
+        layout (the step function and `until` on the unpacked state, the new state packed again)."""
+        if not isinstance(state, packed.PackedState):
+            return self
+        with self._lock:
+            step = self._packed.get(state.layout)
+            if step is None:
+                o = self.options
+                step = Step(packed.on_packed(self.fn, state.layout), replace(o, until=packed.until_on_packed(o.until)))
+                step._owner, self._packed[state.layout] = self, step
+            return step
 
     # ---- compiling -------------------------------------------------------------------------
     @staticmethod
@@ -164,6 +179,9 @@ class Step:
             seconds["cache"] = cache_seconds
         with self._lock:
             self.compile_count += 1
+        if self._owner is not None:
+            with self._owner._lock:
+                self._owner.compile_count += 1
         leaves = jax.tree_util.tree_leaves((state, batch))
         return Executable.build(traced, executable, leaves, self.placement, self._device(), o.donate, program, seconds)
 
@@ -176,7 +194,8 @@ class Step:
 
     def compiled(self, state, batch, *, start: int = 0, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached); `start` as in `__call__`."""
-        return self.served_executable(state, self._serve(batch, start), static)
+        step = self._for(state)
+        return step.served_executable(state, step._serve(batch, start), static)
 
     def served_executable(self, state, batch, static: dict) -> Executable:
         """`compiled` for a batch as the executable takes it (a `Dataset` already served)."""
@@ -203,10 +222,11 @@ class Step:
 
         Traces and runs the passes only; XLA is not invoked and nothing is cached.
         """
-        traced = self._trace(state, self._serve(batch, start), static)
-        specs = pipeline.build(self.options.passes, steps=self.options.steps, donate=self.options.donate)
+        step = self._for(state)
+        traced = step._trace(state, step._serve(batch, start), static)
+        specs = pipeline.build(step.options.passes, steps=step.options.steps, donate=step.options.donate)
         stages: dict[str, str] = {}
-        pipeline.lower(traced.module, specs, dump=self._dump_folder(traced, specs), stages=stages)
+        pipeline.lower(traced.module, specs, dump=step._dump_folder(traced, specs), stages=stages)
         return stages
 
     def memory_stats(self, state, batch, *, start: int = 0, **static) -> runtime.MemoryStats:
@@ -230,7 +250,7 @@ class Step:
         keyword arguments are static arguments of the step function (part of the signature).
         The caller's donated state arrays are consumed: use the returned state.
         """
-        return self._dispatch(state, batch, start, (False,) if self._stops else (), static)
+        return self._for(state)._dispatch(state, batch, start, (False,) if self._stops else (), static)
 
     def after(self, stopped, state, batch, *, start: int = 0, **static) -> tuple[Any, ...]:
         """`__call__` of a loop that can stop early, following a call whose stopped flag (its fourth
@@ -239,7 +259,7 @@ class Step:
         previous one's flag is read, and its results are those of stopping as soon as that flag is."""
         if not self._stops:
             raise ValueError("Step.after is for a loop that can stop early: step.loop(K, until=...)")
-        return self._dispatch(state, batch, start, (stopped,), static)
+        return self._for(state)._dispatch(state, batch, start, (stopped,), static)
 
     def _dispatch(self, state, batch, start, stopped: tuple, static):
         """Call through the C++ dispatcher; `stopped` is () or, for a loop that can stop, (initial flag,)."""

@@ -171,7 +171,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
             if placement is not None:
                 b = placement.constrain_batch(batch.batch_size, b)
         new_state, aux = _split_output(fn(s, b, **static))
-        _check_same_state(state, new_state)
+        check_same_state(state, new_state)
         aux_leaves, aux_def = jax.tree_util.tree_flatten_with_path(aux)
         out_info["aux_def"], out_info["aux_paths"] = aux_def, [dotted(p) for p, _ in aux_leaves]
         out_info["aux_keys"] = key_impls(x for _, x in aux_leaves)
@@ -262,7 +262,7 @@ def _split_output(out):
     return out
 
 
-def _check_same_state(state, new_state) -> None:
+def check_same_state(state, new_state) -> None:
     """new_state must have state's tree structure, shapes and dtypes; name the first leaf that differs."""
     old, old_def = jax.tree_util.tree_flatten_with_path(state)
     new, new_def = jax.tree_util.tree_flatten_with_path(new_state)

@@ -5,9 +5,9 @@ reference on copies of the call's inputs before the call itself, so the caller's
 consumed by the check, and compares every returned leaf bitwise. The reference of a step is
 ``jax.jit(fn)``; of ``loop(K)``, K calls of ``jax.jit(fn)`` (stopping where the loop's `until` /
 ``stop_on_nonfinite`` would, histories padded as the loop pads them; the stop computed inside the
-jitted step or on its outputs) or, for a loop that runs all K steps, ``jax.jit`` of the same steps
-written as one ``lax.scan`` (XLA may compile a loop body to other last bits than a lone step; the
-loop must equal one of them).
+jitted step or on its outputs), or ``jax.jit`` of the same steps written as one ``lax.scan`` (for a
+loop that runs all K steps) or ``lax.while_loop`` (for one that can stop): XLA may compile a loop
+body to other last bits than a lone step; the loop must equal one of them.
 
 On a difference it bisects, as LLVM's ``-opt-bisect-limit`` does: it compiles the program again
 with each loopfuse pass, buffer donation (alias-state) and each XLA option loopfuse set removed in
@@ -86,7 +86,9 @@ def _references(step, state, batch, start: int, static: dict) -> list:
     say, to other last bits); for a loop, K such steps (and, without a stop, their jitted scan).
     With a stop, the K steps are taken twice: the stop computed inside the jitted step, and K calls
     of ``jax.jit(fn)`` itself with the stop evaluated on their outputs (with jaxlib 0.12 the extra
-    output can change the step's last bits, and with them where an `until` stops)."""
+    output can change the step's last bits, and with them where an `until` stops); and jax.jit of
+    the same steps as one ``lax.while_loop`` (which XLA, like the scan, may compile to other last
+    bits than a lone step: an Adam MLP stopping on a params leaf, 1 ulp)."""
     o = step.options
     stop = stopping.flag(o.until, o.stop_on_nonfinite)
 
@@ -105,7 +107,8 @@ def _references(step, state, batch, start: int, static: dict) -> list:
         return [jitted(_copy(state), batch, np.int32(start))]
     if stop is not None:
         fn = jax.jit(lambda s, b, i: step.fn(s, _select(b, i), **static))
-        return [_steps(run, state, batch, start, o.steps) for run in (jitted, lambda s, b, i: outputs(*fn(s, b, i)))]
+        return [_steps(run, state, batch, start, o.steps) for run in (jitted, lambda s, b, i: outputs(*fn(s, b, i)))] + [
+            _while_loop(one, state, batch, start, o.steps)]
     s, history, _, _ = _steps(jitted, state, batch, start, o.steps)
     scan = jax.jit(lambda s, b: jax.lax.scan(lambda s, i: one(s, b, i), s,
                                              start + jnp.arange(o.steps, dtype=jnp.int32)))
@@ -123,6 +126,21 @@ def _steps(run, state, batch, start: int, k: int) -> tuple:
             break
     history = jax.tree_util.tree_map(lambda *r: _padded(jnp.stack(r), k), *rows)
     return s, history, np.int32(len(rows)), np.bool_(bool(stopped and stopped[0]))
+
+
+def _while_loop(one, state, batch, start: int, k: int) -> tuple:
+    """jax.jit of the stopping loop written by hand: a `lax.while_loop` of `one` (whose last output is
+    the stop flag) for at most `k` steps, each step's aux written into a history padded as `_padded` pads."""
+    def run(s, b):
+        rows = jax.eval_shape(one, s, b, jnp.int32(start))[1]
+        history = jax.tree_util.tree_map(lambda a: _padded(jnp.zeros((0, *a.shape), a.dtype), k), rows)
+
+        def body(carry):
+            s, history, i, _ = carry
+            s, aux, stop = one(s, b, start + i)
+            return s, jax.tree_util.tree_map(lambda h, a: h.at[i].set(a), history, aux), i + 1, stop
+        return jax.lax.while_loop(lambda c: (c[2] < k) & ~c[3], body, (s, history, jnp.int32(0), jnp.bool_(False)))
+    return jax.jit(run)(_copy(state), batch)
 
 
 def _returned(aux, keep_aux):

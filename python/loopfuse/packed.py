@@ -1,0 +1,166 @@
+"""Packed state: a state's small leaves kept as flat buffers between calls (`pack`, `PackedState`).
+
+The `pack-state` pass carries small leaves as flat buffers inside one call's device loop, but the
+call still takes and returns the state leaf by leaf: 900 donated buffers in and out per call for
+Adam over 300 leaves, which costs as much as ten of its steps (BENCHMARKS.md, "Packed state").
+`pack(state)` moves the packing to the caller, as a hand-written ``ravel_pytree`` program does,
+without losing the pytree: a `PackedState` is a pytree whose leaves are one 1-D buffer per element
+type (holding the small leaves) and the other leaves as they are. A `Step` called with it runs the
+user's step on ``state.unpack()`` and packs the new state again inside the compiled program, so the
+call passes a few buffers, and the loop carries them. ``state.unpack()`` returns the pytree.
+
+Why it is exact: packing reshapes to 1-D and concatenates, unpacking slices and reshapes back; both
+only move elements, and every slice reads back the elements its leaf put there. The step computes
+on the same values; XLA sees slices and concatenates around the same arithmetic (what `pack-state`
+rewrites the loop to), and like that pass it may fuse them to other last bits in a few programs
+(`tests/py/test_packed.py` says which, and by how much). So packing is the caller's choice.
+
+Examples:
+    >>> import jax
+    >>> import jax.numpy as jnp
+    >>> import loopfuse
+    >>> state = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3), "step": jnp.int32(0)}
+    >>> packed = loopfuse.pack(state)
+    >>> [x.shape for x in jax.tree_util.tree_leaves(packed)]   # one f32 buffer, the int32 leaf alone
+    [(9,), ()]
+    >>> packed.unpack()["w"].tolist()
+    [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+"""
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .passes.pack_state import PackState
+from .trace import check_same_state, is_key, is_weak
+
+MAX_LEAF_ELEMENTS = PackState.max_leaf_elements
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each leaf of a state lives: `places[i]` is ``(buffer, offset)`` for a packed leaf,
+    ``(None, position among the kept leaves)`` for one kept as it is."""
+
+    treedef: Any
+    shapes: tuple
+    places: tuple
+    buffer_dtypes: tuple
+
+    def pack(self, state) -> "PackedState":
+        """`state` (of this layout's structure) as a `PackedState`; traceable."""
+        leaves = self.treedef.flatten_up_to(state)
+        pieces: list[list] = [[] for _ in self.buffer_dtypes]
+        kept = []
+        for x, (b, _) in zip(leaves, self.places):
+            if b is None:
+                kept.append(x)
+            else:
+                pieces[b].append(jnp.reshape(x, (-1,)))
+        return PackedState(self, tuple(lax.concatenate(p, 0) for p in pieces), tuple(kept))
+
+    def unpack(self, buffers, kept):
+        """The state pytree of `buffers` and `kept`; traceable."""
+        leaves = []
+        for shape, (b, at) in zip(self.shapes, self.places):
+            if b is None:
+                leaves.append(kept[at])
+            else:
+                leaves.append(jnp.reshape(lax.slice(buffers[b], (at,), (at + math.prod(shape),)), shape))
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+class PackedState:
+    """A state whose small leaves live in flat buffers (see the module docstring); a pytree whose
+    leaves are the buffers, then the leaves kept as they are."""
+
+    def __init__(self, layout: Layout, buffers: tuple, kept: tuple):
+        self.layout, self.buffers, self.kept = layout, buffers, kept
+
+    def unpack(self):
+        """The state as the step function takes it (new arrays; this packed state stays valid)."""
+        return _unpack(self) if _concrete(self) else self.layout.unpack(self.buffers, self.kept)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{x.dtype}[{x.shape[0]}]" for x in self.buffers)
+        return f"PackedState({len(self.layout.places)} leaves: buffers {sizes or 'none'}, {len(self.kept)} kept)"
+
+
+jax.tree_util.register_pytree_with_keys(
+    PackedState,
+    lambda p: ([(jax.tree_util.GetAttrKey(f"buffers[{i}]"), x) for i, x in enumerate(p.buffers)]
+               + [(jax.tree_util.GetAttrKey(f"kept[{i}]"), x) for i, x in enumerate(p.kept)], p.layout),
+    lambda layout, xs: PackedState(layout, tuple(xs[:len(layout.buffer_dtypes)]),
+                                   tuple(xs[len(layout.buffer_dtypes):])))
+
+
+def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS) -> PackedState:
+    """`state` with its small leaves packed: the array leaves of at most `max_leaf_elements`
+    elements on one device, grouped by dtype, each group of two or more leaves one 1-D buffer in
+    leaf order. Weakly typed leaves, PRNG keys, sharded leaves and leaves alone of their dtype stay
+    as they are. `state` itself is not consumed. Call a `Step` with the result, and
+    ``.unpack()`` what it returns."""
+    if isinstance(state, PackedState):
+        raise TypeError("the state is packed already")
+    leaves, treedef = jax.tree_util.tree_flatten(state)
+    groups: dict = {}
+    for i, x in enumerate(leaves):
+        if _packable(x, max_leaf_elements):
+            groups.setdefault(np.dtype(x.dtype), []).append(i)
+    groups = {d: g for d, g in groups.items() if len(g) >= 2}
+    places: list = [None] * len(leaves)
+    for b, g in enumerate(groups.values()):
+        offset = 0
+        for i in g:
+            places[i] = (b, offset)
+            offset += math.prod(np.shape(leaves[i]))
+    n_kept = 0
+    for i, place in enumerate(places):
+        if place is None:
+            places[i], n_kept = (None, n_kept), n_kept + 1
+    layout = Layout(treedef, tuple(tuple(np.shape(x)) for x in leaves), tuple(places), tuple(groups))
+    return _pack(layout, state)
+
+
+def on_packed(fn: Callable, layout: Layout) -> Callable:
+    """``fn(state, batch, **static)`` as the step of states packed by `layout`."""
+    @functools.wraps(fn)
+    def packed_fn(packed, batch, **static):
+        state = packed.unpack()
+        out = fn(state, batch, **static)
+        if isinstance(out, tuple) and len(out) == 2:
+            check_same_state(state, out[0])
+            out = layout.pack(out[0]), out[1]
+        return out      # not (new_state, aux): tracing names the problem
+    return packed_fn
+
+
+def until_on_packed(until: Callable | None) -> Callable | None:
+    """A loop's ``until(state, aux)`` on the packed state."""
+    return None if until is None else functools.wraps(until)(lambda packed, aux: until(packed.unpack(), aux))
+
+
+def _packable(x, max_leaf_elements: int) -> bool:
+    if not hasattr(x, "dtype") or is_key(x) or is_weak(x) or not 0 < math.prod(np.shape(x)) <= max_leaf_elements:
+        return False
+    sharding = getattr(x, "sharding", None)
+    return sharding is None or len(sharding.device_set) == 1
+
+
+def _concrete(packed: PackedState) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(packed))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _pack(layout: Layout, state) -> PackedState:
+    return layout.pack(state)
+
+
+@jax.jit
+def _unpack(packed: PackedState):
+    return packed.layout.unpack(packed.buffers, packed.kept)

@@ -36,6 +36,7 @@ check of results, corpus, cache or memory fails or a section raises.
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -265,11 +266,14 @@ def cache_child(folder: str) -> None:
 
 
 def compile_cache() -> dict:
+    """Two child processes; they allocate device memory as they need it (this process holds jax's
+    preallocated share of a GPU's memory)."""
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     with tempfile.TemporaryDirectory(prefix="loopfuse-gpu-check-") as folder:
         runs = []
         for _ in range(2):
             proc = subprocess.run([sys.executable, __file__, "--cache-child", folder], capture_output=True,
-                                  text=True, timeout=600)
+                                  text=True, timeout=240, env=env)
             if proc.returncode:
                 return {"ok": False, "detail": proc.stderr[-2000:]}
             runs.append(json.loads(proc.stdout.splitlines()[-1]))
@@ -339,26 +343,23 @@ def loop_reference(p, k: int):
     return steps
 
 
-def corpus_checks(names, k: int = CORPUS_K) -> dict:
-    """Rows of `differential` for each corpus program (an exception fails the program) and the
-    seconds each program took."""
+def corpus_program(name: str, k: int = CORPUS_K) -> list:
+    """The rows of `differential` for one corpus program: its step and its loop(k); an exception
+    fails the program."""
     import corpus
-    rows, seconds = [], {}
-    for name in names:
-        t0 = time.perf_counter()
-        try:
-            p = corpus.PROGRAMS[name]()
-            lf, jitted = loopfuse.compile_step(p.fn), jax.jit(p.fn)
-            rows.append(differential(name, "step == jax.jit", lambda: lf(copied(p.state), p.batch),
-                                     lambda: jitted(copied(p.state), p.batch)))
-            ref = f"jax.jit scan({k})" if p.loop_reference == "scan" else f"{k} jax.jit steps"
-            rows.append(differential(name, f"loop({k}) == {ref}", lambda: lf.loop(k)(copied(p.state), p.batch),
-                                     loop_reference(p, k)))
-        except Exception as e:  # noqa: BLE001 (an error on this platform is a finding, not the end of the run)
-            rows.append({"program": name, "check": "runs", "status": "FAILED",
-                         "detail": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"})
-        seconds[name] = time.perf_counter() - t0
-    return {"k": k, "rows": rows, "seconds": seconds}
+    rows: list = []
+    try:
+        p = corpus.PROGRAMS[name]()
+        lf, jitted = loopfuse.compile_step(p.fn), jax.jit(p.fn)
+        rows.append(differential(name, "step == jax.jit", lambda: lf(copied(p.state), p.batch),
+                                 lambda: jitted(copied(p.state), p.batch)))
+        ref = f"jax.jit scan({k})" if p.loop_reference == "scan" else f"{k} jax.jit steps"
+        rows.append(differential(name, f"loop({k}) == {ref}", lambda: lf.loop(k)(copied(p.state), p.batch),
+                                 loop_reference(p, k)))
+    except Exception as e:  # noqa: BLE001 (an error on this platform is a finding, not the end of the run)
+        rows.append({"program": name, "check": "runs", "status": "FAILED",
+                     "detail": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"})
+    return rows
 
 
 # ---- pack ---------------------------------------------------------------------------------
@@ -463,10 +464,16 @@ class Check:
         for i, name in enumerate(self.cfg["problems"]):
             step, params, batch, runs = self.problem(name)
             result_checks(self.report["results"], name, step, runs, params, batch, self.cfg["k"], tiny=i == 0)
+            self.write()
 
     def corpus(self) -> None:
         import corpus
-        self.report["corpus"] = corpus_checks(CORPUS_QUICK if self.report["quick"] else list(corpus.PROGRAMS))
+        c = self.report["corpus"] = {"k": CORPUS_K, "rows": [], "seconds": {}}
+        for name in CORPUS_QUICK if self.report["quick"] else corpus.PROGRAMS:
+            t0 = time.perf_counter()
+            c["rows"] += corpus_program(name)
+            c["seconds"][name] = time.perf_counter() - t0
+            self.write()
 
     def cache(self) -> None:
         self.report["cache"] = compile_cache()
@@ -477,12 +484,14 @@ class Check:
         for name in list(self.cfg["problems"])[-MEMORY_PROBLEMS:]:
             step, params, batch, runs = self.problem(name)
             self.report["memory"][name] = memory(step, runs[f"loopfuse loop({k})"][0], params, batch, k, platform)
+            self.write()
 
     def speed(self) -> None:
         self.report["speed"] = {}
         for name in self.cfg["problems"]:
             step, params, batch, runs = self.problem(name)
             self.report["speed"][name] = speed(runs, params, batch, self.cfg["k"], self.cfg["rounds"])
+            self.write()
 
     def pack(self) -> None:
         self.report["pack"] = packed_state(**PACK["quick" if self.report["quick"] else "full"])
@@ -500,6 +509,7 @@ class Check:
         self.write()
 
     def write(self) -> str:
+        """Write gpu_check.json and .md with what the report has so far; return the markdown."""
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "gpu_check.json").write_text(json.dumps(self.report, indent=1))
         text = markdown(self.report) + "\nSeconds: " + ", ".join(
@@ -512,7 +522,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny problems, one round (a smoke test, not a measurement)")
     ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
-                    help="the sections to run (default all), run in the order of the list above")
+                    help="the sections to run (default all), always in the order " + " ".join(SECTIONS))
     ap.add_argument("--out", default="bench/out/gpu_check")
     ap.add_argument("--cache-child", help=argparse.SUPPRESS)
     ns = ap.parse_args()

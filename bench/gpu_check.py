@@ -1,36 +1,48 @@
-"""One short run that checks loopfuse on the machine's first device: results, speed, memory, cache.
+"""One short run that checks loopfuse on the machine's first device: results, corpus, cache, memory,
+speed, packed state.
 
-    python bench/gpu_check.py [--quick] [--out bench/out/gpu_check]
+    python bench/gpu_check.py [--quick] [--sections results corpus ...] [--out bench/out/gpu_check]
 
 Made for a lent GPU (jax 0.11+ with its CUDA plugin as preinstalled there, loopfuse installed from
 a wheel with --no-deps: bench/gpu_check.sh); it runs on any platform, and `--quick` shrinks every
 problem so the whole check takes seconds on a CPU (the suite runs it). It installs nothing.
+The environment (versions, devices, the route of each private jax API: `_jax_compat.status()`)
+comes first, then the sections named by --sections (default all), most important first:
 
-1. environment: versions, devices, the route of each private jax API (`_jax_compat.status()`).
-2. results: one step bitwise against jax.jit, `loop(K)` against the hand-written `lax.scan` of K
-   steps in jax.jit; `until` stops at the step jax.jit's losses say, with the state of a scan of
-   that many steps; a `jax.debug.callback` runs once per step, K times in `loop(K)`, with jax.jit's
-   values.
-3. speed: steps/s of jax.jit + donation per step, a hand-written `lax.scan` of K steps in one
-   donating jit, the loopfuse step and loopfuse `loop(K)`, each round running K steps per variant,
-   the order alternating round by round; medians, and ratios against jax.jit + donation.
-   Problems: a tiny MLP, a 3-layer 4096-wide MLP and a 6-layer 512-wide GPT-style model (Adam).
-4. memory: compiled bytes of `loop(K)` with loopfuse's default XLA options, and with the platform's
-   copy-insertion option (`xla_<platform>_copy_insertion_use_region_analysis`) on and off, whose
-   results are compared bitwise.
-5. compile cache: two processes compile the same step into one cache folder; the second loads it
-   (XLA does not run) and computes the same bits.
+- results: one step bitwise against jax.jit, `loop(K)` against the hand-written `lax.scan` of K
+  steps in jax.jit; `until` stops at the step jax.jit's losses say, with the state of a scan of
+  that many steps; a `jax.debug.callback` runs once per step, K times in `loop(K)`, with jax.jit's
+  values.
+- corpus: the differential corpus (tests/py/corpus.py, as tests/py/test_corpus.py checks it): one
+  step bitwise against jax.jit's, `loop(3)` against the program's `loop_reference`. Each reference
+  runs twice: where jax.jit differs from itself (scatter-add atomics on a GPU), the row says "jax.jit
+  varies run to run" and is no failure.
+- cache: two processes compile the same step into one cache folder; the second loads it (XLA does
+  not run) and computes the same bits.
+- memory: compiled bytes of `loop(K)` with loopfuse's default XLA options, and with the platform's
+  copy-insertion option (`xla_<platform>_copy_insertion_use_region_analysis`) on and off, whose
+  results are compared bitwise.
+- speed: steps/s of jax.jit + donation per step, a hand-written `lax.scan` of K steps in one
+  donating jit, the loopfuse step and loopfuse `loop(K)`, each round running K steps per variant,
+  the order alternating round by round; medians, and ratios against jax.jit + donation.
+  Problems: a tiny MLP, a 3-layer 4096-wide MLP and a 6-layer 512-wide GPT-style model (Adam).
+- pack: issue 23's figure (bench/bench_pack.py): Adam over N small leaves, loop(10), `PACK_VARIANTS`
+  against the donated `lax.scan`: compile seconds, steps/s, whether each final state equals the
+  scan's bitwise (a report: it fails nothing).
 
-Writes gpu_check.json and gpu_check.md into --out and prints the markdown; exits 1 when a check of
-sections 2, 4 or 5 fails.
+Writes gpu_check.json and gpu_check.md into --out after every section (a run cut short keeps what
+it finished), prints each section's seconds as it ends and the markdown at the end; exits 1 when a
+check of results, corpus, cache or memory fails or a section raises.
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import jax
@@ -41,7 +53,7 @@ import optax
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests" / "py")]
 import bench_loop  # noqa: E402
-from problems import assert_trees_equal  # noqa: E402
+from problems import assert_trees_equal, fresh as copied  # noqa: E402
 
 import loopfuse  # noqa: E402
 from loopfuse import _jax_compat  # noqa: E402
@@ -59,6 +71,14 @@ QUICK = dict(k=4, rounds=1, problems={
 })
 BASELINE = "jax.jit + donation"
 MEMORY_PROBLEMS = 2       # the two large problems (the tiny MLP's bytes say nothing)
+SECTIONS = ("results", "corpus", "cache", "memory", "speed", "pack")
+CORPUS_K = 3              # tests/py/test_corpus.py's K
+CORPUS_QUICK = ("diffrax_saveat_t1", "cond_switch", "segment_sum_scatter_add")
+PACK = dict(full=dict(leaves=300, rounds=5, calls=10), quick=dict(leaves=8, rounds=1, calls=2), k=10)
+# bench_pack.variants' rows to run, by name (its row 0, the donated lax.scan, is the reference and always runs).
+PACK_VARIANTS = ("lax.scan (jax.jit, donated)", "hand-written ravel_pytree lax.scan (jax.jit, donated)",
+                 "loopfuse loop", "loopfuse loop + pack-state{flatten=true}")
+VARIES = "jax.jit varies run to run"
 
 
 # ---- problems: (step, init_state, batch) ---------------------------------------------------
@@ -246,11 +266,14 @@ def cache_child(folder: str) -> None:
 
 
 def compile_cache() -> dict:
+    """Two child processes; they allocate device memory as they need it (this process holds jax's
+    preallocated share of a GPU's memory)."""
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     with tempfile.TemporaryDirectory(prefix="loopfuse-gpu-check-") as folder:
         runs = []
         for _ in range(2):
             proc = subprocess.run([sys.executable, __file__, "--cache-child", folder], capture_output=True,
-                                  text=True, timeout=600)
+                                  text=True, timeout=240, env=env)
             if proc.returncode:
                 return {"ok": False, "detail": proc.stderr[-2000:]}
             runs.append(json.loads(proc.stdout.splitlines()[-1]))
@@ -258,6 +281,96 @@ def compile_cache() -> dict:
     ok = first["xla_ran"] and not second["xla_ran"] and first["bits"] == second["bits"]
     return {"ok": ok, "first_call_s": [first["first_call_s"], second["first_call_s"]],
             "xla_ran": [first["xla_ran"], second["xla_ran"]], "same_bits": first["bits"] == second["bits"]}
+
+
+# ---- corpus -------------------------------------------------------------------------------
+def difference(a, b) -> str | None:
+    """None when `a` and `b` are bitwise equal (as `assert_trees_equal`), else where they differ:
+    the differing leaves and the largest absolute and relative difference over them."""
+    la, ta = jax.tree_util.tree_flatten_with_path(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    if ta != tb:
+        return f"tree structures differ: {ta} vs {tb}"[:300]
+    paths, most_abs, most_rel = [], 0.0, 0.0
+    for (path, x), y in zip(la, lb):
+        x, y = np.asarray(x), np.asarray(y)
+        if (x.dtype, x.shape) != (y.dtype, y.shape):
+            return f"{jax.tree_util.keystr(path)}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+        if x.tobytes() == y.tobytes():
+            continue
+        paths.append(jax.tree_util.keystr(path) or "leaf")
+        d = np.abs(x.astype(np.float64) - y.astype(np.float64))
+        rel = d / np.maximum(np.abs(y.astype(np.float64)), np.finfo(np.float32).tiny)
+        with np.errstate(all="ignore"):
+            most_abs = max(most_abs, float(np.nanmax(d, initial=0.0)))
+            most_rel = max(most_rel, float(np.nanmax(rel, initial=0.0)))
+    if not paths:
+        return None
+    return (f"{len(paths)} of {len(la)} leaves differ ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}); "
+            f"max abs {most_abs:.3g}, max rel {most_rel:.3g}")
+
+
+def differential(program: str, check: str, ours, reference, reruns: int = 3) -> dict:
+    """A corpus row: `reference()` (jax.jit) twice, then `ours()` (loopfuse) against the first; when
+    they differ, `reruns` more references (a rare race can give the same bits twice)."""
+    expected = reference()
+    varies = difference(reference(), expected)
+    got = difference(ours(), expected)
+    for _ in range(reruns if got and not varies else 0):
+        varies = varies or difference(reference(), expected)
+    if varies:
+        status, detail = VARIES, f"jax.jit against itself: {varies}; loopfuse against its first run: {got or 'equal'}"
+    else:
+        status, detail = ("ok", "") if got is None else ("FAILED", got)
+    return {"program": program, "check": check, "status": status, "detail": detail}
+
+
+def loop_reference(p, k: int):
+    """The reference of `p.fn`'s loop(k) (tests/py/test_corpus.py's): k jax.jit steps with aux stacked
+    as loop(k) returns it, or jax.jit of the hand-written `lax.scan` of k steps (one executable for
+    every call)."""
+    if p.loop_reference == "scan":
+        scan = jax.jit(lambda s, b: jax.lax.scan(lambda c, _: p.fn(c, b), s, None, length=k))
+        return lambda: scan(copied(p.state), p.batch)
+    step = jax.jit(p.fn)
+
+    def steps():
+        state, auxes = copied(p.state), []
+        for _ in range(k):
+            state, aux = step(state, p.batch)
+            auxes.append(aux)
+        return state, jax.tree_util.tree_map(lambda *rows: jnp.stack(rows), *auxes)
+    return steps
+
+
+def corpus_program(name: str, k: int = CORPUS_K) -> list:
+    """The rows of `differential` for one corpus program: its step and its loop(k); an exception
+    fails the program."""
+    import corpus
+    rows: list = []
+    try:
+        p = corpus.PROGRAMS[name]()
+        lf, jitted = loopfuse.compile_step(p.fn), jax.jit(p.fn)
+        rows.append(differential(name, "step == jax.jit", lambda: lf(copied(p.state), p.batch),
+                                 lambda: jitted(copied(p.state), p.batch)))
+        ref = f"jax.jit scan({k})" if p.loop_reference == "scan" else f"{k} jax.jit steps"
+        rows.append(differential(name, f"loop({k}) == {ref}", lambda: lf.loop(k)(copied(p.state), p.batch),
+                                 loop_reference(p, k)))
+    except Exception as e:  # noqa: BLE001 (an error on this platform is a finding, not the end of the run)
+        rows.append({"program": name, "check": "runs", "status": "FAILED",
+                     "detail": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"})
+    return rows
+
+
+# ---- pack ---------------------------------------------------------------------------------
+def packed_state(leaves: int, rounds: int, calls: int, k: int = PACK["k"]) -> dict:
+    """bench_pack.run at one N and K with the `PACK_VARIANTS` rows."""
+    import bench_pack
+    names = list(bench_pack.variants(None, k, None))  # the names only (nothing is built)
+    missing = [v for v in PACK_VARIANTS if v not in names]
+    assert not missing, f"bench_pack.variants has no {missing}"
+    result = bench_pack.run(leaves, [k], rounds, calls, only={names.index(v) for v in PACK_VARIANTS})
+    return {"k": k, "rounds": rounds, "calls": calls, **result}
 
 
 # ---- report -------------------------------------------------------------------------------
@@ -270,71 +383,162 @@ def environment() -> dict:
 
 
 def markdown(report: dict) -> str:
+    """The report's markdown: the sections it has so far."""
     env, k = report["environment"], report["k"]
     lines = [f"# loopfuse check on {env['platform']} ({', '.join(sorted(set(env['devices'])))})", "",
              f"Python {env['python']}, jax {env['jax']}, jaxlib {env['jaxlib']}, loopfuse {env['loopfuse']}; "
-             f"private jax APIs: {env['compat']}; K = {k}{' (--quick)' if report['quick'] else ''}.", "",
-             "## Results (bitwise against jax.jit)", "", "| problem | check | | detail |", "|---|---|---|---|"]
-    lines += [f"| {r['problem']} | {r['check']} | {'ok' if r['ok'] else '**FAILED**'} | {r['detail']} |"
-              for r in report["results"]]
-    lines += ["", "## Steps/s (median; ratio: median per-round ratio to jax.jit + donation)", ""]
-    variants = list(next(iter(report["speed"].values())))
-    lines += ["| problem | " + " | ".join(variants) + " |", "|---" * (len(variants) + 1) + "|"]
-    for name, row in report["speed"].items():
-        lines.append(f"| {name} | " + " | ".join(f"{row[v]['steps_per_s']:,.0f} ({row[v]['vs_jit']:.2f}x)"
-                                                  for v in variants) + " |")
-    lines += ["", f"## Memory of loop({k}) (compiled, MiB)", "",
-              "| problem | XLA options | arguments | outputs | aliased | temporaries | peak | results |",
-              "|---|---|---|---|---|---|---|---|"]
-    for name, m in report["memory"].items():
-        for setting, r in m["rows"].items():
-            mib = [f"{r[f] / 2**20:,.2f}" for f in ("argument", "output", "alias", "temp", "peak")]
-            lines.append(f"| {name} | {setting} | " + " | ".join(mib) +
-                         f" | {'bitwise equal' if m['bitwise_equal'] else '**differ**'} |")
-    c = report["cache"]
-    lines += ["", "## Compile cache across two processes", ""]
-    lines.append(f"{'ok' if c['ok'] else '**FAILED**'}: " + (
-        f"first calls {c['first_call_s'][0]:.2f} s then {c['first_call_s'][1]:.2f} s; XLA ran {c['xla_ran']}; "
-        f"same bits: {c['same_bits']}" if "xla_ran" in c else c["detail"]))
-    return "\n".join(lines) + "\n"
+             f"private jax APIs: {env['compat']}; K = {k}{' (--quick)' if report['quick'] else ''}.", ""]
+    if "results" in report:
+        lines += ["## Results (bitwise against jax.jit)", "", "| problem | check | | detail |", "|---|---|---|---|"]
+        lines += [f"| {r['problem']} | {r['check']} | {'ok' if r['ok'] else '**FAILED**'} | {r['detail']} |"
+                  for r in report["results"]]
+        lines.append("")
+    if "corpus" in report:
+        c = report["corpus"]
+        lines += [f"## Differential corpus (bitwise against jax.jit, loop({c['k']}); each reference run twice)", "",
+                  "| program | check | | detail |", "|---|---|---|---|"]
+        lines += [f"| {r['program']} | {r['check']} | {'**FAILED**' if r['status'] == 'FAILED' else r['status']} | "
+                  f"{r['detail']} |" for r in c["rows"]]
+        lines += ["", "Seconds per program: " + ", ".join(f"{n} {t:.1f}" for n, t in c["seconds"].items()), ""]
+    if "cache" in report:
+        c = report["cache"]
+        lines += ["## Compile cache across two processes", "", f"{'ok' if c['ok'] else '**FAILED**'}: " + (
+            f"first calls {c['first_call_s'][0]:.2f} s then {c['first_call_s'][1]:.2f} s; XLA ran {c['xla_ran']}; "
+            f"same bits: {c['same_bits']}" if "xla_ran" in c else c["detail"]), ""]
+    if "memory" in report:
+        lines += [f"## Memory of loop({k}) (compiled, MiB)", "",
+                  "| problem | XLA options | arguments | outputs | aliased | temporaries | peak | results |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, m in report["memory"].items():
+            for setting, r in m["rows"].items():
+                mib = [f"{r[f] / 2**20:,.2f}" for f in ("argument", "output", "alias", "temp", "peak")]
+                lines.append(f"| {name} | {setting} | " + " | ".join(mib) +
+                             f" | {'bitwise equal' if m['bitwise_equal'] else '**differ**'} |")
+        lines.append("")
+    if report.get("speed"):
+        lines += ["## Steps/s (median; ratio: median per-round ratio to jax.jit + donation)", ""]
+        variants = list(next(iter(report["speed"].values())))
+        lines += ["| problem | " + " | ".join(variants) + " |", "|---" * (len(variants) + 1) + "|"]
+        for name, row in report["speed"].items():
+            lines.append(f"| {name} | " + " | ".join(f"{row[v]['steps_per_s']:,.0f} ({row[v]['vs_jit']:.2f}x)"
+                                                      for v in variants) + " |")
+        lines.append("")
+    if "pack" in report:
+        import bench_pack
+        pk = report["pack"]
+        lines += [f"## Packed state (issue 23): Adam over {pk['leaves']} leaves, loop({pk['k']}); medians of "
+                  f"{pk['rounds']} interleaved rounds of {pk['calls']} calls (a report, no check)", "",
+                  *bench_pack.table([pk], [pk["k"]]), ""]
+    for section, error in report["errors"].items():
+        lines += [f"## {section}: **raised**", "", "```", error, "```", ""]
+    return "\n".join(lines)
+
+
+def failures(report: dict) -> list[str]:
+    """The sections with a failed check (pack reports, it checks nothing) or an exception."""
+    failed = {"results": not all(r["ok"] for r in report.get("results", [])),
+              "corpus": any(r["status"] == "FAILED" for r in report.get("corpus", {}).get("rows", [])),
+              "cache": not report.get("cache", {"ok": True})["ok"],
+              "memory": not all(m["bitwise_equal"] for m in report.get("memory", {}).values())}
+    return [s for s in SECTIONS if failed.get(s) or s in report["errors"]]
+
+
+class Check:
+    """One run: the configuration, the report so far and the problems built (sections share their
+    executables)."""
+
+    def __init__(self, quick: bool, out: Path):
+        self.cfg, self.out, self.built = QUICK if quick else FULL, out, {}
+        self.report: dict = {"quick": quick, "k": self.cfg["k"], "environment": environment(), "errors": {},
+                             "seconds": {}}
+
+    def problem(self, name: str):
+        """(step, params, batch, variants) of a problem, built once."""
+        if name not in self.built:
+            step, params, batch = problem(self.cfg["problems"][name])
+            self.built[name] = step, params, batch, variants(step, self.cfg["k"])
+        return self.built[name]
+
+    def results(self) -> None:
+        self.report["results"] = []
+        for i, name in enumerate(self.cfg["problems"]):
+            step, params, batch, runs = self.problem(name)
+            result_checks(self.report["results"], name, step, runs, params, batch, self.cfg["k"], tiny=i == 0)
+            self.write()
+
+    def corpus(self) -> None:
+        import corpus
+        c = self.report["corpus"] = {"k": CORPUS_K, "rows": [], "seconds": {}}
+        for name in CORPUS_QUICK if self.report["quick"] else corpus.PROGRAMS:
+            t0 = time.perf_counter()
+            c["rows"] += corpus_program(name)
+            c["seconds"][name] = time.perf_counter() - t0
+            self.write()
+
+    def cache(self) -> None:
+        self.report["cache"] = compile_cache()
+
+    def memory(self) -> None:
+        self.report["memory"] = {}
+        k, platform = self.cfg["k"], self.report["environment"]["platform"]
+        for name in list(self.cfg["problems"])[-MEMORY_PROBLEMS:]:
+            step, params, batch, runs = self.problem(name)
+            self.report["memory"][name] = memory(step, runs[f"loopfuse loop({k})"][0], params, batch, k, platform)
+            self.write()
+
+    def speed(self) -> None:
+        self.report["speed"] = {}
+        for name in self.cfg["problems"]:
+            step, params, batch, runs = self.problem(name)
+            self.report["speed"][name] = speed(runs, params, batch, self.cfg["k"], self.cfg["rounds"])
+            self.write()
+
+    def pack(self) -> None:
+        self.report["pack"] = packed_state(**PACK["quick" if self.report["quick"] else "full"])
+
+    def run(self, section: str) -> None:
+        """Run a section (an exception is recorded, the run goes on), then write what the report has."""
+        t0 = time.perf_counter()
+        try:
+            getattr(self, section)()
+        except Exception:  # noqa: BLE001 (a timed device run reports what it can)
+            self.report["errors"][section] = traceback.format_exc()[-3000:]
+        self.report["seconds"][section] = time.perf_counter() - t0
+        print(f"gpu_check: {section} took {self.report['seconds'][section]:.1f} s"
+              f"{' (raised)' if section in self.report['errors'] else ''}", flush=True)
+        self.write()
+
+    def write(self) -> str:
+        """Write gpu_check.json and .md with what the report has so far; return the markdown."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "gpu_check.json").write_text(json.dumps(self.report, indent=1))
+        text = markdown(self.report) + "\nSeconds: " + ", ".join(
+            f"{k} {v:.1f}" for k, v in self.report["seconds"].items()) + "\n"
+        (self.out / "gpu_check.md").write_text(text)
+        return text
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny problems, one round (a smoke test, not a measurement)")
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                    help="the sections to run (default all), always in the order " + " ".join(SECTIONS))
     ap.add_argument("--out", default="bench/out/gpu_check")
     ap.add_argument("--cache-child", help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.cache_child:
         cache_child(ns.cache_child)
         return 0
-    cfg = QUICK if ns.quick else FULL
     t0 = time.perf_counter()
-    report: dict = {"quick": ns.quick, "k": cfg["k"], "environment": environment(), "results": [], "speed": {},
-                    "memory": {}, "seconds": {}}
-    platform = report["environment"]["platform"]
-    for i, (name, spec) in enumerate(cfg["problems"].items()):
-        t1 = time.perf_counter()
-        step, params, batch = problem(spec)
-        runs = variants(step, cfg["k"])
-        result_checks(report["results"], name, step, runs, params, batch, cfg["k"], tiny=i == 0)
-        report["speed"][name] = speed(runs, params, batch, cfg["k"], cfg["rounds"])
-        if i >= len(cfg["problems"]) - MEMORY_PROBLEMS:
-            report["memory"][name] = memory(step, runs[f"loopfuse loop({cfg['k']})"][0], params, batch, cfg["k"],
-                                            platform)
-        report["seconds"][name] = time.perf_counter() - t1
-    t1 = time.perf_counter()
-    report["cache"] = compile_cache()
-    report["seconds"] |= {"compile cache": time.perf_counter() - t1, "all": time.perf_counter() - t0}
-    out = Path(ns.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=1))
-    text = markdown(report) + "\nSeconds: " + ", ".join(f"{k} {v:.1f}" for k, v in report["seconds"].items()) + "\n"
-    (out / "gpu_check.md").write_text(text)
-    print(text)
-    ok = (all(r["ok"] for r in report["results"]) and report["cache"]["ok"]
-          and all(m["bitwise_equal"] for m in report["memory"].values()))
-    return 0 if ok else 1
+    run = Check(ns.quick, Path(ns.out))
+    for section in (s for s in SECTIONS if s in ns.sections):
+        run.run(section)
+    run.report["seconds"]["all"] = time.perf_counter() - t0
+    print(run.write(), flush=True)
+    failed = failures(run.report)
+    if failed:
+        print(f"gpu_check: failed: {', '.join(failed)}", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

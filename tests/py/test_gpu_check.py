@@ -1,24 +1,35 @@
 """bench/gpu_check.py --quick (the check a lent GPU runs) works on CPU: every section is filled and its
 checks pass, except that while `simplify` is a default pass the GPT-style model's bits differ from
-jax.jit's (simplify reassociates its arithmetic; issue 20 takes it out of the defaults)."""
+jax.jit's (simplify reassociates its arithmetic; issue 20 takes it out of the defaults). A corpus
+row tells loopfuse's difference from jax.jit's own run-to-run variation; --sections runs only those."""
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
+
 from loopfuse import pipeline
 
 SCRIPT = Path(__file__).parents[2] / "bench" / "gpu_check.py"
+SPEC = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+gpu_check = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(gpu_check)
+
+
+def run_check(tmp_path, *args):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path), *args],
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=600)
+    return proc, json.loads((tmp_path / "gpu_check.json").read_text())
 
 
 def test_quick_gpu_check_runs_on_cpu(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    proc, report = run_check(tmp_path)
     assert (tmp_path / "gpu_check.md").read_text() in proc.stdout
-    assert report["environment"]["platform"] == "cpu"
+    assert report["environment"]["platform"] == "cpu" and report["errors"] == {}
+    assert list(report["seconds"]) == [*gpu_check.SECTIONS, "all"]
     simplified = "simplify" in pipeline.DEFAULT_PASSES
     checks = {(r["problem"], r["check"]): r["ok"] for r in report["results"]}
     expected = {k: not (simplified and k[0].startswith("GPT")) for k in checks}
@@ -26,6 +37,14 @@ def test_quick_gpu_check_runs_on_cpu(tmp_path):
     assert ("GPT 1x16", "loop(4) == jax.jit scan(4)") in checks
     assert checks == expected, report["results"]
     assert proc.returncode == (1 if simplified else 0), proc.stderr[-3000:]
+    # corpus: a step and a loop per program, all equal to jax.jit's (a CPU's jax.jit does not vary)
+    rows = report["corpus"]["rows"]
+    assert [(r["program"], r["check"]) for r in rows] == [
+        ("diffrax_saveat_t1", "step == jax.jit"), ("diffrax_saveat_t1", "loop(3) == 3 jax.jit steps"),
+        ("cond_switch", "step == jax.jit"), ("cond_switch", "loop(3) == jax.jit scan(3)"),
+        ("segment_sum_scatter_add", "step == jax.jit"), ("segment_sum_scatter_add", "loop(3) == 3 jax.jit steps")]
+    assert all(r["status"] == "ok" for r in rows), rows
+    assert set(report["corpus"]["seconds"]) == set(gpu_check.CORPUS_QUICK)
     for row in report["speed"].values():
         assert set(row) == {"jax.jit + donation", "loopfuse step", "hand-written scan(4)", "loopfuse loop(4)"}
         assert all(v["steps_per_s"] > 0 for v in row.values())
@@ -34,3 +53,34 @@ def test_quick_gpu_check_runs_on_cpu(tmp_path):
         assert m["option"] == "xla_cpu_copy_insertion_use_region_analysis" and m["bitwise_equal"]
         assert all(r["peak"] == r["argument"] + r["output"] - r["alias"] + r["temp"] > 0 for r in m["rows"].values())
     assert report["cache"] == {**report["cache"], "ok": True, "xla_ran": [True, False], "same_bits": True}
+    # pack: every variant compiled and timed; the scan is its own reference and loopfuse's loop equals it
+    pack = report["pack"]
+    assert pack["leaves"] == gpu_check.PACK["quick"]["leaves"] and list(pack["rows"]) == list(gpu_check.PACK_VARIANTS)
+    rows = {name: by_k[str(gpu_check.PACK["k"])] for name, by_k in pack["rows"].items()}
+    assert all(r["compile_s"] > 0 and r["steps_per_s"] > 0 for r in rows.values())
+    assert rows["lax.scan (jax.jit, donated)"]["bitwise_vs_scan"] and rows["loopfuse loop"]["bitwise_vs_scan"]
+    assert "## Packed state (issue 23)" in proc.stdout and "## Differential corpus" in proc.stdout
+
+
+def test_sections_runs_only_those(tmp_path):
+    proc, report = run_check(tmp_path, "--sections", "pack", "corpus")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list(report["seconds"]) == ["corpus", "pack", "all"]   # in the script's order, not the command's
+    assert {"corpus", "pack"} <= set(report) and not {"results", "cache", "memory", "speed"} & set(report)
+    assert "gpu_check: corpus took" in proc.stdout and "## Results" not in proc.stdout
+
+
+def test_corpus_row_tells_loopfuse_from_jit_variation():
+    """Equal bits: ok; loopfuse off by 2**-23 in one leaf: FAILED with the difference; jax.jit
+    differing from itself: its own status, which fails nothing."""
+    one, other = {"a": jnp.ones(3), "b": jnp.zeros(2)}, {"a": jnp.ones(3).at[1].add(2.0 ** -23), "b": jnp.zeros(2)}
+    runs = iter([one, other])
+    rows = [gpu_check.differential("p", "c", lambda: one, lambda: one),
+            gpu_check.differential("p", "c", lambda: other, lambda: one),
+            gpu_check.differential("p", "c", lambda: one, lambda: next(runs))]
+    assert [r["status"] for r in rows] == ["ok", "FAILED", gpu_check.VARIES]
+    assert rows[1]["detail"] == "1 of 2 leaves differ (['a']); max abs 1.19e-07, max rel 1.19e-07"
+    assert rows[2]["detail"].startswith("jax.jit against itself: 1 of 2 leaves differ")
+    report = {"corpus": {"rows": rows[:1] + rows[2:]}, "errors": {}}
+    assert gpu_check.failures(report) == []
+    assert gpu_check.failures({"corpus": {"rows": rows}, "errors": {}}) == ["corpus"]

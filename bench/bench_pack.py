@@ -60,7 +60,9 @@ def variants(fn, k: int, ravel_fn) -> dict:
             "loopfuse loop": with_loopfuse(None),
             "loopfuse loop + pack-state": with_loopfuse(["pack-state"]),
             "loopfuse loop + pack-state{flatten=true}": with_loopfuse(["pack-state{flatten=true}"]),
-            "loopfuse loop, state packed between calls (loopfuse.pack)": with_loopfuse(None, loopfuse.pack)}
+            "loopfuse loop, state packed between calls (loopfuse.pack)": with_loopfuse(None, loopfuse.pack),
+            "loopfuse loop, state packed between calls + pack-state{flatten=true}":
+                with_loopfuse(["pack-state{flatten=true}"], loopfuse.pack)}
 
 
 def ravel(state):

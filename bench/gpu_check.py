@@ -77,7 +77,8 @@ CORPUS_QUICK = ("diffrax_saveat_t1", "cond_switch", "segment_sum_scatter_add")
 PACK = dict(full=dict(leaves=300, rounds=5, calls=10), quick=dict(leaves=8, rounds=1, calls=2), k=10)
 # bench_pack.variants' rows to run, by name (its row 0, the donated lax.scan, is the reference and always runs).
 PACK_VARIANTS = ("lax.scan (jax.jit, donated)", "hand-written ravel_pytree lax.scan (jax.jit, donated)",
-                 "loopfuse loop", "loopfuse loop + pack-state{flatten=true}")
+                 "loopfuse loop", "loopfuse loop, state packed between calls (loopfuse.pack)",
+                 "loopfuse loop, state packed between calls + pack-state{flatten=true}")
 VARIES = "jax.jit varies run to run"
 
 

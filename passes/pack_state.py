@@ -45,9 +45,10 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from ._func import arg_attrs, main_func
+from ._func import arg_attrs, erase_dead_ops, main_func
 from .control_flow import is_wrap_loop
 from .flatten_update import Flattener, feeding
+from .matchers import producer
 from .module_pass import ModulePass, option
 from .vocabulary import STATE
 from .wrap_loop import BODY
@@ -77,28 +78,29 @@ class PackState(ModulePass):
         loops = [op.operation for op in main.body.blocks[0].operations if is_wrap_loop(op.operation)]
         if not loops:
             return
-        groups = self._groups(main, loops[0])
-        if not groups:
-            return
-        flattener = _pack(loops[0], groups)
-        if self.flatten:
-            flattener.flatten(self.min_group, _last(flattener.block))
-        flattener.finish()
+        loop = _split(main, loops[0])
+        groups = self._groups(main, loop)
+        if groups:
+            flattener = _pack(loop, groups)
+            if self.flatten:
+                flattener.flatten(self.min_group, _last(flattener.block))
+            flattener.finish()
+        _join_slices(main.body.blocks[0])
 
     def _groups(self, main: func.FuncOp, loop: ir.Operation) -> list[list[int]]:
-        """Groups of the loop's carry positions to pack (carry position = argument index + 1, after
-        the counter), one per element type (with `flatten`, per element type and `_update_only`
-        role), in first-occurrence order."""
+        """Groups of the loop's carry positions to pack (the state arguments and the pieces of split
+        buffers), one per element type (with `flatten`, per element type and `_update_only` role),
+        in first-occurrence order."""
         update_only = _update_only(loop) if self.flatten else {}
         by_type: dict[tuple, list[int]] = {}
-        args = main.body.blocks[0].arguments
-        for i, attrs in enumerate(arg_attrs(main)):
-            t = args[i].type
-            if (STATE not in attrs or any(s in attrs for s in SHARDINGS) or not isinstance(t, ir.RankedTensorType)
-                    or not t.has_static_shape or not 0 < math.prod(t.shape) <= self.max_leaf_elements):
+        attrs = arg_attrs(main)
+        for k in range(1, len(loop.operands)):
+            i, t = _state_arg(main, loop.operands[k]), loop.operands[k].type
+            if (i is None or STATE not in attrs[i] or any(s in attrs[i] for s in SHARDINGS)
+                    or not isinstance(t, ir.RankedTensorType) or not t.has_static_shape
+                    or not 0 < math.prod(t.shape) <= self.max_leaf_elements):
                 continue
-            assert loop.operands[i + 1] == args[i], "wrap-loop carries argument i at position i + 1"
-            by_type.setdefault((str(t.element_type), update_only.get(i + 1)), []).append(i + 1)
+            by_type.setdefault((str(t.element_type), update_only.get(k)), []).append(k)
         return [g for g in by_type.values() if len(g) >= self.min_group]
 
 
@@ -132,15 +134,30 @@ def _update_only(loop: ir.Operation) -> dict[int, tuple]:
     of its own, so that its flat update writes it in place and the parameters' update reads that
     result: in one buffer with the parameters (or with each other) XLA recomputes the moments in the
     parameters' update from the old buffer, and copies the whole buffer every step to keep it."""
-    step = _callee(_step_call(loop.regions[1].blocks[0]))
-    entry = step.body.blocks[0]
+    body = loop.regions[1].blocks[0]
+    call = _step_call(body)
+    entry = _callee(call).body.blocks[0]
     tree_of = {op: tree for tree in feeding(entry, _last(entry)) for op in tree.nodes}
     roles = {}
-    for i, arg in enumerate(entry.arguments):
-        users = [u.owner.operation for u in arg.uses]
+    for k, m in _operands(body, call).items():
+        users = [u.owner.operation for u in entry.arguments[m].uses]
         if users and all(op in tree_of for op in users):
-            roles[i + 1] = tree_of[users[0]].signature
+            roles[k] = tree_of[users[0]].signature
     return roles
+
+
+def _operands(body: ir.Block, call: func.CallOp) -> dict[int, int]:
+    """Carry position -> the step call's operand index, for the carried values the call takes as they are."""
+    return {ir.BlockArgument(v).arg_number: m for m, v in enumerate(call.operands)
+            if isinstance(v, ir.BlockArgument) and v.owner == body}
+
+
+def _state_arg(main: func.FuncOp, value: ir.Value) -> int | None:
+    """The argument of `main` that `value` is, or is a (reshaped) slice of (a piece of a split buffer)."""
+    source = _sliced(value)
+    value = value if source is None else source[0]
+    entry = main.body.blocks[0]
+    return ir.BlockArgument(value).arg_number if isinstance(value, ir.BlockArgument) and value.owner == entry else None
 
 
 def _last(block: ir.Block) -> ir.Operation:
@@ -184,11 +201,12 @@ def _pack_step(body: ir.Block, groups: list[list[int]], n_carry: int) -> _StepPa
     call = _step_call(body)
     ret = body.operations[len(body.operations) - 1]
     flat_args = list(body.arguments)[n_carry:]
+    operand_of = _operands(body, call)
     for g in groups:
         for k in g:
-            assert call.operands[k - 1] == body.arguments[k], "the step takes carried value k as argument k - 1"
+            assert k in operand_of, "the step takes carried value k as it is"
             assert ret.operands[k].owner == call.operation, "the body returns the step's new value of k"
-    arg_groups = [[k - 1 for k in g] for g in groups]
+    arg_groups = [[operand_of[k] for k in g] for g in groups]
     res_groups = [[ir.OpResult(ret.operands[k]).result_number for k in g] for g in groups]
     step = _callee(call)
     packer = _StepPacker(step, res_groups)
@@ -258,3 +276,193 @@ def _unpack(flats: Sequence[ir.Value], groups: list[list[int]], olds: Sequence[i
                 slices[piece] = (flat, offset)
             offset += n
     return slices
+
+
+def _split(main: func.FuncOp, loop: ir.Operation) -> ir.Operation:
+    """Carry each state buffer of the loop that the step reads only as slices and returns as a
+    concatenation (a state packed by the caller, `loopfuse.pack`) as its pieces instead, each shaped
+    as the value the step returns for it, so that grouping can pack the pieces again (per role);
+    returns the loop, rewritten or not. Before the loop the pieces are slices of the buffer, after
+    it the buffer is their concatenation (`_join_slices` then merges consecutive slices)."""
+    cond, body = (loop.regions[r].blocks[0] for r in range(2))
+    call = _step_call(body)
+    step = _callee(call)
+    entry = step.body.blocks[0]
+    step_ret, body_ret = _last(entry), _last(body)
+    splits = {}      # carry position -> (call operand index, call result index, [(piece type, slices, new value)])
+    for k, m in _operands(body, call).items():
+        pieces = _pieces(main, loop, cond, body, call, entry, step_ret, body_ret, k, m)
+        if pieces is not None:
+            splits[k] = pieces
+    if not splits:
+        return loop
+    n = len(loop.operands)
+    kept = [k for k in range(n) if k not in splits]
+    with ir.InsertionPoint(loop), loop.location:
+        init = [loop.operands[k] for k in kept]
+        for k, (_, _, pieces) in splits.items():
+            offset = 0
+            for t, _, _ in pieces:
+                size = math.prod(t.shape)
+                piece = stablehlo.SliceOp(loop.operands[k], [offset], [offset + size], [1]).result
+                init.append(piece if t.rank == 1 else stablehlo.ReshapeOp(t, piece).result)
+                offset += size
+        new = stablehlo.WhileOp([v.type for v in init], init)
+    for r, block in enumerate((cond, body)):
+        block.append_to(new.regions[r])
+        for v in init[len(kept):]:
+            block.add_argument(v.type, loop.location)
+    piece_args = list(body.arguments)[n:]
+
+    # the step takes and returns the pieces (after its other arguments and results)
+    step_pieces, results_out, dropped_args, dropped_results = [], [], set(), set()
+    for k, (m, j, pieces) in splits.items():
+        dropped_args.add(m)
+        dropped_results.add(j)
+        for t, slices, value in pieces:
+            arg = entry.add_argument(t, step.location)
+            step_pieces.append(arg)
+            results_out.append(value)
+            for sl in slices:
+                for use in list(sl.result.uses):
+                    user = use.owner.operation
+                    if isinstance(user.opview, stablehlo.ReshapeOp) and user.result.type == t:
+                        user.result.replace_all_uses_with(arg)
+                if any(True for _ in sl.result.uses):
+                    with ir.InsertionPoint(sl), step.location:
+                        flat = arg if t.rank == 1 else stablehlo.ReshapeOp(sl.result.type, arg).result
+                    sl.result.replace_all_uses_with(flat)
+    with ir.InsertionPoint(step_ret), step_ret.location:
+        outs = [v for j, v in enumerate(step_ret.operands) if j not in dropped_results] + results_out
+        func.ReturnOp(outs)
+    step_ret.erase()
+    erase_dead_ops(entry)     # the slices of the buffers and the concatenations of their pieces
+    for i in sorted(dropped_args, reverse=True):
+        entry.erase_argument(i)
+    step.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([a.type for a in entry.arguments], [v.type for v in outs]))
+
+    # the body calls it so and carries the pieces
+    kept_results = [j for j in range(len(call.results)) if j not in dropped_results]
+    with ir.InsertionPoint(call), call.location:
+        operands = [v for m, v in enumerate(call.operands) if m not in dropped_args] + piece_args
+        new_call = func.CallOp([call.results[j].type for j in kept_results] + [a.type for a in piece_args],
+                               ir.FlatSymbolRefAttr.get(BODY), operands)
+    for n_new, j in enumerate(kept_results):
+        call.results[j].replace_all_uses_with(new_call.results[n_new])
+    with ir.InsertionPoint(body_ret), body_ret.location:
+        stablehlo.ReturnOp([body_ret.operands[k] for k in kept] + list(new_call.results)[len(kept_results):])
+    body_ret.erase()
+    call.erase()
+    for block in (cond, body):
+        for k in sorted(splits, reverse=True):
+            block.erase_argument(k)
+
+    # after the loop: each buffer is the concatenation of its pieces
+    results = list(new.results)
+    with ir.InsertionPoint.after(new), loop.location:
+        for n_new, k in enumerate(kept):
+            loop.results[k].replace_all_uses_with(results[n_new])
+        at = len(kept)
+        for k, (_, _, pieces) in splits.items():
+            parts = [_flat(v) for v in results[at:at + len(pieces)]]
+            at += len(pieces)
+            loop.results[k].replace_all_uses_with(stablehlo.ConcatenateOp(parts, 0).result)
+    loop.erase()
+    return new.operation
+
+
+def _pieces(main, loop, cond, body, call, entry, step_ret, body_ret, k: int, m: int):
+    """(call operand m, call result j, pieces) when carried value `k` is a state buffer that the step
+    reads only by slices of its pieces and returns as the concatenation of them, else None. A piece:
+    (its type: the value's the step returns for it, the slices of it that the step reads, that value)."""
+    t = loop.operands[k].type
+    if (_state_arg(main, loop.operands[k]) is None or not isinstance(t, ir.RankedTensorType) or t.rank != 1
+            or any(True for _ in cond.arguments[k].uses) or len(list(body.arguments[k].uses)) != 1):
+        return None
+    out = body_ret.operands[k]
+    if not (isinstance(out, ir.OpResult) and out.owner == call.operation) or len(list(out.uses)) != 1:
+        return None
+    j = out.result_number
+    concat = producer(step_ret.operands[j], stablehlo.ConcatenateOp)
+    if concat is None or len(list(step_ret.operands[j].uses)) != 1:
+        return None
+    pieces, ranges, offset = [], {}, 0
+    for v in _concatenated(concat):
+        reshape = producer(v, stablehlo.ReshapeOp)
+        value = v if reshape is None else reshape.operands[0]
+        if not (isinstance(value.type, ir.RankedTensorType) and value.type.has_static_shape):
+            return None
+        size = math.prod(value.type.shape)
+        ranges[(offset, offset + size)] = len(pieces)
+        pieces.append((value.type, [], value))
+        offset += size
+    for use in entry.arguments[m].uses:
+        sl = use.owner.operation
+        if not isinstance(sl.opview, stablehlo.SliceOp) or list(sl.opview.strides) != [1]:
+            return None
+        at = ranges.get((sl.opview.start_indices[0], sl.opview.limit_indices[0]))
+        if at is None:
+            return None
+        pieces[at][1].append(sl)
+    return m, j, pieces
+
+
+def _concatenated(concat: ir.Operation) -> list[ir.Value]:
+    """The operands of a 1-D concatenation, those of nested ones in their place (jax lowers a
+    concatenate of many operands as a tree of them)."""
+    values = []
+    for v in concat.operands:
+        inner = producer(v, stablehlo.ConcatenateOp)
+        if inner is not None and ir.RankedTensorType(v.type).rank == 1 and len(list(v.uses)) == 1:
+            values += _concatenated(inner)
+        else:
+            values.append(v)
+    return values
+
+
+def _flat(value: ir.Value) -> ir.Value:
+    t = ir.RankedTensorType(value.type)
+    return value if t.rank == 1 else stablehlo.ReshapeOp(
+        ir.RankedTensorType.get([math.prod(t.shape)], t.element_type), value).result
+
+
+def _sliced(value: ir.Value):
+    """(x, start, end) when `value` is the stride-1 slice [start:end] of the 1-D value x, possibly reshaped."""
+    while (reshape := producer(value, stablehlo.ReshapeOp)) is not None:
+        value = reshape.operands[0]
+    sl = producer(value, stablehlo.SliceOp)
+    if sl is None or list(sl.opview.strides) != [1] or ir.RankedTensorType(sl.operands[0].type).rank != 1:
+        return None
+    return sl.operands[0], sl.opview.start_indices[0], sl.opview.limit_indices[0]
+
+
+def _join_slices(block: ir.Block) -> None:
+    """In each 1-D concatenation of `block`, consecutive slices of one value become one slice of it
+    (the value itself when they cover it), and a concatenation left with one operand is that operand."""
+    for op in [op.operation for op in block.operations if isinstance(op, stablehlo.ConcatenateOp)]:
+        if ir.RankedTensorType(op.result.type).rank != 1:
+            continue
+        runs: list = []          # [x, start, end] or [value]
+        for v in op.operands:
+            s = _sliced(v)
+            if s is not None and runs and len(runs[-1]) == 3 and runs[-1][0] == s[0] and runs[-1][2] == s[1]:
+                runs[-1][2] = s[2]
+            else:
+                runs.append(list(s) if s is not None else [v])
+        if len(runs) == len(op.operands):
+            continue
+        with ir.InsertionPoint(op), op.location:
+            parts = []
+            for run in runs:
+                if len(run) == 1:
+                    parts.append(run[0])
+                elif (run[1], run[2]) == (0, ir.RankedTensorType(run[0].type).shape[0]):
+                    parts.append(run[0])
+                else:
+                    parts.append(stablehlo.SliceOp(run[0], [run[1]], [run[2]], [1]).result)
+            joined = parts[0] if len(parts) == 1 else stablehlo.ConcatenateOp(parts, 0).result
+        op.result.replace_all_uses_with(joined)
+        op.erase()
+    erase_dead_ops(block)
+

@@ -32,6 +32,7 @@
 // NOLOOP-LABEL: func.func @main
 // NOLOOP-NOT: stablehlo.concatenate
 // NOLOOP-NOT: stablehlo.slice
+// NOLOOP: return
 func.func @main(%w: tensor<2x3xf32> {loopfuse.state = "['w']"}, %b: tensor<3xf32> {loopfuse.state = "['b']"},
                 %big: tensor<8x8xf32> {loopfuse.state = "['big']"}, %n: tensor<i32> {loopfuse.state = "['n']"}, %x: tensor<3xf32>)
     -> (tensor<2x3xf32> {loopfuse.state = "['w']"}, tensor<3xf32> {loopfuse.state = "['b']"},
@@ -146,4 +147,62 @@ func.func @main(%w0: tensor<2xf32> {loopfuse.state = "['w0']"}, %w1: tensor<3xf3
   %6 = stablehlo.multiply %r1, %5 : tensor<3xf32>
   %7 = stablehlo.subtract %w1, %6 : tensor<3xf32>
   return %3, %7, %1, %5, %l0, %l1 : tensor<2xf32>, tensor<3xf32>, tensor<2xf32>, tensor<3xf32>, tensor<f32>, tensor<f32>
+}
+
+// -----
+
+// (e) A state the caller packed (`loopfuse.pack`): one buffer that the step reads as slices
+// (reshaped) and returns as the concatenation of its new leaves. The loop carries its pieces
+// instead, which pack-state groups again: with flatten=true per role, so the buffer enters the loop
+// as two slices (the parameters, the momenta: (d)'s buffers) and leaves it as their concatenation,
+// and the step is (d)'s; without, the one f32 group is the buffer itself, carried whole.
+// CHECK-LABEL: func.func private @loopfuse_step(%arg0: tensor<2xf32>, %arg1: tensor<1x3xf32>, %arg2: tensor<10xf32>) -> (tensor<f32>, tensor<f32>, tensor<10xf32>)
+// CHECK-LABEL: func.func @main
+// CHECK-NOT: stablehlo.slice
+// CHECK: %[[L:[0-9]+]]:6 = stablehlo.while({{.*}}, %{{[a-zA-Z0-9_]+}} = %arg0)
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: return %[[L]]#5, %[[L]]#3, %[[L]]#4 : tensor<10xf32>, tensor<4xf32>, tensor<4xf32>
+// FLAT-LABEL: func.func private @loopfuse_step(%arg0: tensor<2xf32>, %arg1: tensor<1x3xf32>, %arg2: tensor<5xf32>, %arg3: tensor<5xf32>) -> (tensor<f32>, tensor<f32>, tensor<5xf32>, tensor<5xf32>)
+// FLAT-NEXT: %[[W0:[0-9]+]] = stablehlo.slice %arg2 [0:2]
+// FLAT-NEXT: %[[W1F:[0-9]+]] = stablehlo.slice %arg2 [2:5]
+// FLAT-NEXT: %[[W1:[0-9]+]] = stablehlo.reshape %[[W1F]] : (tensor<3xf32>) -> tensor<1x3xf32>
+// FLAT: %[[W:[0-9]+]] = stablehlo.subtract %arg2, %{{[0-9]+}} : tensor<5xf32>
+// FLAT-NEXT: return %{{[0-9]+}}, %{{[0-9]+}}, %[[W]], %[[M:[0-9]+]] : tensor<f32>, tensor<f32>, tensor<5xf32>, tensor<5xf32>
+// FLAT-LABEL: func.func @main
+// FLAT: %[[PW:[0-9]+]] = stablehlo.slice %arg0 [0:5] : (tensor<10xf32>) -> tensor<5xf32>
+// FLAT-NEXT: %[[PM:[0-9]+]] = stablehlo.slice %arg0 [5:10] : (tensor<10xf32>) -> tensor<5xf32>
+// FLAT-NEXT: %[[L:[0-9]+]]:7 = stablehlo.while({{.*}}, %{{[a-zA-Z0-9_]+}} = %[[PW]], %{{[a-zA-Z0-9_]+}} = %[[PM]])
+// FLAT: %[[NEW:[0-9]+]] = stablehlo.concatenate %[[L]]#5, %[[L]]#6, dim = 0 : (tensor<5xf32>, tensor<5xf32>) -> tensor<10xf32>
+// FLAT-NEXT: return %[[NEW]], %[[L]]#3, %[[L]]#4 : tensor<10xf32>, tensor<4xf32>, tensor<4xf32>
+func.func @main(%p: tensor<10xf32> {loopfuse.state = ".buffers[0]"}, %x0: tensor<2xf32>, %x1: tensor<1x3xf32>)
+    -> (tensor<10xf32> {loopfuse.state = ".buffers[0]"}, tensor<f32>, tensor<f32>) {
+  %w0 = stablehlo.slice %p [0:2] : (tensor<10xf32>) -> tensor<2xf32>
+  %w1f = stablehlo.slice %p [2:5] : (tensor<10xf32>) -> tensor<3xf32>
+  %w1 = stablehlo.reshape %w1f : (tensor<3xf32>) -> tensor<1x3xf32>
+  %m0 = stablehlo.slice %p [5:7] : (tensor<10xf32>) -> tensor<2xf32>
+  %m1f = stablehlo.slice %p [7:10] : (tensor<10xf32>) -> tensor<3xf32>
+  %m1 = stablehlo.reshape %m1f : (tensor<3xf32>) -> tensor<1x3xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %d0 = stablehlo.subtract %w0, %x0 : tensor<2xf32>
+  %s0 = stablehlo.multiply %d0, %d0 : tensor<2xf32>
+  %l0 = stablehlo.reduce(%s0 init: %z) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
+  %d1 = stablehlo.subtract %w1, %x1 : tensor<1x3xf32>
+  %s1 = stablehlo.multiply %d1, %d1 : tensor<1x3xf32>
+  %l1 = stablehlo.reduce(%s1 init: %z) applies stablehlo.add across dimensions = [0, 1] : (tensor<1x3xf32>, tensor<f32>) -> tensor<f32>
+  %b0 = stablehlo.constant dense<0.9> : tensor<2xf32>
+  %b1 = stablehlo.constant dense<0.9> : tensor<1x3xf32>
+  %r0 = stablehlo.constant dense<0.1> : tensor<2xf32>
+  %r1 = stablehlo.constant dense<0.1> : tensor<1x3xf32>
+  %0 = stablehlo.multiply %b0, %m0 : tensor<2xf32>
+  %1 = stablehlo.add %0, %d0 : tensor<2xf32>
+  %2 = stablehlo.multiply %r0, %1 : tensor<2xf32>
+  %3 = stablehlo.subtract %w0, %2 : tensor<2xf32>
+  %4 = stablehlo.multiply %b1, %m1 : tensor<1x3xf32>
+  %5 = stablehlo.add %4, %d1 : tensor<1x3xf32>
+  %6 = stablehlo.multiply %r1, %5 : tensor<1x3xf32>
+  %7 = stablehlo.subtract %w1, %6 : tensor<1x3xf32>
+  %n1 = stablehlo.reshape %7 : (tensor<1x3xf32>) -> tensor<3xf32>
+  %n3 = stablehlo.reshape %5 : (tensor<1x3xf32>) -> tensor<3xf32>
+  %c = stablehlo.concatenate %3, %n1, %1, %n3, dim = 0 : (tensor<2xf32>, tensor<3xf32>, tensor<2xf32>, tensor<3xf32>) -> tensor<10xf32>
+  return %c, %l0, %l1 : tensor<10xf32>, tensor<f32>, tensor<f32>
 }

@@ -12,7 +12,7 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import pipeline
+from loopfuse import packed, pipeline
 from loopfuse.mlir_context import parse_module
 from loopfuse.pass_manager import run_pass
 from loopfuse.passes import PackState, WrapLoop
@@ -81,6 +81,31 @@ def test_reference_interpreter_bits(make_opt, flatten):
         assert counts["stablehlo.concatenate"] == 2
     args = [np.asarray(x) for x in jax.tree_util.tree_leaves((state, batch()))]
     assert_trees_equal(interpret(plain, args), interpret(packed, args))
+
+
+@pytest.mark.parametrize("flatten", [False, True], ids=["pack", "pack+flatten"])
+def test_caller_packed_state_reference_interpreter_bits(flatten):
+    """A state packed by the caller (`loopfuse.pack`): the loop carries the buffer's pieces, which
+    pack-state groups again (with flatten=true per role: the buffer enters the loop as slices, runs
+    of the parameters, mu and nu, and leaves it as their concatenation); the same values as wrap-loop
+    alone on the StableHLO reference interpreter."""
+    opt = OPTIMIZERS["adam"]()
+    state = loopfuse.pack(init_state(opt, PARAMS))
+    traced = trace(packed.on_packed(train_step(opt), state.layout), state, batch(), {}, None)
+    text = _interpretable(str(traced.module))
+    plain, rewritten = parse_module(text), parse_module(text)
+    run_pass(plain, WrapLoop(steps=K))
+    run_pass(rewritten, WrapLoop(steps=K))
+    run_pass(rewritten, PackState(flatten=flatten))
+    assert rewritten.operation.verify()
+    main = str(rewritten).split("@main(")[1]
+    before, after = main.split("stablehlo.while")
+    if flatten:  # runs of consecutive leaves of a group (PARAMS' 0-d leaves form groups of their own), not 22 leaves
+        assert before.count("stablehlo.slice %arg0") == 7 and after.count("stablehlo.concatenate") == 1
+    else:  # one f32 group: the buffer itself, carried whole
+        assert "stablehlo.slice" not in before and "stablehlo.concatenate" not in after
+    args = [np.asarray(x) for x in jax.tree_util.tree_leaves((state, batch()))]
+    assert_trees_equal(interpret(plain, args), interpret(rewritten, args))
 
 
 def test_flatten_rewrites_only_the_update():

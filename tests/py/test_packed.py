@@ -14,7 +14,7 @@ import loopfuse
 from loopfuse import packed
 from corpus import PROGRAMS
 from problems import assert_trees_close, assert_trees_equal, batch, fresh, init_state, train_step
-from test_pack_state import CLIP, OPTIMIZERS, PARAMS
+from test_pack_state import CLIP, FLATTEN_RTOL, OPTIMIZERS, PARAMS
 
 K = 3
 # XLA compiles these packed loops to other last bits than the unpacked ones (measured, jax 0.10.2:
@@ -79,6 +79,17 @@ def test_loop_on_packed_state_equals_jax_jit(name):
         assert_trees_close((got_state.unpack(), got_aux), expected, rtol=RTOL[name], atol=0)
     else:
         assert_trees_equal((got_state.unpack(), got_aux), expected)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_flatten_on_a_packed_state_within_tolerance(name):
+    """``pack-state{flatten=true}`` regroups a packed state's buffer per role and runs the alike
+    updates once over each group: within its tolerance of the unpacked jax.jit reference."""
+    fn, state, data, kind = CASES[name]()
+    loop = loopfuse.compile_step(fn, passes=["pack-state{flatten=true}"]).loop(K)
+    got_state, got_aux = loop(loopfuse.pack(fresh(state)), data)
+    assert_trees_close((got_state.unpack(), got_aux), _reference(kind, fn, fresh(state), data),
+                       rtol=FLATTEN_RTOL, atol=1e-6)
 
 
 def test_a_call_passes_the_buffers_donated():

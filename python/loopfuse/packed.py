@@ -84,7 +84,17 @@ class PackedState:
 
     def unpack(self):
         """The state as the step function takes it (new arrays; this packed state stays valid)."""
-        return _unpack(self) if _concrete(self) else self.layout.unpack(self.buffers, self.kept)
+        if not _concrete(self):
+            return self.layout.unpack(self.buffers, self.kept)
+        hosts = [np.asarray(b) for b in self.buffers]
+        leaves = []
+        for shape, (b, at) in zip(self.layout.shapes, self.layout.places):
+            if b is None:
+                leaves.append(_copy(self.kept[at]))
+            else:
+                piece = hosts[b][at:at + math.prod(shape)].reshape(shape)
+                leaves.append(jax.device_put(piece, self.buffers[b].sharding))
+        return jax.tree_util.tree_unflatten(self.layout.treedef, leaves)
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{x.dtype}[{x.shape[0]}]" for x in self.buffers)
@@ -124,7 +134,12 @@ def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS) -> PackedState:
         if place is None:
             places[i], n_kept = (None, n_kept), n_kept + 1
     layout = Layout(treedef, tuple(tuple(np.shape(x)) for x in leaves), tuple(places), tuple(groups))
-    return _pack(layout, state)
+    buffers = []
+    for g in groups.values():   # on the host: one concatenation, not a program of one op per leaf to compile
+        flat = np.concatenate([np.asarray(leaves[i]).reshape(-1) for i in g])
+        buffers.append(jax.device_put(flat, getattr(leaves[g[0]], "sharding", None)))
+    kept = tuple(_copy(x) for x, (b, _) in zip(leaves, places) if b is None)
+    return PackedState(layout, tuple(buffers), kept)
 
 
 def on_packed(fn: Callable, layout: Layout) -> Callable:
@@ -156,11 +171,6 @@ def _concrete(packed: PackedState) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(packed))
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _pack(layout: Layout, state) -> PackedState:
-    return layout.pack(state)
-
-
-@jax.jit
-def _unpack(packed: PackedState):
-    return packed.layout.unpack(packed.buffers, packed.kept)
+def _copy(x):
+    """A new buffer for a jax Array (donating one of the two leaves the other), anything else as it is."""
+    return x.copy() if isinstance(x, jax.Array) else x

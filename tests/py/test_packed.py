@@ -56,7 +56,7 @@ def test_pack_and_unpack_move_elements_only():
     out = p.unpack()
     assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(state)
     for a, b in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(state)):
-        b = jnp.asarray(b)
+        a, b = jnp.asarray(a), jnp.asarray(b)
         if jax.dtypes.issubdtype(b.dtype, jax.dtypes.prng_key):
             a, b = jax.random.key_data(a), jax.random.key_data(b)
         assert a.dtype == b.dtype and np.asarray(a).tobytes() == np.asarray(b).tobytes()
@@ -95,7 +95,8 @@ def test_flatten_on_a_packed_state_within_tolerance(name):
 def test_a_call_passes_the_buffers_donated():
     fn, state, data, _ = CASES["adam"]()
     loop = loopfuse.compile_step(fn).loop(K)
-    p = loopfuse.pack(fresh(state))
+    original = fresh(state)
+    p = loopfuse.pack(original)
     assert len(jax.tree_util.tree_leaves(p)) == 2     # one f32 buffer and Adam's int32 count
     final = loop.lower(p, data)["final"]
     main = next(line for line in final.splitlines() if "func.func public @main" in line)
@@ -103,6 +104,7 @@ def test_a_call_passes_the_buffers_donated():
     assert main.count("tf.aliasing_output") == 2       # both donated into the outputs
     new, _ = loop(p, data)
     assert all(x.is_deleted() for x in jax.tree_util.tree_leaves(p))
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(original))   # pack copied every leaf
     with pytest.raises(loopfuse.DonatedArrayError, match=r"state leaf \.buffers\[0\]"):
         loop(p, data)
     loop(new, data)    # the state loopfuse returned is packed like the one it took

@@ -20,9 +20,19 @@ leaf read only by such chains (an optimizer's moment) goes into a buffer of its 
 ``ravel_pytree`` step: per-leaf forward and gradient kernels, the gradient concatenated once, one
 flat kernel per moment written in place, one for the parameters.
 
+A state the caller keeps packed (``loopfuse.pack``): a carried 1-D state buffer that the step
+reads only through slices of the pieces of the concatenation it returns for it is first carried as
+those pieces (`_split`: each shaped as the value the step returns for it, the slices and their
+reshapes replaced by the piece), so the grouping above applies to them as to leaves; before the
+loop the groups are slices of the buffer, after it the buffer is their concatenation, consecutive
+slices merged (`_join_slices`). One group per element type is the buffer itself, carried whole;
+per role (``flatten=true``) it enters the loop as a few slices, whatever the number of leaves.
+
 Why it is safe: reshape (row major), concatenate and slice only move elements, and every slice
 reads back exactly the elements the concatenation put there, so the step sees the same values as
-before, iteration for iteration, and the loop returns the same state. No arithmetic is added or
+before, iteration for iteration, and the loop returns the same state. A split buffer's pieces are
+the exact ranges its slices read and its concatenation writes, and consecutive slices of one
+value, concatenated, are the slice of their union. No arithmetic is added or
 changed; flatten-update says why its rewrite computes the same bits. Larger leaves (matmul weights)
 stay separate so that the step reads them in place.
 
@@ -34,8 +44,8 @@ bits in some programs (clipped Adam, an RNN; with jaxlib 0.11+ also Lion and RMS
 ``flatten=true`` also Adam, ``inject_hyperparams`` and the corpus transformer), within 1e-5 relative
 (tests/py/test_pack_state.py). Speed (BENCHMARKS.md, "Packed state through the device loop"): with
 ``flatten=true`` the loop body is the hand-written ``ravel_pytree`` step's, kernel for kernel, and
-about as fast per step; each call still unpacks every leaf once (a slice kernel per leaf) and passes the state leaf by
-leaf, which the ``ravel_pytree`` program, whose caller keeps the state flat, does not pay.
+about as fast per step; on an unpacked state each call still unpacks every leaf once (a slice
+kernel per leaf) and passes the state leaf by leaf, which a state packed by the caller does not pay.
 """
 import math
 from collections.abc import Sequence

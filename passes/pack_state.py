@@ -325,25 +325,27 @@ def _split(main: func.FuncOp, loop: ir.Operation) -> ir.Operation:
     piece_args = list(body.arguments)[n:]
 
     # the step takes and returns the pieces (after its other arguments and results)
-    step_pieces, results_out, dropped_args, dropped_results = [], [], set(), set()
+    results_out, dropped_args, dropped_results = [], set(), set()
+    replaced: dict = {}     # a slice (or its reshape) of a split buffer -> what reads the piece now
     for k, (m, j, pieces) in splits.items():
         dropped_args.add(m)
         dropped_results.add(j)
         for t, slices, value in pieces:
             arg = entry.add_argument(t, step.location)
-            step_pieces.append(arg)
             results_out.append(value)
             for sl in slices:
                 for use in list(sl.result.uses):
                     user = use.owner.operation
                     if isinstance(user.opview, stablehlo.ReshapeOp) and user.result.type == t:
                         user.result.replace_all_uses_with(arg)
-                if any(True for _ in sl.result.uses):
-                    with ir.InsertionPoint(sl), step.location:
-                        flat = arg if t.rank == 1 else stablehlo.ReshapeOp(sl.result.type, arg).result
-                    sl.result.replace_all_uses_with(flat)
-    with ir.InsertionPoint(step_ret), step_ret.location:
-        outs = [v for j, v in enumerate(step_ret.operands) if j not in dropped_results] + results_out
+                        replaced[user.result] = arg
+                with ir.InsertionPoint(sl), step.location:
+                    flat = arg if t.rank == 1 else stablehlo.ReshapeOp(sl.result.type, arg).result
+                sl.result.replace_all_uses_with(flat)
+                replaced[sl.result] = flat
+    with ir.InsertionPoint(step_ret), step_ret.location:   # a piece returned as it came reads the piece
+        outs = [v for j, v in enumerate(step_ret.operands) if j not in dropped_results] + [
+            replaced.get(v, v) for v in results_out]
         func.ReturnOp(outs)
     step_ret.erase()
     erase_dead_ops(entry)     # the slices of the buffers and the concatenations of their pieces

@@ -20,13 +20,14 @@ leaf read only by such chains (an optimizer's moment) goes into a buffer of its 
 ``ravel_pytree`` step: per-leaf forward and gradient kernels, the gradient concatenated once, one
 flat kernel per moment written in place, one for the parameters.
 
-A state the caller keeps packed (``loopfuse.pack``): a carried 1-D state buffer that the step
-reads only through slices of the pieces of the concatenation it returns for it is first carried as
-those pieces (`_split`: each shaped as the value the step returns for it, the slices and their
+A state the caller keeps packed (``loopfuse.pack``), with ``flatten=true``: a carried 1-D state
+buffer that the step reads only through slices of the pieces of the concatenation it returns for
+it is first carried as those pieces (`_split`: each shaped as the value the step returns for it, the slices and their
 reshapes replaced by the piece), so the grouping above applies to them as to leaves; before the
 loop the groups are slices of the buffer, after it the buffer is their concatenation, consecutive
-slices merged (`_join_slices`). One group per element type is the buffer itself, carried whole;
-per role (``flatten=true``) it enters the loop as a few slices, whatever the number of leaves.
+slices merged (`_join_slices`): a group that is a whole buffer (`pack` gives the parameters and
+each moment buffers of their own) enters the loop as it is. Without ``flatten``, whose groups are
+per element type only, a packed buffer is carried as it is.
 
 Why it is safe: reshape (row major), concatenate and slice only move elements, and every slice
 reads back exactly the elements the concatenation put there, so the step sees the same values as
@@ -88,7 +89,7 @@ class PackState(ModulePass):
         loops = [op.operation for op in main.body.blocks[0].operations if is_wrap_loop(op.operation)]
         if not loops:
             return
-        loop = _split(main, loops[0])
+        loop = _split(main, loops[0]) if self.flatten else loops[0]
         groups = self._groups(main, loop)
         if groups:
             flattener = _pack(loop, groups)
@@ -399,7 +400,8 @@ def _pieces(main, loop, cond, body, call, entry, step_ret, body_ret, k: int, m: 
     concat = producer(step_ret.operands[j], stablehlo.ConcatenateOp)
     if concat is None or len(list(step_ret.operands[j].uses)) != 1:
         return None
-    pieces, ranges, offset = [], {}, 0
+    pieces: list = []
+    ranges, offset = {}, 0
     for v in _concatenated(concat):
         reshape = producer(v, stablehlo.ReshapeOp)
         value = v if reshape is None else reshape.operands[0]
@@ -411,9 +413,8 @@ def _pieces(main, loop, cond, body, call, entry, step_ret, body_ret, k: int, m: 
         offset += size
     for use in entry.arguments[m].uses:
         sl = use.owner.operation
-        if not isinstance(sl.opview, stablehlo.SliceOp) or list(sl.opview.strides) != [1]:
-            return None
-        at = ranges.get((sl.opview.start_indices[0], sl.opview.limit_indices[0]))
+        bounds = _bounds(sl)
+        at = None if bounds is None else ranges.get(bounds)
         if at is None:
             return None
         pieces[at][1].append(sl)
@@ -443,10 +444,18 @@ def _sliced(value: ir.Value):
     """(x, start, end) when `value` is the stride-1 slice [start:end] of the 1-D value x, possibly reshaped."""
     while (reshape := producer(value, stablehlo.ReshapeOp)) is not None:
         value = reshape.operands[0]
-    sl = producer(value, stablehlo.SliceOp)
-    if sl is None or list(sl.opview.strides) != [1] or ir.RankedTensorType(sl.operands[0].type).rank != 1:
+    sl = producer(value)
+    if sl is None or (bounds := _bounds(sl)) is None or ir.RankedTensorType(sl.operands[0].type).rank != 1:
         return None
-    return sl.operands[0], sl.opview.start_indices[0], sl.opview.limit_indices[0]
+    return sl.operands[0], *bounds
+
+
+def _bounds(op: ir.Operation) -> tuple[int, int] | None:
+    """(start, limit) of a 1-D stride-1 `stablehlo.slice`, else None."""
+    view = op.opview
+    if not isinstance(view, stablehlo.SliceOp) or list(view.strides) != [1]:
+        return None
+    return view.start_indices[0], view.limit_indices[0]
 
 
 def _join_slices(block: ir.Block) -> None:

@@ -105,23 +105,27 @@ jax.tree_util.register_pytree_with_keys(
     PackedState,
     lambda p: ([(jax.tree_util.GetAttrKey(f"buffers[{i}]"), x) for i, x in enumerate(p.buffers)]
                + [(jax.tree_util.GetAttrKey(f"kept[{i}]"), x) for i, x in enumerate(p.kept)], p.layout),
-    lambda layout, xs: PackedState(layout, tuple(xs[:len(layout.buffer_dtypes)]),
-                                   tuple(xs[len(layout.buffer_dtypes):])))
+    lambda layout, xs: PackedState(layout, *_split_at(tuple(xs), len(layout.buffer_dtypes))))
+
+
+def _split_at(xs: tuple, n: int) -> tuple[tuple, tuple]:
+    return xs[:n], xs[n:]
 
 
 def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS) -> PackedState:
     """`state` with its small leaves packed: the array leaves of at most `max_leaf_elements`
-    elements on one device, grouped by dtype, each group of two or more leaves one 1-D buffer in
-    leaf order. Weakly typed leaves, PRNG keys, sharded leaves and leaves alone of their dtype stay
-    as they are. `state` itself is not consumed. Call a `Step` with the result, and
-    ``.unpack()`` what it returns."""
+    elements on one device, grouped by dtype and by mirrored subtree (`_mirrors`: the parameters
+    and each optimizer moment apart), each group of two or more leaves one 1-D buffer in leaf
+    order. Weakly typed leaves, PRNG keys, sharded leaves and leaves alone in their group stay as
+    they are. `state` itself is not consumed. Call a `Step` with the result, and ``.unpack()``
+    what it returns."""
     if isinstance(state, PackedState):
         raise TypeError("the state is packed already")
     leaves, treedef = jax.tree_util.tree_flatten(state)
     groups: dict = {}
-    for i, x in enumerate(leaves):
+    for i, (x, part) in enumerate(zip(leaves, _mirrors(treedef))):
         if _packable(x, max_leaf_elements):
-            groups.setdefault(np.dtype(x.dtype), []).append(i)
+            groups.setdefault((np.dtype(x.dtype), part), []).append(i)
     groups = {d: g for d, g in groups.items() if len(g) >= 2}
     places: list = [None] * len(leaves)
     for b, g in enumerate(groups.values()):
@@ -133,7 +137,7 @@ def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS) -> PackedState:
     for i, place in enumerate(places):
         if place is None:
             places[i], n_kept = (None, n_kept), n_kept + 1
-    layout = Layout(treedef, tuple(tuple(np.shape(x)) for x in leaves), tuple(places), tuple(groups))
+    layout = Layout(treedef, tuple(tuple(np.shape(x)) for x in leaves), tuple(places), tuple(d for d, _ in groups))
     buffers = []
     for g in groups.values():   # on the host: one concatenation, not a program of one op per leaf to compile
         flat = np.concatenate([np.asarray(leaves[i]).reshape(-1) for i in g])
@@ -158,6 +162,33 @@ def on_packed(fn: Callable, layout: Layout) -> Callable:
 def until_on_packed(until: Callable | None) -> Callable | None:
     """A loop's ``until(state, aux)`` on the packed state."""
     return None if until is None else functools.wraps(until)(lambda packed, aux: until(packed.unpack(), aux))
+
+
+def _mirrors(treedef) -> list:
+    """Per leaf, which mirrored subtree holds it (None: none). Mirrored subtrees: the outermost
+    subtrees (of two or more leaves) whose structure occurs under two or more different parents, as
+    an optimizer's moments mirror the parameters (repeated siblings, the layers of one list, are
+    not mirrors). Packed apart, they are whole buffers of the per-role groups pack-state forms with
+    ``flatten=true``, which then needs no copy to regroup them."""
+    nodes: list = []          # (structure, first leaf, parent node)
+
+    def walk(node, start: int, parent) -> None:
+        me = len(nodes)
+        nodes.append((node, start, parent))
+        for child in node.children():
+            walk(child, start, me)
+            start += child.num_leaves
+    walk(treedef, 0, None)
+    parents: dict = {}
+    for node, _, parent in nodes:
+        if node.num_leaves >= 2:
+            parents.setdefault(node, set()).add(parent)
+    part: list = [None] * treedef.num_leaves
+    for node, start, _ in nodes:          # outer subtrees first
+        end = start + node.num_leaves
+        if len(parents.get(node, ())) >= 2 and all(p is None for p in part[start:end]):
+            part[start:end] = [start] * (end - start)
+    return part
 
 
 def _packable(x, max_leaf_elements: int) -> bool:

@@ -52,6 +52,10 @@ def test_pack_and_unpack_move_elements_only():
     p = loopfuse.pack(state)
     assert [(x.dtype, x.shape) for x in p.buffers] == [(jnp.float32, (11,)), (jnp.bfloat16, (8,))]  # b raw w, g h
     assert len(p.kept) == 4        # big (> 4,096 elements), count (alone of its dtype), lr (weak), key
+    params = {"layers": [{"w": jnp.ones((2, 2)), "b": jnp.ones(2)}, {"w": jnp.ones(3), "b": jnp.ones(1)}]}
+    assert [x.shape for x in loopfuse.pack(params).buffers] == [(10,)]    # repeated siblings: one buffer
+    assert [x.shape for x in loopfuse.pack({"params": params, "mu": params}).buffers] == [(10,), (10,)]
+    # a mirrored subtree (the same structure under another parent, as optimizer moments) apart
     assert np.asarray(p.buffers[0]).tolist() == [7.0] * 3 + [1.5, 2.5] + list(range(6))
     out = p.unpack()
     assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(state)
@@ -111,11 +115,11 @@ def test_a_call_passes_the_buffers_donated():
     loop = loopfuse.compile_step(fn).loop(K)
     original = fresh(state)
     p = loopfuse.pack(original)
-    assert len(jax.tree_util.tree_leaves(p)) == 2     # one f32 buffer and Adam's int32 count
+    assert len(jax.tree_util.tree_leaves(p)) == 4     # f32 buffers of the params, mu and nu; Adam's int32 count
     final = loop.lower(p, data)["final"]
     main = next(line for line in final.splitlines() if "func.func public @main" in line)
-    assert main.count("%arg") == 2 + len(jax.tree_util.tree_leaves(data))
-    assert main.count("tf.aliasing_output") == 2       # both donated into the outputs
+    assert main.count("%arg") == 4 + len(jax.tree_util.tree_leaves(data))
+    assert main.count("tf.aliasing_output") == 4       # all donated into the outputs
     new, _ = loop(p, data)
     assert all(x.is_deleted() for x in jax.tree_util.tree_leaves(p))
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(original))   # pack copied every leaf

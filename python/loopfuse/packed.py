@@ -101,15 +101,17 @@ class PackedState:
         return f"PackedState({len(self.layout.places)} leaves: buffers {sizes or 'none'}, {len(self.kept)} kept)"
 
 
-jax.tree_util.register_pytree_with_keys(
-    PackedState,
-    lambda p: ([(jax.tree_util.GetAttrKey(f"buffers[{i}]"), x) for i, x in enumerate(p.buffers)]
-               + [(jax.tree_util.GetAttrKey(f"kept[{i}]"), x) for i, x in enumerate(p.kept)], p.layout),
-    lambda layout, xs: PackedState(layout, *_split_at(tuple(xs), len(layout.buffer_dtypes))))
+def _children(p: PackedState) -> tuple[list, Layout]:
+    return ([(jax.tree_util.GetAttrKey(f"buffers[{i}]"), x) for i, x in enumerate(p.buffers)]
+            + [(jax.tree_util.GetAttrKey(f"kept[{i}]"), x) for i, x in enumerate(p.kept)]), p.layout
 
 
-def _split_at(xs: tuple, n: int) -> tuple[tuple, tuple]:
-    return xs[:n], xs[n:]
+def _rebuild(layout: Layout, xs) -> PackedState:
+    xs, n = tuple(xs), len(layout.buffer_dtypes)
+    return PackedState(layout, xs[:n], xs[n:])
+
+
+jax.tree_util.register_pytree_with_keys(PackedState, _children, _rebuild)
 
 
 def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS) -> PackedState:

@@ -206,3 +206,27 @@ func.func @main(%p: tensor<10xf32> {loopfuse.state = ".buffers[0]"}, %x0: tensor
   %c = stablehlo.concatenate %3, %n1, %1, %n3, dim = 0 : (tensor<2xf32>, tensor<3xf32>, tensor<2xf32>, tensor<3xf32>) -> tensor<10xf32>
   return %c, %l0, %l1 : tensor<10xf32>, tensor<f32>, tensor<f32>
 }
+
+// -----
+
+// (f) Not a packed state: the step reads the 1-D state buffer through a slice ([1:4]) that is not one
+// of the pieces of the concatenation it returns ([0:2], [2:5]), so flatten=true cannot carry it as
+// pieces and the buffer is carried as it is.
+// FLAT-LABEL: func.func private @loopfuse_step(%arg0: tensor<5xf32>) -> (tensor<5xf32>, tensor<3xf32>)
+// FLAT-LABEL: func.func @main
+// FLAT-NOT: stablehlo.slice
+// FLAT: stablehlo.while(%{{[a-zA-Z0-9_]+}} = %c, %{{[a-zA-Z0-9_]+}} = %arg0,
+// FLAT-NOT: stablehlo.concatenate
+// FLAT: return
+func.func @main(%p: tensor<5xf32> {loopfuse.state = ".buffers[0]"})
+    -> (tensor<5xf32> {loopfuse.state = ".buffers[0]"}, tensor<3xf32>) {
+  %a = stablehlo.slice %p [0:2] : (tensor<5xf32>) -> tensor<2xf32>
+  %b = stablehlo.slice %p [2:5] : (tensor<5xf32>) -> tensor<3xf32>
+  %m = stablehlo.slice %p [1:4] : (tensor<5xf32>) -> tensor<3xf32>
+  %c = stablehlo.constant dense<0.5> : tensor<2xf32>
+  %d = stablehlo.constant dense<0.5> : tensor<3xf32>
+  %0 = stablehlo.multiply %a, %c : tensor<2xf32>
+  %1 = stablehlo.multiply %b, %d : tensor<3xf32>
+  %2 = stablehlo.concatenate %0, %1, dim = 0 : (tensor<2xf32>, tensor<3xf32>) -> tensor<5xf32>
+  return %2, %m : tensor<5xf32>, tensor<3xf32>
+}

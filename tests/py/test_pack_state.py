@@ -62,18 +62,24 @@ def _interpretable(text: str) -> str:
     return re.sub(r"chlo.square (%[\w#]+) : (tensor<[^>]*>) -> tensor<[^>]*>", r"stablehlo.multiply \1, \1 : \2", text)
 
 
+def _with_and_without(traced, pass_: PackState):
+    """`traced`'s module (made interpretable) after wrap-loop, and after wrap-loop and `pass_`, verified."""
+    text = _interpretable(str(traced.module))
+    plain, rewritten = parse_module(text), parse_module(text)
+    run_pass(plain, WrapLoop(steps=K))
+    run_pass(rewritten, WrapLoop(steps=K))
+    run_pass(rewritten, pass_)
+    assert rewritten.operation.verify()
+    return plain, rewritten
+
+
 @pytest.mark.parametrize("flatten", [False, True], ids=["pack", "pack+flatten"])
 @pytest.mark.parametrize("make_opt", [OPTIMIZERS["adam"], OPTIMIZERS["sgd_momentum"], CLIP], ids=["adam", "sgd", "clip"])
 def test_reference_interpreter_bits(make_opt, flatten):
     """wrap-loop + pack-state equals wrap-loop alone on the StableHLO reference interpreter."""
     opt = make_opt()
     traced, state = _traced(opt)
-    text = _interpretable(str(traced.module))
-    plain, packed = parse_module(text), parse_module(text)
-    run_pass(plain, WrapLoop(steps=K))
-    run_pass(packed, WrapLoop(steps=K))
-    run_pass(packed, PackState(flatten=flatten))
-    assert packed.operation.verify()
+    plain, packed = _with_and_without(traced, PackState(flatten=flatten))
     counts, old = op_counts(packed), op_counts(plain)
     if flatten:  # the update runs once over the buffer: far fewer elementwise ops
         assert counts["stablehlo.multiply"] < 0.75 * old["stablehlo.multiply"]
@@ -85,25 +91,20 @@ def test_reference_interpreter_bits(make_opt, flatten):
 
 @pytest.mark.parametrize("flatten", [False, True], ids=["pack", "pack+flatten"])
 def test_caller_packed_state_reference_interpreter_bits(flatten):
-    """A state packed by the caller (`loopfuse.pack`): the loop carries the buffer's pieces, which
-    pack-state groups again (with flatten=true per role, which `pack`'s buffers, one per mirrored
-    subtree, nearly are already); the same values as wrap-loop
+    """A state packed by the caller (`loopfuse.pack`): with flatten=true the loop carries the
+    buffers' leaves, which pack-state groups again per role (as `pack`'s buffers, one per mirrored
+    subtree, nearly are already); without, the buffers as they are. The same values as wrap-loop
     alone on the StableHLO reference interpreter."""
     opt = OPTIMIZERS["adam"]()
     state = loopfuse.pack(init_state(opt, PARAMS))
     traced = trace(packed.on_packed(train_step(opt), state.layout), state, batch(), {}, None)
-    text = _interpretable(str(traced.module))
-    plain, rewritten = parse_module(text), parse_module(text)
-    run_pass(plain, WrapLoop(steps=K))
-    run_pass(rewritten, WrapLoop(steps=K))
-    run_pass(rewritten, PackState(flatten=flatten))
-    assert rewritten.operation.verify()
+    plain, rewritten = _with_and_without(traced, PackState(flatten=flatten))
     main = str(rewritten).split("@main(")[1]
     before, after = main.split("stablehlo.while")
     if flatten:  # `pack` put the params, mu and nu in buffers of their own: the params' enters whole; mu and nu
         # give up their 0-d leaf (PARAMS' scale: a 0-d update is no flat chain) to the params' group
         assert "stablehlo.slice %arg0" not in before and after.count("stablehlo.concatenate") == 2
-    else:  # one f32 group: the buffer itself, carried whole
+    else:
         assert "stablehlo.slice" not in before and "stablehlo.concatenate" not in after
     args = [np.asarray(x) for x in jax.tree_util.tree_leaves((state, batch()))]
     assert_trees_equal(interpret(plain, args), interpret(rewritten, args))

@@ -120,6 +120,29 @@ def test_loops_pass_against_k_jitted_steps_or_their_scan(monkeypatch, loop, keep
     assert_trees_equal(out[0], state)
 
 
+def test_a_stopping_loop_may_equal_jax_jits_while_loop():
+    """An Adam MLP stopping on a params leaf: loopfuse's loop equals jax.jit of the same steps as one
+    `lax.while_loop` bitwise, but K lone jitted steps only to 1 ulp (XLA compiles the step inside a
+    loop otherwise); verify accepts it (it raised MiscompileError before taking the while loop as a
+    reference) and stops where jax.jit's loop stops."""
+    from test_pack_state import OPTIMIZERS, PARAMS
+    opt = OPTIMIZERS["adam"]()
+
+    def until(s, aux):
+        return jnp.abs(s[0]["layers"][0].w[0, 0] - PARAMS["layers"][0].w[0, 0]) > 0.025
+    fn, state = train_step(opt), init_state(opt, PARAMS)
+    got, _, steps, _ = loopfuse.compile_step(fn, verify=True).loop(10, until=until)(fresh(state), batch())
+
+    def body(carry):
+        s, i, _ = carry
+        s, aux = fn(s, batch())
+        return s, i + 1, until(s, aux)
+    want, want_steps, _ = jax.jit(lambda s: jax.lax.while_loop(lambda c: (c[1] < 10) & ~c[2], body, (s, 0, False)))(
+        fresh(state))
+    assert int(steps) == int(want_steps) == 3
+    assert_trees_equal(got, want)
+
+
 def test_a_wrong_loop_is_caught_and_a_dataset_batch_is_followed():
     rng = np.random.default_rng(0)
     data = loopfuse.Dataset({"x": rng.normal(size=(40, 4)).astype(np.float32),

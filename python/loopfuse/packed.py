@@ -4,10 +4,11 @@ The `pack-state` pass carries small leaves as flat buffers inside one call's dev
 call still takes and returns the state leaf by leaf: 900 donated buffers in and out per call for
 Adam over 300 leaves, which costs as much as ten of its steps (BENCHMARKS.md, "Packed state").
 `pack(state)` moves the packing to the caller, as a hand-written ``ravel_pytree`` program does,
-without losing the pytree: a `PackedState` is a pytree whose leaves are one 1-D buffer per element
-type (holding the small leaves) and the other leaves as they are. A `Step` called with it runs the
-user's step on ``state.unpack()`` and packs the new state again inside the compiled program, so the
-call passes a few buffers, and the loop carries them. ``state.unpack()`` returns the pytree.
+without losing the pytree: a `PackedState` is a pytree whose leaves are 1-D buffers holding the
+small leaves (one per element type and mirrored subtree: the parameters and each optimizer moment
+apart) and the other leaves as they are. A `Step` called with it runs the user's step on
+``state.unpack()`` and packs the new state again inside the compiled program, so the call passes
+a few buffers, and the loop carries them. ``state.unpack()`` returns the pytree.
 
 Why it is exact: packing reshapes to 1-D and concatenates, unpacking slices and reshapes back; both
 only move elements, and every slice reads back the elements its leaf put there. The step computes

@@ -17,9 +17,10 @@ from problems import assert_trees_close, assert_trees_equal, batch, fresh, init_
 from test_pack_state import CLIP, FLATTEN_RTOL, OPTIMIZERS, PARAMS
 
 K = 3
-# XLA compiles these packed loops to other last bits than the unpacked ones (measured, jax 0.10.2:
-# clipped Adam 7.8e-8 relative, the RNN 2.5e-6); every other case here is bitwise.
-RTOL = {"clip": 1e-6, "rnn": 1e-5}
+# XLA compiles these packed loops to other last bits than the unpacked ones: (rtol, atol) (measured:
+# clipped Adam 7.8e-8 relative with jax 0.10.2, with 0.12 1.7e-5 relative, 3.7e-9 absolute, on a
+# gradient of 2e-4; the RNN 2.5e-6 relative); every other case here is bitwise.
+TOLERANCE = {"clip": (1e-5, 1e-8), "rnn": (1e-5, 0.0)}
 
 
 def _cases():
@@ -79,8 +80,9 @@ def test_loop_on_packed_state_equals_jax_jit(name):
     p = loopfuse.pack(fresh(state))
     assert_trees_equal((got_state, got_aux), _reference(kind, packed.on_packed(fn, p.layout), p, data))
     expected = _reference(kind, fn, fresh(state), data)
-    if name in RTOL:
-        assert_trees_close((got_state.unpack(), got_aux), expected, rtol=RTOL[name], atol=0)
+    if name in TOLERANCE:
+        rtol, atol = TOLERANCE[name]
+        assert_trees_close((got_state.unpack(), got_aux), expected, rtol=rtol, atol=atol)
     else:
         assert_trees_equal((got_state.unpack(), got_aux), expected)
 

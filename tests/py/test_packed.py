@@ -100,12 +100,13 @@ def test_flatten_on_a_packed_state_within_tolerance(name):
 
 @pytest.mark.parametrize("passes", [None, ["pack-state"], ["pack-state{flatten=true}"]], ids=["default", "pack", "flatten"])
 def test_leaves_returned_unchanged(passes):
-    """A step that returns packed leaves as they came (a frozen parameter; a 1-D and a 2-D one),
-    bitwise jax.jit's scan of it, with and without pack-state splitting the buffer."""
+    """A step that returns packed leaves as they came (frozen parameters c and d, 1-D and 2-D),
+    bitwise jax.jit's scan of it, with and without pack-state splitting the buffer (whose per-role
+    regrouping moves c from [7:9] of the buffer to [3:5] of its group's)."""
     def fn(s, x):
-        new = {"a": s["a"] - 0.1 * x, "b": s["b"], "c": s["c"] * 1.5, "d": s["d"]}
+        new = {"a": s["a"] - 0.1 * x, "b": s["b"] * 1.5, "c": s["c"], "d": s["d"]}
         return new, {"loss": jnp.sum(s["a"])}
-    state = {"a": jnp.ones(3), "b": jnp.arange(2.0), "c": jnp.ones((2, 2)), "d": jnp.full((2, 3), 2.0, jnp.float32)}
+    state = {"a": jnp.ones(3), "b": jnp.ones((2, 2)), "c": jnp.arange(2.0), "d": jnp.full((2, 3), 2.0, jnp.float32)}
     x = jnp.arange(3.0)
     got = loopfuse.compile_step(fn, passes=passes).loop(K)(loopfuse.pack(state), x)
     want = jax.jit(lambda s, b: lax.scan(lambda c, _: fn(c, b), s, None, length=K))(state, x)

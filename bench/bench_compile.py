@@ -31,23 +31,30 @@ sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
 
+OPT = optax.adam(1e-3)
+
+
+def loss(p, t):
+    """The per-leaf MSE of params `p` against targets `t`, summed."""
+    return sum(jnp.mean((p[k] - t[k]) ** 2) for k in p)
+
+
+def adam_step(loss_fn):
+    """``(params, adam state), batch -> (new state, loss)``: one Adam step on ``loss_fn(params, batch)``."""
+    def train_step(state, batch):
+        p, o = state
+        value, grads = jax.value_and_grad(loss_fn)(p, batch)
+        updates, o = OPT.update(grads, o, p)
+        return (optax.apply_updates(p, updates), o), value
+    return train_step
+
+
 def problem(leaves: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     shapes = [(int(rng.integers(1, 33)), int(rng.integers(1, 33))) for _ in range(leaves)]
     params = {f"p{i:04d}": jnp.asarray(rng.normal(size=s).astype(np.float32)) for i, s in enumerate(shapes)}
     targets = {k: jnp.asarray(rng.normal(size=v.shape).astype(np.float32)) for k, v in params.items()}
-    opt = optax.adam(1e-3)
-
-    def loss(p, t):
-        return sum(jnp.mean((p[k] - t[k]) ** 2) for k in p)
-
-    def train_step(state, batch):
-        p, o = state
-        value, grads = jax.value_and_grad(loss)(p, batch)
-        updates, o = opt.update(grads, o, p)
-        return (optax.apply_updates(p, updates), o), value
-
-    return train_step, (params, opt.init(params)), targets
+    return adam_step(loss), (params, OPT.init(params)), targets
 
 
 def speeds(calls: dict, state, batch, steps: int, rounds: int) -> dict:

@@ -24,14 +24,12 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
 import loopfuse
-from bench_compile import fresh, problem
+from bench_compile import adam_step, fresh, loss, problem
 
 
 def variants(fn, k: int, ravel_fn) -> dict:
@@ -76,18 +74,7 @@ def ravel_step(params):
     """bench_compile's step on `ravel(state)`: the loss reads unravel(flat params), the gradient is
     taken with respect to the flat vector, optax updates the flat vectors."""
     unravel = ravel_pytree(params)[1]
-    opt = optax.adam(1e-3)
-
-    def loss(flat, t):
-        p = unravel(flat)
-        return sum(jnp.mean((p[k] - t[k]) ** 2) for k in p)
-
-    def step(state, batch):
-        flat, o = state
-        value, grad = jax.value_and_grad(loss)(flat, batch)
-        updates, o = opt.update(grad, o, flat)
-        return (optax.apply_updates(flat, updates), o), value
-    return step
+    return adam_step(lambda flat, t: loss(unravel(flat), t))
 
 
 def bitwise(a, b) -> bool:

@@ -67,13 +67,13 @@ class Layout:
 
     def unpack(self, buffers, kept):
         """The state pytree of `buffers` and `kept`; traceable."""
-        leaves = []
-        for shape, (b, at) in zip(self.shapes, self.places):
-            if b is None:
-                leaves.append(kept[at])
-            else:
-                leaves.append(jnp.reshape(lax.slice(buffers[b], (at,), (at + math.prod(shape),)), shape))
-        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+        return self.unflatten(lambda b, at, shape: jnp.reshape(lax.slice(buffers[b], (at,), (at + math.prod(shape),)),
+                                                             shape), kept)
+
+    def unflatten(self, piece: Callable, kept):
+        """The state pytree: each packed leaf ``piece(buffer, offset, shape)``, the others from `kept`."""
+        return jax.tree_util.tree_unflatten(self.treedef, [kept[at] if b is None else piece(b, at, shape)
+                                                           for shape, (b, at) in zip(self.shapes, self.places)])
 
 
 class PackedState:
@@ -87,15 +87,11 @@ class PackedState:
         """The state as the step function takes it (new arrays; this packed state stays valid)."""
         if not _concrete(self):
             return self.layout.unpack(self.buffers, self.kept)
-        hosts = [np.asarray(b) for b in self.buffers]
-        leaves = []
-        for shape, (b, at) in zip(self.layout.shapes, self.layout.places):
-            if b is None:
-                leaves.append(_copy(self.kept[at]))
-            else:
-                piece = hosts[b][at:at + math.prod(shape)].reshape(shape)
-                leaves.append(jax.device_put(piece, self.buffers[b].sharding))
-        return jax.tree_util.tree_unflatten(self.layout.treedef, leaves)
+        hosts = [np.asarray(b) for b in self.buffers]    # sliced on the host: no program per layout to compile
+        return self.layout.unflatten(
+            lambda b, at, shape: jax.device_put(hosts[b][at:at + math.prod(shape)].reshape(shape),
+                                                self.buffers[b].sharding),
+            [_copy(x) for x in self.kept])
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{x.dtype}[{x.shape[0]}]" for x in self.buffers)

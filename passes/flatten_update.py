@@ -114,16 +114,17 @@ def _tree(root: ir.Operation, inner: set) -> Tree:
     slots: list[tuple[ir.Operation, int]] = []
     slot_of: dict[ir.Value, int] = {}
     signature: list[tuple] = []
+    producers: dict[ir.Operation, list] = {}   # each op's operand producers, looked up once
     stack = [(root, False)]
     while stack:
         op, ready = stack.pop()
         if not ready:
+            producers[op] = [producer(v) for v in op.operands]
             stack.append((op, True))
-            stack.extend((d, False) for d in reversed([producer(v) for v in op.operands]) if d is not None and d in inner)
+            stack.extend((d, False) for d in reversed(producers[op]) if d is not None and d in inner)
             continue
         refs: list[tuple] = []
-        for i, v in enumerate(op.operands):
-            d = producer(v)
+        for i, (v, d) in enumerate(zip(op.operands, producers[op])):
             if d is not None and d in inner:
                 refs.append(("node", index[d]))
             elif (scalar := _shared_scalar(v)) is not None:

@@ -8,7 +8,7 @@ its self-test, loopfuse warns once and takes the public route instead:
                                                        (no weak types: a weak output comes back strong)
   jaxlib.mlir._mlir_libs._jax_mlir_ext dialects        jax.interpreters.mlir.make_ir_context
   jaxlib._jax.pjit (C++ dispatch of a step call)       loopfuse's Python call path
-  jax's jaxpr dead-code elimination (`pruned`)         the step lowered as traced (XLA may compile
+  jax's jaxpr dead-code elimination (`lower_pruned`)   the step lowered as traced (XLA may compile
                                                        a loop of it to other last bits than jax.jit)
 
 ``LOOPFUSE_JAX_COMPAT=fallback`` forces the public routes (the tests run both). Public APIs are
@@ -50,7 +50,7 @@ def status() -> dict:
     return {"result_handler": "private" if _array_result_handler() else "fallback",
             "dialects": "private" if _register_jax_dialects() else "fallback",
             "dispatch": "private" if _cpp_dispatch() else "fallback",
-            "dce": "private" if _dce() else "fallback"}
+            "dce": "private" if _prune() else "fallback"}
 
 
 def result_handler(aval: jax.core.ShapedArray, sharding) -> Callable:
@@ -107,22 +107,13 @@ def cpp_dispatcher(name: str, fun: Callable, cache_miss: Callable, static_argnam
     return pjit(name, fun, cache_miss, [], list(static_argnames), (), registry, _put, cache_type(capacity=4096))
 
 
-def pruned(traced: jax.stages.Traced) -> Callable | None:
-    """The function `traced` (a ``jax.jit(f, keep_unused=True).trace(...)``) computes, of the same
-    inputs and output tree, with the dead code jax.jit removes before lowering removed, the unused
-    inputs kept: jax.jit's default (keep_unused=False) prunes its jaxpr, inside nested jits and
-    loops too, while keep_unused=True lowers it as traced. None where this jax hides its DCE."""
-    dce = _dce()
-    if dce is None:
-        return None
-    import jax
-    jaxpr, consts = dce(traced.jaxpr)
-    out_tree = jax.tree_util.tree_structure(traced.out_info)
-
-    def fun(*args):
-        return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, [], *consts, *args))
-    fun.__name__ = fun.__qualname__ = traced.fun_name
-    return fun
+def lower_pruned(traced: jax.stages.Traced) -> jax.stages.Lowered:
+    """`traced` (a ``jax.jit(f, keep_unused=True).trace(...)``) lowered with the dead code jax.jit
+    removes before lowering removed and every input kept: jax.jit's default (keep_unused=False)
+    prunes its jaxpr, inside nested jits and loops too, while keep_unused=True lowers it as traced.
+    As traced where this jax hides its DCE."""
+    prune = _prune()
+    return traced.lower() if prune is None else prune(traced).lower()
 
 
 def dispatch_flatten(tree) -> tuple[list, Any]:
@@ -251,47 +242,50 @@ def _cpp_dispatch():
     return _detect("jaxlib._jax.pjit", _load_cpp_dispatch, _test_cpp_dispatch)
 
 
-def _load_dce():
-    """``dce(traced.jaxpr) -> (jaxpr, consts)``: jax's recursive DCE keeping every input, the
-    closed-over constants turned into leading inputs (jax 0.10's ClosedJaxpr, or 0.12's Jaxpr
-    that holds its constants)."""
+def _load_prune():
+    """``prune(traced) -> Traced``: a copy of `traced` holding jax's recursive DCE of its jaxpr, every
+    input kept, unused closed-over constants dropped (as jax.jit's own DCE before lowering; jax
+    0.10's ClosedJaxpr, or 0.12's Jaxpr that holds its constants), lowered without a second trace."""
+    import copy
+
     from jax._src.interpreters import partial_eval as pe
 
-    def dce(jaxpr):
-        inner = jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr
-        opened = pe.convert_constvars_jaxpr(inner)
-        kept, _ = pe.dce_jaxpr(opened, [True] * len(opened.outvars), instantiate=True)
-        return kept, list(jaxpr.consts)
-    return dce
+    def prune(traced):
+        jaxpr = traced._params["jaxpr"]
+        closed = hasattr(jaxpr, "jaxpr")   # a ClosedJaxpr (jax 0.10)
+        inner = jaxpr.jaxpr if closed else jaxpr
+        kept, used_consts, _ = pe.dce_jaxpr_consts(
+            inner, [True] * len(inner.outvars), [False] * len(inner.constvars) + [True] * len(inner.invars))
+        if closed:
+            kept = type(jaxpr)(kept, [c for c, used in zip(jaxpr.consts, used_consts) if used])
+        out = copy.copy(traced)
+        out._params, out._lojax = {**traced._params, "jaxpr": kept}, None
+        return out
+    return prune
 
 
-def _test_dce(dce) -> None:
+def _test_prune(prune) -> None:
     import jax
     import jax.numpy as jnp
     table = np.arange(3, dtype=np.float32)
 
     def f(x, unused):   # a dead output of a nested jit: jax.jit prunes it inside the nested call
         return jax.jit(lambda y: (jnp.sin(y) + table, jnp.cos(y)))(x)[0]
-    traced = jax.jit(f, keep_unused=True).trace(np.float32(1), np.float32(2))
-    jaxpr, consts = dce(traced.jaxpr)
-    if len(jaxpr.invars) != len(consts) + 2 or any(e.primitive.name == "cos" for e in _all_eqns(jaxpr)):
-        raise AssertionError(f"dead-code elimination kept {jaxpr}")
-    out = jax.core.eval_jaxpr(jaxpr, [], *consts, np.float32(1), np.float32(2))
-    if not np.array_equal(out[0], jax.jit(f)(np.float32(1), np.float32(2))):
-        raise AssertionError(f"the pruned jaxpr computed {out}")
-
-
-def _all_eqns(jaxpr):
-    from jax.extend.core import jaxprs_in_params
-    for e in jaxpr.eqns:
-        yield e
-        for sub in jaxprs_in_params(e.params):
-            yield from _all_eqns(sub)
+    args = np.float32(1), np.float32(2)
+    traced = jax.jit(f, keep_unused=True).trace(*args)
+    lowered = prune(traced).lower()
+    text = lowered.as_text()
+    if "cosine" in text or "sine" not in text or len(lowered.in_avals[0]) != 2:
+        raise AssertionError(f"dead-code elimination lowered {text}")
+    if not np.array_equal(lowered.compile()(*args), jax.jit(f)(*args)):
+        raise AssertionError("the pruned program computed another value than jax.jit's")
+    if "cosine" not in traced.lower().as_text():
+        raise AssertionError("pruning changed the Traced it copied")
 
 
 @functools.cache
-def _dce():
-    return _detect("jax's jaxpr dead-code elimination", _load_dce, _test_dce)
+def _prune():
+    return _detect("jax's jaxpr dead-code elimination", _load_prune, _test_prune)
 
 
 # ---- effects: private only (a step with effects is refused when they are gone) ---------------

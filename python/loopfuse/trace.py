@@ -209,9 +209,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         # keep_unused=True keeps every argument in place but also skips the dead-code elimination that
         # jax.jit does by default; lower the pruned jaxpr, as jax.jit does, or XLA may compile a loop of
         # the step to other last bits than jax.jit's (a diffrax L-BFGS fit with jaxlib 0.12)
-        traced = jitted.trace(*specs)
-        pruned = _jax_compat.pruned(traced)
-        return traced.lower() if pruned is None else jax.jit(pruned, keep_unused=True, **shardings).lower(*specs)
+        return _jax_compat.lower_pruned(jitted.trace(*specs))
 
     lowered = lower(specs)
     promoted = tuple(i for i in range(n_state) if loop and specs[i].weak_type and not out_info["weak"][i])

@@ -13,7 +13,7 @@ from problems import assert_trees_equal
 
 
 CACHES = [_jax_compat._array_result_handler, _jax_compat._register_jax_dialects, _jax_compat._cpp_dispatch,
-          _jax_compat._dce]
+          _jax_compat._prune]
 ROUTES = ("result_handler", "dialects", "dispatch", "dce")
 
 

@@ -19,20 +19,25 @@ from test_pack_state import CLIP, FLATTEN_RTOL, OPTIMIZERS, PARAMS
 K = 3
 # XLA compiles these packed loops to other last bits than the unpacked ones: (rtol, atol) (measured:
 # clipped Adam 7.8e-8 relative with jax 0.10.2, with 0.12 1.7e-5 relative, 3.7e-9 absolute, on a
-# gradient of 2e-4; the RNN 2.5e-6 relative); every other case here is bitwise.
+# gradient of 2e-4; the RNN 2.5e-6 relative with 0.10.2, 4.5e-7 with 0.12); every other case here,
+# all 15 corpus programs but the RNN included, is bitwise with both.
 TOLERANCE = {"clip": (1e-5, 1e-8), "rnn": (1e-5, 0.0)}
+# The corpus programs of the default run; the other 11 (about 80 s more per jax version) are slow.
+DEFAULT_CORPUS = ("diffrax_pid_saveat_ts", "segment_sum_scatter_add", "rnn", "batchnorm_state")
 
 
 def _cases():
     cases = {name: lambda o=o: (train_step(o()), init_state(o(), PARAMS), batch(), "steps")
              for name, o in [("adam", OPTIMIZERS["adam"]), ("sgd_momentum", OPTIMIZERS["sgd_momentum"]),
                              ("schedule", OPTIMIZERS["schedule"]), ("clip", CLIP)]}
-    for name in ["diffrax_pid_saveat_ts", "segment_sum_scatter_add", "rnn", "batchnorm_state"]:
+    for name in PROGRAMS:
         cases[name] = lambda name=name: (lambda p: (p.fn, p.state, p.batch, p.loop_reference))(PROGRAMS[name]())
     return cases
 
 
 CASES = _cases()
+NAMES = [pytest.param(name, marks=pytest.mark.slow if name in PROGRAMS and name not in DEFAULT_CORPUS else ())
+         for name in CASES]
 
 
 def _reference(kind, fn, state, data):
@@ -70,7 +75,7 @@ def test_pack_and_unpack_move_elements_only():
         loopfuse.pack(p)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", NAMES)
 def test_loop_on_packed_state_equals_jax_jit(name):
     """loop(K) on a packed state: bitwise jax.jit of the same packed program; the unpacked result
     bitwise (or within the measured tolerance) the unpacked program's."""
@@ -78,6 +83,7 @@ def test_loop_on_packed_state_equals_jax_jit(name):
     got_state, got_aux = loopfuse.compile_step(fn).loop(K)(loopfuse.pack(fresh(state)), data)
     assert isinstance(got_state, loopfuse.PackedState)
     p = loopfuse.pack(fresh(state))
+    assert p.buffers        # something is packed (a one-leaf program's parameters with Adam's moments)
     assert_trees_equal((got_state, got_aux), _reference(kind, packed.on_packed(fn, p.layout), p, data))
     expected = _reference(kind, fn, fresh(state), data)
     if name in TOLERANCE:
@@ -87,10 +93,12 @@ def test_loop_on_packed_state_equals_jax_jit(name):
         assert_trees_equal((got_state.unpack(), got_aux), expected)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", NAMES)
 def test_flatten_on_a_packed_state_within_tolerance(name):
     """``pack-state{flatten=true}`` regroups a packed state's buffer per role and runs the alike
-    updates once over each group: within its tolerance of the unpacked jax.jit reference."""
+    updates once over each group: within its tolerance of the unpacked jax.jit reference (measured over
+    the corpus: the transformer 2.7e-7 absolute on a small element, the RNN 1.2e-6 relative, batchnorm
+    in last bits, the other programs bitwise)."""
     fn, state, data, kind = CASES[name]()
     loop = loopfuse.compile_step(fn, passes=["pack-state{flatten=true}"]).loop(K)
     got_state, got_aux = loop(loopfuse.pack(fresh(state)), data)
@@ -183,4 +191,5 @@ def test_a_step_that_changes_a_leaf_is_named_by_its_path():
         return {"a": state["a"].astype(jnp.float16), "b": state["b"]}, {"loss": jnp.sum(state["a"])}
     with pytest.raises(loopfuse.StateMismatchError, match=r"\['a'\] enters the step as float32\[3\]"):
         loopfuse.compile_step(fn)(loopfuse.pack({"a": jnp.ones(3), "b": jnp.ones(2)}), None)
+
 

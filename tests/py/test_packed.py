@@ -193,3 +193,19 @@ def test_a_step_that_changes_a_leaf_is_named_by_its_path():
         loopfuse.compile_step(fn)(loopfuse.pack({"a": jnp.ones(3), "b": jnp.ones(2)}), None)
 
 
+
+def test_a_packed_state_inside_the_state_is_refused_by_its_path():
+    """A PackedState nested in the state would reach the step function as the object: a Step call
+    and fit raise TypeError naming where it is, before running or donating anything."""
+    def fn(state, x):
+        return jax.tree_util.tree_map(lambda a: a - 0.1 * x, state), {"loss": jnp.sum(x)}
+    state = {"model": loopfuse.pack({"a": jnp.ones(2), "b": jnp.zeros(2)}), "step": jnp.ones(2)}
+    step = loopfuse.compile_step(fn)
+    match = r"state\['model'\] is a PackedState inside the state pytree.*loopfuse\.pack\(state\)"
+    for run in (lambda: step(state, jnp.ones(2)), lambda: step.loop(K)(state, jnp.ones(2)),
+                lambda: loopfuse.fit(step, state, jnp.ones(2), 4, chunk=2, progress=False)):
+        with pytest.raises(TypeError, match=match):
+            run()
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
+    assert np.asarray(state["model"].buffers[0]).tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert step.compile_count == 0

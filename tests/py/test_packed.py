@@ -194,6 +194,26 @@ def test_a_step_that_changes_a_leaf_is_named_by_its_path():
 
 
 
+def test_fit_checkpoints_a_packed_state_and_resumes_bitwise(tmp_path):
+    """fit with checkpoints on a packed state: a run of 4 steps resumed to 8 ends bitwise where an
+    uninterrupted run of 8 does; the restored state is a PackedState of the same layout."""
+    pytest.importorskip("orbax.checkpoint")
+    fn, state, data, _ = CASES["adam"]()
+    step = loopfuse.compile_step(fn)
+
+    def run(directory, n):
+        return loopfuse.fit(step, loopfuse.pack(fresh(state)), data, n, chunk=2, progress=False,
+                            checkpoint_dir=directory, checkpoint_every=2)
+    whole, first = run(tmp_path / "whole", 8), run(tmp_path / "cut", 4)
+    restored = run(tmp_path / "cut", 4)                  # nothing left to run: the restored state itself
+    assert restored.resumed_from == 4 and isinstance(restored.state, loopfuse.PackedState)
+    assert restored.state.layout == loopfuse.pack(state).layout
+    assert_trees_equal(restored.state, first.state)
+    resumed = run(tmp_path / "cut", 8)
+    assert resumed.resumed_from == 4 and resumed.steps == 8
+    assert_trees_equal((resumed.state, resumed.history), (whole.state, whole.history))
+
+
 def test_a_packed_state_inside_the_state_is_refused_by_its_path():
     """A PackedState nested in the state would reach the step function as the object: a Step call
     and fit raise TypeError naming where it is, before running or donating anything."""

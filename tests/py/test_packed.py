@@ -229,3 +229,18 @@ def test_a_packed_state_inside_the_state_is_refused_by_its_path():
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
     assert np.asarray(state["model"].buffers[0]).tolist() == [1.0, 1.0, 0.0, 0.0]
     assert step.compile_count == 0
+
+
+def test_a_checkpoint_of_another_packing_is_refused(tmp_path):
+    """Resuming from a checkpoint of a state packed to the same buffers in another layout (a float32[3]
+    and a float32[2] leaf swapped: one float32[5] buffer either way) is refused, naming the leaf."""
+    pytest.importorskip("orbax.checkpoint")
+
+    def fn(state, x):
+        return jax.tree_util.tree_map(lambda a: a * x, state), {"loss": x}
+    step, x = loopfuse.compile_step(fn), jnp.float32(0.5)
+    loopfuse.fit(step, loopfuse.pack({"a": jnp.ones(3), "b": jnp.ones(2)}), x, 2, chunk=2, progress=False,
+                 checkpoint_dir=tmp_path)
+    other = loopfuse.pack({"a": jnp.ones(2), "b": jnp.ones(3)})
+    with pytest.raises(loopfuse.StateMismatchError, match=r"\['a'\] \(.buffers\[0\] at 0\) is float32\[3\] there"):
+        loopfuse.fit(step, other, x, 4, chunk=2, progress=False, checkpoint_dir=tmp_path)

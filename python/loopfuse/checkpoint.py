@@ -2,8 +2,9 @@
 
 A checkpoint at step ``s`` holds three orbax items: ``state`` (the state after ``s`` steps; typed PRNG
 keys as their raw key data), ``history`` (the aux history of steps ``0..s``, leaves in flat order;
-absent when aux has no leaves) and ``meta`` (JSON: ``s``, each leaf's path, shape and dtype, and
-``stopped``: the retcode of a run that a step ended, "until" or "non_finite", else null).
+absent when aux has no leaves) and ``meta`` (JSON: ``s``, each leaf's path, shape and dtype (of a
+`PackedState`: of each leaf it packs, the path saying where it lives), and ``stopped``: the retcode
+of a run that a step ended, "until" or "non_finite", else null).
 orbax writes each checkpoint into a temporary folder and renames it when complete, so a process
 killed at any moment, also during a save, leaves the previous checkpoint restorable.
 
@@ -16,6 +17,7 @@ import jax
 import numpy as np
 
 from .errors import StateMismatchError
+from .packed import PackedState
 
 
 def _orbax():
@@ -33,6 +35,18 @@ def _leaf_specs(tree) -> list:
     for path, x in jax.tree_util.tree_leaves_with_path(tree):
         specs.append([jax.tree_util.keystr(path), list(np.shape(x)), str(x.dtype if _is_key(x) else _dtype(x))])
     return specs
+
+
+def _state_specs(state) -> list:
+    """`_leaf_specs` of the state; of a `PackedState`, those of the leaves it packs, each path saying
+    where the leaf lives (so a checkpoint of another layout of the same buffers is refused)."""
+    if not isinstance(state, PackedState):
+        return _leaf_specs(state)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+        state.layout.treedef.unflatten([0] * state.layout.treedef.num_leaves))[0]]
+    return [[f"{path} (.buffers[{b}] at {at})", list(shape), str(state.layout.buffer_dtypes[b])] if b is not None
+            else [f"{path} (.kept[{at}])", *_leaf_specs(state.kept[at])[0][1:]]
+            for path, shape, (b, at) in zip(paths, state.layout.shapes, state.layout.places)]
 
 
 def _dtype(x):
@@ -60,7 +74,7 @@ class Checkpoints:
         if self._saved is None:
             return
         meta = self._meta()
-        self._compare(self._where(), "state leaf", meta["state"], _leaf_specs(template))
+        self._compare(self._where(), "state leaf", meta["state"], _state_specs(template))
         if meta["steps"] > num_steps:
             raise StateMismatchError(
                 f"{self._where()} has run {meta['steps']} steps, more than num_steps={num_steps}; pass num_steps >= "
@@ -135,7 +149,7 @@ class Checkpoints:
         ocp = self._ocp
         leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree_util.tree_leaves(state)]
         history_leaves = jax.tree_util.tree_leaves(history)
-        meta = {"steps": steps, "stopped": stopped, "state": _leaf_specs(state),
+        meta = {"steps": steps, "stopped": stopped, "state": _state_specs(state),
                 "history": [[p, s[1:], d] for p, s, d in _leaf_specs(history)]}
         items = {"state": ocp.args.StandardSave(leaves), "meta": ocp.args.JsonSave(meta)}
         if history_leaves:

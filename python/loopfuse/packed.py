@@ -158,6 +158,17 @@ def on_packed(fn: Callable, layout: Layout) -> Callable:
     return packed_fn
 
 
+def check_not_nested(state) -> None:
+    """Raise TypeError naming a `PackedState` inside `state`: a step runs a packed state only as the
+    whole state (it would see the PackedState object, not the pytree it packs)."""
+    found, _ = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, PackedState))
+    for path, x in found:
+        if path and isinstance(x, PackedState):
+            raise TypeError(f"state{jax.tree_util.keystr(path)} is a PackedState inside the state pytree; a "
+                            "step runs a packed state only as the whole state: pack the whole state "
+                            "(loopfuse.pack(state)) instead")
+
+
 def until_on_packed(until: Callable | None) -> Callable | None:
     """A loop's ``until(state, aux)`` on the packed state."""
     return None if until is None else functools.wraps(until)(lambda packed, aux: until(packed.unpack(), aux))

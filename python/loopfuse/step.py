@@ -123,6 +123,7 @@ class Step:
         return (s_def, b_def, tuple(map(_aval, leaves)), static_key), leaves
 
     def _trace(self, state, batch, static) -> Traced:
+        packed.check_not_nested(state)
         o = self.options
         return trace(self.fn, state, batch, static, o.keep_aux, self.placement, stopping.flag(o.until, o.stop_on_nonfinite),
                      stopped_arg=self._stops, loop=o.steps is not None)

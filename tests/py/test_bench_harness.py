@@ -70,3 +70,41 @@ def test_report_writes_environment_markdown_and_json(tmp_path):
     assert f"dispatch {loopfuse._jax_compat.status()['dispatch']}" in text
     assert (tmp_path / "demo.md").read_text() == text
     assert '"demo": [\n    1\n  ]' in (tmp_path / "r.json").read_text()
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    # Round by round 0.5, 0.6, 2.0 (a slow outlier round on the first side): median 0.6, not 1.1 / 1.5.
+    c = harness.paired_ratio([1.0, 3.0, 2.0], [2.0, 5.0, 1.0])
+    assert c == {"ratio": pytest.approx(0.6), "min": pytest.approx(0.5), "max": pytest.approx(2.0)}
+    assert harness.paired_text(c) == "0.60x (0.50–2.00)" and harness.paired_text(c, True) == "1.00x (reference)"
+
+
+def test_compile_rounds_interleave_time_whole_and_keep_the_last_build():
+    calls = []
+
+    def build(name, part):
+        def run():
+            calls.append(name)
+            return f"{name}{len(calls)}", {"xla": part}
+        return run
+    timed = harness.compile_rounds({"a": build("a", 0.0), "b": build("b", 0.0)}, rounds=3)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert timed["a"]["built"] == "a5" and timed["b"]["built"] == "b6"
+    assert all(len(t["total"]) == 3 and all(p["other"] == pytest.approx(s) for p, s in zip(t["parts"], t["total"]))
+               for t in timed.values())   # no part measured: all of the wall time is "other"
+    stats = harness.compile_stats({"total": [2.0, 4.0, 3.0], "parts": [{"xla": 1.0, "wrap-loop": 0.5}] * 3},
+                                  {"total": [4.0, 4.0, 4.0]})
+    assert stats["seconds"]["median"] == 3.0 and stats["vs_reference"]["ratio"] == pytest.approx(0.75)
+    assert harness.parts_cells(stats) == "| 3.00 | — | — | 0.50 | 1.00 | — | wrap-loop 0.50 |"
+
+
+def test_state_match_unpacks_and_measures_the_difference():
+    a = {"w": jax.numpy.ones((2, 3)), "b": jax.numpy.zeros(3)}
+    packed = loopfuse.pack(a)
+    assert harness.state_match(packed, a) == {"bitwise_vs_scan": True, "max_abs_diff_vs_scan": 0.0,
+                                              "max_rel_diff_vs_scan": 0.0}
+    off = {"w": a["w"].at[0, 0].set(1.5), "b": a["b"]}
+    m = harness.state_match(off, a)
+    assert not m["bitwise_vs_scan"] and m["max_abs_diff_vs_scan"] == 0.5 and m["max_rel_diff_vs_scan"] == 0.5
+    assert harness.match_text(m) == "False (max diff 5.0e-01, relative 5.0e-01)"
+    assert harness.state_match({"w": a["w"], "b": a["b"].at[1].set(1.0)}, a)["max_rel_diff_vs_scan"] == float("inf")

@@ -14,9 +14,9 @@ moments, while the weight matrices stay separate. The packed-between-calls rows 
 `pack-state{flatten=true}` (not bitwise: its row gives the largest relative difference).
 
 Compile time as bench_pack.py measures it (bench/harness.py's `compile_rounds`): an untimed warm-up
-builds and calls every variant on the --quick model and traces the step once at this size, then
-`--compile-rounds` interleaved rounds each compile every variant from nothing (a fresh function
-object, no loopfuse compile cache); medians of the wall time and of its parts, the ratio to the
+builds and calls every variant on the --quick model and traces and lowers the step once at this
+size, then `--compile-rounds` interleaved rounds each compile every variant from nothing (a fresh
+function object, no persistent compile cache); medians of the wall time and of its parts, the ratio to the
 scan as the median of per-round ratios. The last round's compile of each variant then runs: its
 first call's state is compared with the scan's, then interleaved rounds (bench/harness.py) of one
 call of K steps each, the state chained: medians and ratios of steps/s.
@@ -130,7 +130,7 @@ def main() -> None:
     for build in builders(warm_step, ns.loop).values():
         (call, start), _ = build(warm_state, warm_tokens)
         jax.block_until_ready(call(fresh(start), warm_tokens))
-    jax.eval_shape(step, state, tokens)   # a trace at this size warms jax's per-shape caches for all alike
+    harness.warm_trace(step, state, tokens)
     builds = {name: (lambda build=build: build(state, tokens)) for name, build in builders(step, ns.loop).items()}
     timed = harness.compile_rounds(builds, ns.compile_rounds)
     names, reference = list(timed), next(iter(timed))

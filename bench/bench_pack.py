@@ -10,10 +10,11 @@ rounds; its compile time includes the packing's, as the ravel_pytree program's i
 One run per leaf count. Compile time (bench/harness.py's `compile_rounds`): first an untimed warm-up
 builds and calls every chosen variant at each K on the problem at 4 leaves (jax's first traces of
 optax, its lowering rules, XLA's first compile and loopfuse's pass setup are paid there, by no timed
-variant) and traces the step once at the measured size (jax's per-shape caches warm for all alike);
-then `--compile-rounds` interleaved rounds (order reversed every other round) each compile every
-variant from nothing, a fresh function object each time (jax reuses no trace) and without
-loopfuse's compile cache ($LOOPFUSE_CACHE_DIR is unset; loopfuse has no other). Per variant: the
+variant) and traces and lowers the step once at the measured size (jax's caches of the functions
+it calls, per shape, warm for all alike); then `--compile-rounds` interleaved rounds (order reversed
+every other round) each compile every variant from nothing: a fresh function object each time (jax
+reuses no trace of it), no persistent compile cache ($LOOPFUSE_CACHE_DIR unset, loopfuse has no
+other; jax's off). Per variant: the
 median wall seconds, its ratio to the scan's as the median of the per-round ratios, and the median
 of each part: loopfuse's `Executable.seconds` (trace, each pass, XLA), jax.jit's `.lower()` and
 `.compile()`, the packing, and the rest of the wall time. The last round's compile of each variant
@@ -116,8 +117,8 @@ def run(leaves: int, ks: list[int], rounds: int, calls: int, only=None, hlo: boo
     fn, state, batch = problem(leaves)
     ravel_fn = ravel_step(state[0])
     warm_up(ks, only)
-    jax.eval_shape(fn, state, batch)    # trace once at this size: jax's per-shape caches warm for all alike
-    jax.eval_shape(ravel_fn, ravel(state), batch)
+    harness.warm_trace(fn, state, batch)
+    harness.warm_trace(ravel_fn, ravel(state), batch)
     builds = {}
     for k in ks:
         for n, (name, build) in enumerate(variants(fn, k, ravel_fn).items()):

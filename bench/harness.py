@@ -173,10 +173,19 @@ PARTS = ("pack", "trace", "xla", "other")
 
 
 def no_compile_cache() -> None:
-    """Unset $LOOPFUSE_CACHE_DIR: every timed loopfuse compile runs its passes and XLA (loopfuse has
-    no other compile cache)."""
+    """No persistent compile cache on either side: $LOOPFUSE_CACHE_DIR unset (loopfuse has no other
+    compile cache) and jax's persistent cache off, so every timed compile runs XLA."""
+    import jax
     from loopfuse import cache
     os.environ.pop(cache.CACHE_ENV, None)
+    jax.config.update("jax_enable_compilation_cache", False)
+
+
+def warm_trace(fn, *args) -> None:
+    """Trace and lower `fn` (a fresh function object) for `args`, untimed: jax's caches of the
+    functions it calls (traces and lowerings per shape) are then warm for every variant alike."""
+    import jax
+    jax.jit(fresh_fn(fn)).lower(*args)
 
 
 def fresh_fn(fn: Callable) -> Callable:

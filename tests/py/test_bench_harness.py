@@ -1,5 +1,6 @@
 """bench/harness.py: the statistic every benchmark reports, its rounds, the reference compiled
 with loopfuse's XLA options, and the pasting of figures into BENCHMARKS.md."""
+import statistics
 import sys
 from functools import partial
 from pathlib import Path
@@ -108,3 +109,24 @@ def test_state_match_unpacks_and_measures_the_difference():
     assert not m["bitwise_vs_scan"] and m["max_abs_diff_vs_scan"] == 0.5 and m["max_rel_diff_vs_scan"] == 0.5
     assert harness.match_text(m) == "False (max diff 5.0e-01, relative 5.0e-01)"
     assert harness.state_match({"w": a["w"], "b": a["b"].at[1].set(1.0)}, a)["max_rel_diff_vs_scan"] == float("inf")
+
+
+def test_bench_pack_times_compiles_in_rounds_with_their_parts(monkeypatch):
+    """bench_pack.run at 4 leaves, the scan and the packed-between-calls loop: each compiled in two
+    rounds, the parts of each compile recorded, the packed loop's state bitwise the scan's."""
+    import bench_pack
+    from loopfuse import cache
+    monkeypatch.delenv(cache.CACHE_ENV, raising=False)   # restored after the test (run unsets it)
+    jax_cache = jax.config.jax_enable_compilation_cache
+    try:
+        res = bench_pack.run(4, [2], rounds=1, calls=1, only={5}, compile_rounds=2)
+    finally:
+        jax.config.update("jax_enable_compilation_cache", jax_cache)
+    scan, packed = (by_k[2] for by_k in res["rows"].values())
+    assert list(res["rows"]) == ["lax.scan (jax.jit, donated)", "loopfuse loop, state packed between calls (loopfuse.pack)"]
+    assert scan["compile"]["vs_reference"] == {"ratio": 1.0, "min": 1.0, "max": 1.0}
+    assert set(scan["compile"]["parts"]) == {"trace", "xla", "other"}
+    assert {"pack", "trace", "xla", "other"} < set(packed["compile"]["parts"])   # and the passes
+    assert [len(r["compile"]["seconds"]["rounds"]) for r in (scan, packed)] == [2, 2]
+    assert packed["compile_s"] == statistics.median(packed["compile"]["seconds"]["rounds"])
+    assert packed["bitwise_vs_scan"] and packed["steps_per_s"] > 0

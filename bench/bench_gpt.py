@@ -149,9 +149,9 @@ def main() -> None:
 
     lines = [f"{ns.layers} layers, width {ns.width}, {ns.heads} heads, {ns.batch} x {ns.seq} tokens, vocab {ns.vocab}, "
              f"AdamW: {len(leaves)} state leaves, {small} of them tensors of <= 4,096 elements; loop({ns.loop}); "
-             f"compile: median of {ns.compile_rounds} interleaved rounds after a warm-up, vs scan the median (min–max) "
-             f"of per-round ratios (< 1: compiles faster); steps/s: medians (min–max) of {ns.rounds} interleaved "
-             "rounds of one call", "",
+             f"compile: median of {ns.compile_rounds} interleaved rounds after a warm-up, vs scan the median "
+             f"(min–max) of per-round ratios (< 1: compiles faster); steps/s: medians (min–max) of {ns.rounds} "
+             "interleaved rounds of one call", "",
              "| variant | compile s | vs scan | steps/s | vs scan | final state bitwise = scan |",
              "|---|---:|---:|---:|---:|---|"]
     rows = {}
@@ -160,7 +160,8 @@ def main() -> None:
         stats = harness.compile_stats(timed[name], timed[reference])
         rows[name] = dict(compile_s=stats["seconds"]["median"], compile=stats, steps_per_s=harness.summary(rates[name]),
                           **harness.state_match(finals[name], finals[reference]))
-        lines.append(f"| {name} | {rows[name]['compile_s']:.1f} | {harness.paired_text(stats['vs_reference'], name == reference)} | "
+        lines.append(f"| {name} | {rows[name]['compile_s']:.1f} | "
+                     f"{harness.paired_text(stats['vs_reference'], name == reference)} | "
                      f"{np.median(rates[name]):.1f} ({harness.spread_text(rates[name], '{:.1f}')}) | "
                      f"{'—' if name == reference else harness.ratio_text(c)} | {harness.match_text(rows[name])} |")
     lines += ["", "Where the compile time goes: medians over the rounds, seconds (jax.jit: trace = `.lower()`, "

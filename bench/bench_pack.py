@@ -177,7 +177,8 @@ def table(results: list, ks: list[int]) -> list[str]:
             for k, r in by_k.items():
                 kern = f" {r['kernels'][0]} | {r['kernels'][1]} |" if "kernels" in r else ""
                 lines.append(f"| {res['leaves']} | {name} | {k} | {r['compile_s']:.1f} | "
-                             f"{harness.paired_text(r['compile']['vs_reference'], name == base_name)} | {r['steps_per_s']:.0f} | "
+                             f"{harness.paired_text(r['compile']['vs_reference'], name == base_name)} | "
+                             f"{r['steps_per_s']:.0f} | "
                              f"{r['steps_per_s'] / base[k]['steps_per_s']:.2f}x | {harness.match_text(r)} |{kern}")
     lines += ["", "Where the compile time goes: medians over the rounds, seconds (jax.jit: trace = `.lower()`, "
               "XLA = `.compile()`; pack: `loopfuse.pack`, or `ravel` for the hand-written program; other: the rest "

@@ -13,7 +13,8 @@ Every script measures the same way:
   an untimed warm-up that pays jax's and XLA's one-time costs; per variant the median (min-max)
   wall seconds, the median of each part (`PARTS`: loopfuse's `Executable.seconds`, jax.jit's lower
   and compile) and the time ratio to the reference as the median of per-round ratios (`paired_ratio`:
-  both sides of a ratio compiled in the same round, under the same load). No loopfuse compile cache.
+  both sides of a ratio compiled in the same round, under the same load). No persistent
+  compile cache, loopfuse's or jax's (`no_compile_cache`).
 * `Report` starts with the environment line (CPU, cores, load at start and end, versions, date,
   git commit) and writes NAME.md (the markdown pasted into BENCHMARKS.md) and the JSON.
 * Same configuration on both sides: `loopfuse_options` is the XLA options loopfuse compiled an
@@ -117,9 +118,10 @@ def paired_text(c: dict, reference: bool = False) -> str:
 
 
 def state_match(a, b) -> dict:
-    """State `a` against the reference's `b` (a `loopfuse.PackedState` unpacked; compared as `ravel_pytree` flattens
-    them, in leaf order): whether every element has the same bits, and the largest absolute and
-    relative difference of an element, |a - b| and |a - b| / |b| (inf where b is 0 and a is not)."""
+    """State `a` against the reference's `b` (a `loopfuse.PackedState` unpacked; compared as
+    `ravel_pytree` flattens them, in leaf order): whether every element has the same bits, and the
+    largest absolute and relative difference of an element, |a - b| and |a - b| / |b| (inf where b
+    is 0 and a is not)."""
     import numpy as np
     from jax.flatten_util import ravel_pytree
     import loopfuse

@@ -123,7 +123,8 @@ def test_bench_pack_times_compiles_in_rounds_with_their_parts(monkeypatch):
     finally:
         jax.config.update("jax_enable_compilation_cache", jax_cache)
     scan, packed = (by_k[2] for by_k in res["rows"].values())
-    assert list(res["rows"]) == ["lax.scan (jax.jit, donated)", "loopfuse loop, state packed between calls (loopfuse.pack)"]
+    assert list(res["rows"]) == ["lax.scan (jax.jit, donated)",
+                                 "loopfuse loop, state packed between calls (loopfuse.pack)"]
     assert scan["compile"]["vs_reference"] == {"ratio": 1.0, "min": 1.0, "max": 1.0}
     assert set(scan["compile"]["parts"]) == {"trace", "xla", "other"}
     assert {"pack", "trace", "xla", "other"} < set(packed["compile"]["parts"])   # and the passes

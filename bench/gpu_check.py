@@ -27,8 +27,8 @@ comes first, then the sections named by --sections (default all), most important
   the order alternating round by round; medians, and ratios against jax.jit + donation.
   Problems: a tiny MLP, a 3-layer 4096-wide MLP and a 6-layer 512-wide GPT-style model (Adam).
 - pack: issue 23's figure (bench/bench_pack.py): Adam over N small leaves, loop(10), `PACK_VARIANTS`
-  against the donated `lax.scan`: compile seconds, steps/s, whether each final state equals the
-  scan's bitwise (a report: it fails nothing).
+  against the donated `lax.scan`: compile seconds (after a warm-up, median of `PACK`'s compile rounds),
+  steps/s, whether each final state equals the scan's bitwise (a report: it fails nothing).
 
 Writes gpu_check.json and gpu_check.md into --out after every section (a run cut short keeps what
 it finished), prints each section's seconds as it ends and the markdown at the end; exits 1 when a
@@ -74,7 +74,8 @@ MEMORY_PROBLEMS = 2       # the two large problems (the tiny MLP's bytes say not
 SECTIONS = ("results", "corpus", "cache", "memory", "speed", "pack")
 CORPUS_K = 3              # tests/py/test_corpus.py's K
 CORPUS_QUICK = ("diffrax_saveat_t1", "cond_switch", "segment_sum_scatter_add")
-PACK = dict(full=dict(leaves=300, rounds=5, calls=10), quick=dict(leaves=8, rounds=1, calls=2), k=10)
+PACK = dict(full=dict(leaves=300, rounds=5, calls=10, compile_rounds=2),
+            quick=dict(leaves=8, rounds=1, calls=2, compile_rounds=1), k=10)
 # bench_pack.variants' rows to run, by name (its row 0, the donated lax.scan, is the reference and always runs).
 PACK_VARIANTS = ("lax.scan (jax.jit, donated)", "hand-written ravel_pytree lax.scan (jax.jit, donated)",
                  "loopfuse loop", "loopfuse loop, state packed between calls (loopfuse.pack)",
@@ -364,13 +365,14 @@ def corpus_program(name: str, k: int = CORPUS_K) -> list:
 
 
 # ---- pack ---------------------------------------------------------------------------------
-def packed_state(leaves: int, rounds: int, calls: int, k: int = PACK["k"]) -> dict:
+def packed_state(leaves: int, rounds: int, calls: int, compile_rounds: int, k: int = PACK["k"]) -> dict:
     """bench_pack.run at one N and K with the `PACK_VARIANTS` rows."""
     import bench_pack
     names = list(bench_pack.variants(None, k, None))  # the names only (nothing is built)
     missing = [v for v in PACK_VARIANTS if v not in names]
     assert not missing, f"bench_pack.variants has no {missing}"
-    result = bench_pack.run(leaves, [k], rounds, calls, only={names.index(v) for v in PACK_VARIANTS})
+    result = bench_pack.run(leaves, [k], rounds, calls, only={names.index(v) for v in PACK_VARIANTS},
+                            compile_rounds=compile_rounds)
     return {"k": k, "rounds": rounds, "calls": calls, **result}
 
 

@@ -9,6 +9,12 @@ Every script measures the same way:
 * One statistic: per-side medians over rounds with their min-max, and the ratio of the medians
   (`compare`). A ratio whose sides' min-max ranges overlap is not a measured difference: it prints
   as "no difference measured (±N%)", N being the larger half-range of the two sides.
+* Compile time (`compile_rounds`): every variant compiled afresh once per interleaved round, after
+  an untimed warm-up that pays jax's and XLA's one-time costs; per variant the median (min-max)
+  wall seconds, the median of each part (`PARTS`: loopfuse's `Executable.seconds`, jax.jit's lower
+  and compile) and the time ratio to the reference as the median of per-round ratios (`paired_ratio`:
+  both sides of a ratio compiled in the same round, under the same load). No persistent
+  compile cache, loopfuse's or jax's (`no_compile_cache`).
 * `Report` starts with the environment line (CPU, cores, load at start and end, versions, date,
   git commit) and writes NAME.md (the markdown pasted into BENCHMARKS.md) and the JSON.
 * Same configuration on both sides: `loopfuse_options` is the XLA options loopfuse compiled an
@@ -36,9 +42,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # ---- arguments and rounds -------------------------------------------------------------------
-def parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+def parser(doc: str, rounds: int, compile_rounds: int | None = None) -> argparse.ArgumentParser:
+    """The common arguments; ``--compile-rounds`` too when `compile_rounds` (its default) is given."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=rounds, help=f"interleaved rounds (default {rounds})")
+    if compile_rounds is not None:
+        ap.add_argument("--compile-rounds", type=int, default=compile_rounds,
+                        help=f"interleaved rounds of compiling every variant (default {compile_rounds})")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, 2 rounds: a smoke test, not a measurement")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out", help="folder for NAME.md")
     ap.add_argument("--json", type=Path, help="write the results as JSON to this path")
@@ -96,6 +106,40 @@ def spread_text(values: list[float], spec: str = "{:,.0f}") -> str:
     return f"{spec.format(min(values))}–{spec.format(max(values))}"
 
 
+def paired_ratio(x: list[float], ref: list[float]) -> dict:
+    """`x` against `ref` round by round: the median (min-max) of ``x[i] / ref[i]``, each ratio of two
+    values measured in the same round."""
+    ratios = [a / b for a, b in zip(x, ref, strict=True)]
+    return dict(ratio=statistics.median(ratios), min=min(ratios), max=max(ratios))
+
+
+def paired_text(c: dict, reference: bool = False) -> str:
+    return "1.00x (reference)" if reference else f"{c['ratio']:.2f}x ({c['min']:.2f}–{c['max']:.2f})"
+
+
+def state_match(a, b) -> dict:
+    """State `a` against the reference's `b` (a `loopfuse.PackedState` unpacked; compared as
+    `ravel_pytree` flattens them, in leaf order): whether every element has the same bits, and the
+    largest absolute and relative difference of an element, |a - b| and |a - b| / |b| (inf where b
+    is 0 and a is not)."""
+    import numpy as np
+    from jax.flatten_util import ravel_pytree
+    import loopfuse
+    x, y = (np.asarray(ravel_pytree(s.unpack() if isinstance(s, loopfuse.PackedState) else s)[0]) for s in (a, b))
+    bitwise = x.dtype == y.dtype and x.tobytes() == y.tobytes()
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(x == y, 0.0, np.abs(x - y) / np.abs(y))
+    return dict(bitwise_vs_scan=bitwise, max_abs_diff_vs_scan=float(np.nanmax(np.abs(x - y), initial=0.0)),
+                max_rel_diff_vs_scan=float(np.nanmax(rel, initial=0.0)))
+
+
+def match_text(row: dict) -> str:
+    """A row's `state_match` as 'True', or 'False (max diff 2.0e-07, relative 1.3e-02)'."""
+    return "True" if row["bitwise_vs_scan"] else (f"False (max diff {row['max_abs_diff_vs_scan']:.1e}, relative "
+                                                   f"{row['max_rel_diff_vs_scan']:.1e})")
+
+
 def mib(n: int) -> str:
     return f"{n / 2**20:,.2f}"
 
@@ -121,6 +165,96 @@ def jit_memory(jitted, state, batch):
 
 def options_text(options: dict) -> str:
     return ", ".join(f"`{k}={v}`" for k, v in sorted(options.items())) or "none"
+
+
+# ---- compile time ---------------------------------------------------------------------------
+# The parts of a compile, in seconds: "pack" (`loopfuse.pack`), "trace" (loopfuse's trace to
+# StableHLO; for jax.jit, `.lower()`), each loopfuse pass by name, "xla" (XLA; for jax.jit,
+# `.compile()`), "other" (the rest of the wall time: Python around them).
+PARTS = ("pack", "trace", "xla", "other")
+
+
+def no_compile_cache() -> None:
+    """No persistent compile cache on either side: $LOOPFUSE_CACHE_DIR unset (loopfuse has no other
+    compile cache) and jax's persistent cache off, so every timed compile runs XLA."""
+    import jax
+    from loopfuse import cache
+    os.environ.pop(cache.CACHE_ENV, None)
+    jax.config.update("jax_enable_compilation_cache", False)
+
+
+def warm_trace(fn, *args) -> None:
+    """Trace and lower `fn` (a fresh function object) for `args`, untimed: jax's caches of the
+    functions it calls (traces and lowerings per shape) are then warm for every variant alike."""
+    import jax
+    jax.jit(fresh_fn(fn)).lower(*args)
+
+
+def fresh_fn(fn: Callable) -> Callable:
+    """A new function object calling `fn`: jax cannot reuse a trace of an earlier one."""
+    return lambda *args: fn(*args)
+
+
+def jit_compile(fn, *args, donate: bool = True):
+    """`jax.jit(fn)` (a fresh function object; argument 0 donated when `donate`) lowered and
+    compiled for `args`: (the compiled call, {"trace": lower seconds, "xla": compile seconds})."""
+    import jax
+    t0 = time.perf_counter()
+    lowered = jax.jit(fresh_fn(fn), donate_argnums=0 if donate else ()).lower(*args)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    return compiled, {"trace": t1 - t0, "xla": time.perf_counter() - t1}
+
+
+def loopfuse_compile(fn, state, batch, *, steps: int, passes=None, pack: bool = False):
+    """loopfuse's ``loop(steps)`` of `fn` (a fresh function object) compiled for (state, batch), or
+    for ``loopfuse.pack(state)`` when `pack`: ((the loop, the state it takes), {part: seconds})."""
+    import loopfuse
+    parts = {}
+    if pack:
+        t0 = time.perf_counter()
+        state = loopfuse.pack(state)
+        parts["pack"] = time.perf_counter() - t0
+    loop = loopfuse.compile_step(fresh_fn(fn), passes=passes).loop(steps)
+    parts.update(loop.compiled(state, batch).seconds)
+    return (loop, state), parts
+
+
+def compile_rounds(builds: dict, rounds: int) -> dict:
+    """Interleaved rounds (`interleave`) of ``builds[name]() -> (built, {part: seconds})``, each a
+    compile from nothing, timed whole (wall). {name: {"built": the last round's, "total": [seconds
+    per round], "parts": [{part: seconds, "other": the rest of the total} per round]}}."""
+    last = {}
+
+    def timed(name):
+        t0 = time.perf_counter()
+        last[name], parts = builds[name]()
+        total = time.perf_counter() - t0
+        return total, {**parts, "other": total - sum(parts.values())}
+    got = interleave({name: (lambda name=name: timed(name)) for name in builds}, rounds)
+    return {name: dict(built=last[name], total=[t for t, _ in got[name]], parts=[p for _, p in got[name]])
+            for name in builds}
+
+
+def compile_stats(timed: dict, reference: dict) -> dict:
+    """One variant of `compile_rounds`' result against the reference's: median (min-max) seconds,
+    the median of each part, the time ratio (`paired_ratio`, < 1: compiles faster)."""
+    names = dict.fromkeys(k for p in timed["parts"] for k in p)
+    return dict(seconds=summary(timed["total"]), vs_reference=paired_ratio(timed["total"], reference["total"]),
+                parts={k: statistics.median(p.get(k, 0.0) for p in timed["parts"]) for k in names})
+
+
+PARTS_HEADER = "| compile s | pack s | trace s | passes s | XLA s | other s | passes over 5% of the compile, s |"
+
+
+def parts_cells(stats: dict) -> str:
+    """`PARTS_HEADER`'s cells for one variant's `compile_stats`."""
+    parts, total = stats["parts"], stats["seconds"]["median"]
+    passes = {k: v for k, v in parts.items() if k not in (*PARTS, "cache")}
+    big = ", ".join(f"{k} {v:.2f}" for k, v in sorted(passes.items(), key=lambda kv: -kv[1]) if v > 0.05 * total)
+    cell = lambda k: f"{parts[k]:.2f}" if k in parts else "—"  # noqa: E731
+    return (f"| {total:.2f} | {cell('pack')} | {cell('trace')} | "
+            f"{f'{sum(passes.values()):.2f}' if passes else '—'} | {cell('xla')} | {cell('other')} | {big or '—'} |")
 
 
 # ---- environment and report -------------------------------------------------------------------

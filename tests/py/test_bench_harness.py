@@ -1,5 +1,6 @@
 """bench/harness.py: the statistic every benchmark reports, its rounds, the reference compiled
 with loopfuse's XLA options, and the pasting of figures into BENCHMARKS.md."""
+import statistics
 import sys
 from functools import partial
 from pathlib import Path
@@ -70,3 +71,63 @@ def test_report_writes_environment_markdown_and_json(tmp_path):
     assert f"dispatch {loopfuse._jax_compat.status()['dispatch']}" in text
     assert (tmp_path / "demo.md").read_text() == text
     assert '"demo": [\n    1\n  ]' in (tmp_path / "r.json").read_text()
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    # Round by round 0.5, 0.6, 2.0 (a slow outlier round on the first side): median 0.6, not 1.1 / 1.5.
+    c = harness.paired_ratio([1.0, 3.0, 2.0], [2.0, 5.0, 1.0])
+    assert c == {"ratio": pytest.approx(0.6), "min": pytest.approx(0.5), "max": pytest.approx(2.0)}
+    assert harness.paired_text(c) == "0.60x (0.50–2.00)" and harness.paired_text(c, True) == "1.00x (reference)"
+
+
+def test_compile_rounds_interleave_time_whole_and_keep_the_last_build():
+    calls = []
+
+    def build(name, part):
+        def run():
+            calls.append(name)
+            return f"{name}{len(calls)}", {"xla": part}
+        return run
+    timed = harness.compile_rounds({"a": build("a", 0.0), "b": build("b", 0.0)}, rounds=3)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert timed["a"]["built"] == "a5" and timed["b"]["built"] == "b6"
+    assert all(len(t["total"]) == 3 and all(p["other"] == pytest.approx(s) for p, s in zip(t["parts"], t["total"]))
+               for t in timed.values())   # no part measured: all of the wall time is "other"
+    stats = harness.compile_stats({"total": [2.0, 4.0, 3.0], "parts": [{"xla": 1.0, "wrap-loop": 0.5}] * 3},
+                                  {"total": [4.0, 4.0, 4.0]})
+    assert stats["seconds"]["median"] == 3.0 and stats["vs_reference"]["ratio"] == pytest.approx(0.75)
+    assert harness.parts_cells(stats) == "| 3.00 | — | — | 0.50 | 1.00 | — | wrap-loop 0.50 |"
+
+
+def test_state_match_unpacks_and_measures_the_difference():
+    a = {"w": jax.numpy.ones((2, 3)), "b": jax.numpy.zeros(3)}
+    packed = loopfuse.pack(a)
+    assert harness.state_match(packed, a) == {"bitwise_vs_scan": True, "max_abs_diff_vs_scan": 0.0,
+                                              "max_rel_diff_vs_scan": 0.0}
+    off = {"w": a["w"].at[0, 0].set(1.5), "b": a["b"]}
+    m = harness.state_match(off, a)
+    assert not m["bitwise_vs_scan"] and m["max_abs_diff_vs_scan"] == 0.5 and m["max_rel_diff_vs_scan"] == 0.5
+    assert harness.match_text(m) == "False (max diff 5.0e-01, relative 5.0e-01)"
+    assert harness.state_match({"w": a["w"], "b": a["b"].at[1].set(1.0)}, a)["max_rel_diff_vs_scan"] == float("inf")
+
+
+def test_bench_pack_times_compiles_in_rounds_with_their_parts(monkeypatch):
+    """bench_pack.run at 4 leaves, the scan and the packed-between-calls loop: each compiled in two
+    rounds, the parts of each compile recorded, the packed loop's state bitwise the scan's."""
+    import bench_pack
+    from loopfuse import cache
+    monkeypatch.delenv(cache.CACHE_ENV, raising=False)   # restored after the test (run unsets it)
+    jax_cache = jax.config.jax_enable_compilation_cache
+    try:
+        res = bench_pack.run(4, [2], rounds=1, calls=1, only={5}, compile_rounds=2)
+    finally:
+        jax.config.update("jax_enable_compilation_cache", jax_cache)
+    scan, packed = (by_k[2] for by_k in res["rows"].values())
+    assert list(res["rows"]) == ["lax.scan (jax.jit, donated)",
+                                 "loopfuse loop, state packed between calls (loopfuse.pack)"]
+    assert scan["compile"]["vs_reference"] == {"ratio": 1.0, "min": 1.0, "max": 1.0}
+    assert set(scan["compile"]["parts"]) == {"trace", "xla", "other"}
+    assert {"pack", "trace", "xla", "other"} < set(packed["compile"]["parts"])   # and the passes
+    assert [len(r["compile"]["seconds"]["rounds"]) for r in (scan, packed)] == [2, 2]
+    assert packed["compile_s"] == statistics.median(packed["compile"]["seconds"]["rounds"])
+    assert packed["bitwise_vs_scan"] and packed["steps_per_s"] > 0

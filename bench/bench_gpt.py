@@ -11,7 +11,9 @@ state: per block 12 parameter leaves, 8 of them biases and LayerNorm scales/bias
 elements, which pack-state (default threshold 4,096 elements) carries in one flat buffer with their
 moments, while the weight matrices stay separate. The packed-between-calls rows pack the state once
 (`loopfuse.pack`, timed as part of their compile) and loop on it, with the default passes and with
-`pack-state{flatten=true}` (not bitwise: its row gives the largest relative difference).
+`pack-state{flatten=true}` (not bitwise: its row gives the largest relative difference), and with
+every leaf packed (`max_leaf_elements=2**22`: the weight matrices and embeddings too), the row
+that measures the threshold's point: large leaves stay separate so the step reads them in place.
 
 Compile time as bench_pack.py measures it (bench/harness.py's `compile_rounds`): an untimed warm-up
 builds and calls every variant on the --quick model and traces and lowers the step once at this
@@ -94,14 +96,16 @@ def builders(step, k: int) -> dict:
         call, parts = harness.jit_compile(scan, state, tokens)
         return (call, state), parts
 
-    def with_loopfuse(passes, pack=False):
+    def with_loopfuse(passes, pack=None):
         return lambda state, tokens: harness.loopfuse_compile(step, state, tokens, steps=k, passes=passes, pack=pack)
 
     return {"lax.scan (jax.jit, donated)": jit_scan, "loopfuse loop": with_loopfuse(None),
             "loopfuse loop + pack-state": with_loopfuse(PACKED),
-            "loopfuse loop, state packed between calls (loopfuse.pack)": with_loopfuse(None, True),
+            "loopfuse loop, state packed between calls (loopfuse.pack)": with_loopfuse(None, {}),
             "loopfuse loop, state packed between calls + pack-state{flatten=true}":
-                with_loopfuse(["pack-state{flatten=true}"], True)}
+                with_loopfuse(["pack-state{flatten=true}"], {}),
+            "loopfuse loop, every leaf packed between calls (max_leaf_elements=2**22)":
+                with_loopfuse(None, {"max_leaf_elements": 2**22})}
 
 
 QUICK = dict(layers=1, width=16, heads=2, seq=8, vocab=32, batch=2)

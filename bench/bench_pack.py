@@ -55,7 +55,7 @@ def variants(fn, k: int, ravel_fn) -> dict:
             return (call, state), parts if prepare is None else {"pack": packing, **parts}
         return build
 
-    def with_loopfuse(passes, pack=False):
+    def with_loopfuse(passes, pack=None):
         return lambda state, batch: harness.loopfuse_compile(fn, state, batch, steps=k, passes=passes, pack=pack)
 
     return {"lax.scan (jax.jit, donated)": jit_scan(fn),
@@ -63,9 +63,9 @@ def variants(fn, k: int, ravel_fn) -> dict:
             "loopfuse loop": with_loopfuse(None),
             "loopfuse loop + pack-state": with_loopfuse(["pack-state"]),
             "loopfuse loop + pack-state{flatten=true}": with_loopfuse(["pack-state{flatten=true}"]),
-            "loopfuse loop, state packed between calls (loopfuse.pack)": with_loopfuse(None, True),
+            "loopfuse loop, state packed between calls (loopfuse.pack)": with_loopfuse(None, {}),
             "loopfuse loop, state packed between calls + pack-state{flatten=true}":
-                with_loopfuse(["pack-state{flatten=true}"], True)}
+                with_loopfuse(["pack-state{flatten=true}"], {})}
 
 
 def ravel(state):

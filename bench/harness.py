@@ -206,14 +206,15 @@ def jit_compile(fn, *args, donate: bool = True):
     return compiled, {"trace": t1 - t0, "xla": time.perf_counter() - t1}
 
 
-def loopfuse_compile(fn, state, batch, *, steps: int, passes=None, pack: bool = False):
+def loopfuse_compile(fn, state, batch, *, steps: int, passes=None, pack: dict | None = None):
     """loopfuse's ``loop(steps)`` of `fn` (a fresh function object) compiled for (state, batch), or
-    for ``loopfuse.pack(state)`` when `pack`: ((the loop, the state it takes), {part: seconds})."""
+    for ``loopfuse.pack(state, **pack)`` when `pack` is given: ((the loop, the state it takes),
+    {part: seconds})."""
     import loopfuse
     parts = {}
-    if pack:
+    if pack is not None:
         t0 = time.perf_counter()
-        state = loopfuse.pack(state)
+        state = loopfuse.pack(state, **pack)
         parts["pack"] = time.perf_counter() - t0
     loop = loopfuse.compile_step(fresh_fn(fn), passes=passes).loop(steps)
     parts.update(loop.compiled(state, batch).seconds)

@@ -111,8 +111,8 @@ def fit_table(size, n, d, batch, steps, model, host, device, rounds):
                 "device arrays, shuffled": lambda r: loopfuse.Dataset(device, batch, key=jax.random.key(r)),
                 "numpy arrays, unshuffled": lambda r: loopfuse.Dataset(host, batch),
                 "numpy arrays, shuffled": lambda r: loopfuse.Dataset(host, batch, key=jax.random.key(r))}
-    for make in variants.values():  # compile loop(CHUNK) for each Dataset form
-        loopfuse.fit(step, init(d, model), make(-1), CHUNK, chunk=CHUNK, progress=False)
+    for make in variants.values():  # compile loop(CHUNK) and the last chunk's loop for each Dataset form
+        loopfuse.fit(step, init(d, model), make(-1), CHUNK + steps % CHUNK, chunk=CHUNK, progress=False)
     seed = iter(range(10**6))
 
     def run(make):
@@ -211,15 +211,15 @@ def budget_lines(n, batch, costs, unshuffled, gather_ratio):
     lines = ["", "| per epoch | wall s | CPU s |", "|---|---:|---:|"]
     lines += [f"| {k} | {w:.3f} | {c:.3f} |" for k, (w, c) in costs.items()]
     lines += ["", f"Budget: an epoch ({nb:,} steps) at {ISSUE_TARGET}x of the unshuffled fit's {unshuffled:,.0f} "
-              f"steps/s (device arrays, the faster of the wall and CPU medians) takes {budget * 1e3:.1f} ms. "
-              f"Gathering each step's rows: the ceiling (c)/(a) is {gather_ratio:.2f}x (CPU), "
+              f"steps/s (device arrays, the slower of the wall and CPU medians) takes {budget * 1e3:.1f} ms. "
+              f"Gathering each step's rows: the ceiling (c)/(a) is {gather_ratio:.2f}x (the higher of wall and CPU), "
               f"{'at or above' if gather_ratio >= ISSUE_TARGET else 'below'} {ISSUE_TARGET}x however early the order "
               f"is computed. Permuting the data once per epoch, then slicing: order + the cheaper permutation = "
               f"{order_cpu:.3f} + {permute_cpu:.3f} = {need:.3f} CPU s per epoch, "
-              f"{need / budget:.1f}x the budget on one otherwise idle core: "
+              f"{need / budget:.1f}x the budget, which one otherwise idle core would have to meet beside the steps: "
               f"{'fits' if need <= budget else 'does not fit'}."]
     return lines, dict(budget_s=budget, order_plus_permute_cpu_s=need, fits=need <= budget,
-                       gather_ceiling_cpu=gather_ratio, reaches_target=gather_ratio >= ISSUE_TARGET)
+                       gather_ceiling=gather_ratio, reaches_target=gather_ratio >= ISSUE_TARGET)
 
 
 def main() -> None:
@@ -248,8 +248,9 @@ def main() -> None:
         results = dict(variants=rows, epoch_order_cpu_s=order_cpu_s)
         if ns.ceiling if ns.ceiling is not None else size.startswith("1M"):
             lines, ceiling = ceiling_table(n, d, batch, model, host, device, rounds)
-            gather = ceiling["rows"]["(c) gather, random order"]["cpu_vs_slice"]["ratio"]
-            unshuffled = max(rows["device arrays, unshuffled"][k]["median"] for k in ("steps_per_s", "steps_per_cpu_s"))
+            # the figures most favourable to the designs: the verdicts do not hang on wall vs CPU time
+            gather = max(ceiling["rows"]["(c) gather, random order"][k]["ratio"] for k in ("vs_slice", "cpu_vs_slice"))
+            unshuffled = min(rows["device arrays, unshuffled"][k]["median"] for k in ("steps_per_s", "steps_per_cpu_s"))
             costs = {"order (`epoch_order`)": order, **permute_costs(n, host, device)}
             more, verdict = budget_lines(n, batch, costs, unshuffled, gather)
             section += lines + more + [""]

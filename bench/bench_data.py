@@ -1,6 +1,7 @@
-"""fit() steps/s on a shuffled vs an unshuffled Dataset (linear models) (figure "data").
+"""fit() steps/s on a shuffled vs an unshuffled Dataset (linear models) (figure "data", or "data_1mx16" ...).
 
-    python bench/bench_data.py [--rounds 3] [--sizes "60k x 784" "1M x 64" "1M x 16"] [--ceiling] [--json PATH]   # 60k: ~3 min
+    python bench/bench_data.py [--rounds 3] [--sizes "60k x 784" "1M x 64" "1M x 16"] [--ceiling] [--json PATH]
+    python bench/bench_data.py --sizes "1M x 16" --rounds 5   # figure "data_1mx16" (~15 s)
     taskset -c 0 python bench/bench_data.py ...   # XLA with one core (no intra-op threads)
 
 Sizes (examples x features, batch): 60,000 x 784 at batch 128 (MNIST-sized, the default),
@@ -228,7 +229,8 @@ def main() -> None:
     ap.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=None,
                     help="the ceiling and permute-cost tables (default: for the 1M sizes)")
     ns = ap.parse_args()
-    out = harness.Report("data", ns)
+    slugs = [] if ns.sizes == ap.get_default("sizes") else [s.lower().replace(" x ", "x") for s in ns.sizes]
+    out = harness.Report("_".join(["data", *slugs]), ns)
     rounds = 2 if ns.quick else ns.rounds
     out.section(f"fit chunk {CHUNK}, {rounds} interleaved rounds; steps/s: median (min–max); ratios of "
                 "medians (CPU: steps per second of this process's CPU time)\n")

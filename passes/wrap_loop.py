@@ -68,17 +68,19 @@ def _wrap(f: func.FuncOp, k: int) -> None:
     in_types, out_types = list(f.type.inputs), list(f.type.results)
     state_arg = {ir.StringAttr(a[STATE]).value: i for i, a in enumerate(args) if STATE in a}
     carried: dict[int, int] = {}  # result index -> argument index
+    carried_paths: set[str] = set()
     for j, a in enumerate(results):
         path = string_attr(a, STATE)
         if path is None:
             continue
-        if state_arg.get(path) in carried.values():
+        if path in carried_paths:
             raise PassError(f, f"state path {path} tags more than one result (result {j} again)")
         i = state_arg.get(path)
         if i is None or in_types[i] != out_types[j]:
             raise PassError(f, f"state result {j} ({path}) has no argument of the same path and type "
                                f"to carry it around the loop")
         carried[j] = i
+        carried_paths.add(path)
     if len(carried) != len(state_arg):
         missing = sorted(set(state_arg) - {string_attr(results[j], STATE) for j in carried})
         raise PassError(f, f"state arguments {missing} have no matching result: the loop cannot carry them")

@@ -41,7 +41,7 @@ import numpy as np
 import optax
 
 import loopfuse
-from loopfuse.data import _Ordered, epoch_order
+from loopfuse.data import _order, _Ordered, epoch_order
 
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
@@ -188,9 +188,10 @@ def same(a, b) -> bool:
 
 
 def order_cost(n):
-    """Median (wall s, CPU s) of one epoch's order of `n` examples (epochs 1-3, after epoch 0)."""
-    key = jax.random.key(0)
-    return medians(lambda e: epoch_order(key, e, n))
+    """Median (wall s, CPU s) of one epoch's order of `n` examples as a shuffled Dataset computes it
+    (`loopfuse.data._order`, placed on the default device; epochs 1-3, after epoch 0)."""
+    key, sharding = jax.random.key(0), jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return medians(lambda e: _order(key, e, n, sharding))
 
 
 def permute_costs(n, host, device):
@@ -206,7 +207,7 @@ def budget_lines(n, batch, costs, unshuffled, gather_ratio):
     """Whether 0.7x of the unshuffled fit is reachable: the gather ceiling, and the permute-once design."""
     nb = n // batch
     budget = nb / (ISSUE_TARGET * unshuffled)
-    order_cpu = costs["order (`epoch_order`)"][1]
+    order_cpu = costs["order (`_order`)"][1]
     permute_cpu = min(c for k, (_, c) in costs.items() if k.startswith("permute"))
     need = order_cpu + permute_cpu
     lines = ["", "| per epoch | wall s | CPU s |", "|---|---:|---:|"]
@@ -223,6 +224,35 @@ def budget_lines(n, batch, costs, unshuffled, gather_ratio):
                        gather_ceiling=gather_ratio, reaches_target=gather_ratio >= ISSUE_TARGET)
 
 
+def measure(size: str, rounds: int, quick: bool = False, ceiling: bool | None = None) -> tuple[list[str], dict]:
+    """One size's markdown lines and results: the fit table, the order's cost and (`ceiling`; default:
+    for the 1M sizes) the ceiling, permute-cost and budget tables; `quick`: a tenth of the examples,
+    two chunks per round."""
+    n, d, batch, steps, name = SIZES[size]
+    model = MODELS[name]
+    if quick:
+        n, steps = n // 10, 2 * CHUNK
+    rng = np.random.default_rng(0)
+    host = {"x": rng.normal(size=(n, d)).astype(np.float32), "y": model.labels(rng, n)}
+    device = jax.device_put(host)
+    section, rows = fit_table(size, n, d, batch, steps, model, host, device, rounds)
+    order = order_cost(n)
+    order_cpu_s = order[1]
+    section += ["", f"One epoch's order (`loopfuse.data._order`, {n:,} examples, on {jax.devices()[0].platform}): "
+                f"{order_cpu_s:.3f} CPU s, {order_cpu_s / (n // batch) * 1e6:.1f} CPU us per step of that epoch.", ""]
+    results = dict(variants=rows, epoch_order_cpu_s=order_cpu_s)
+    if ceiling if ceiling is not None else size.startswith("1M"):
+        lines, ceil = ceiling_table(n, d, batch, model, host, device, rounds)
+        # the figures most favourable to the designs: the verdicts do not hang on wall vs CPU time
+        gather = max(ceil["rows"]["(c) gather, random order"][k]["ratio"] for k in ("vs_slice", "cpu_vs_slice"))
+        unshuffled = min(rows["device arrays, unshuffled"][k]["median"] for k in ("steps_per_s", "steps_per_cpu_s"))
+        costs = {"order (`_order`)": order, **permute_costs(n, host, device)}
+        more, verdict = budget_lines(n, batch, costs, unshuffled, gather)
+        section += lines + more + [""]
+        results.update(ceiling=ceil, costs={k: dict(wall_s=w, cpu_s=c) for k, (w, c) in costs.items()}, **verdict)
+    return section, results
+
+
 def main() -> None:
     ap = harness.parser(__doc__, rounds=3)
     ap.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["60k x 784"])
@@ -235,28 +265,7 @@ def main() -> None:
     out.section(f"fit chunk {CHUNK}, {rounds} interleaved rounds; steps/s: median (min–max); ratios of "
                 "medians (CPU: steps per second of this process's CPU time)\n")
     for size in ns.sizes:
-        n, d, batch, steps, name = SIZES[size]
-        model = MODELS[name]
-        if ns.quick:
-            n, steps = n // 10, 2 * CHUNK
-        rng = np.random.default_rng(0)
-        host = {"x": rng.normal(size=(n, d)).astype(np.float32), "y": model.labels(rng, n)}
-        device = jax.device_put(host)
-        section, rows = fit_table(size, n, d, batch, steps, model, host, device, rounds)
-        order = order_cost(n)
-        order_cpu_s = order[1]
-        section += ["", f"One epoch's order (`loopfuse.data.epoch_order`, {n:,} examples): {order_cpu_s:.3f} CPU s, "
-                    f"{order_cpu_s / (n // batch) * 1e6:.1f} CPU us per step of that epoch.", ""]
-        results = dict(variants=rows, epoch_order_cpu_s=order_cpu_s)
-        if ns.ceiling if ns.ceiling is not None else size.startswith("1M"):
-            lines, ceiling = ceiling_table(n, d, batch, model, host, device, rounds)
-            # the figures most favourable to the designs: the verdicts do not hang on wall vs CPU time
-            gather = max(ceiling["rows"]["(c) gather, random order"][k]["ratio"] for k in ("vs_slice", "cpu_vs_slice"))
-            unshuffled = min(rows["device arrays, unshuffled"][k]["median"] for k in ("steps_per_s", "steps_per_cpu_s"))
-            costs = {"order (`epoch_order`)": order, **permute_costs(n, host, device)}
-            more, verdict = budget_lines(n, batch, costs, unshuffled, gather)
-            section += lines + more + [""]
-            results.update(ceiling=ceiling, costs={k: dict(wall_s=w, cpu_s=c) for k, (w, c) in costs.items()}, **verdict)
+        section, results = measure(size, rounds, ns.quick, ns.ceiling)
         out.section("\n".join(section), **{size: results})
     out.write()
 

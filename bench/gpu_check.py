@@ -1,5 +1,5 @@
 """One short run that checks loopfuse on the machine's first device: results, corpus, cache, memory,
-speed, packed state.
+speed, packed state, shuffled Dataset.
 
     python bench/gpu_check.py [--quick] [--sections results corpus ...] [--out bench/out/gpu_check]
 
@@ -29,10 +29,15 @@ comes first, then the sections named by --sections (default all), most important
 - pack: issue 23's figure (bench/bench_pack.py): Adam over N small leaves, loop(10), `PACK_VARIANTS`
   against the donated `lax.scan`: compile seconds (after a warm-up, median of `PACK`'s compile rounds),
   steps/s, whether each final state equals the scan's bitwise (a report: it fails nothing).
+- shuffle: issue 23 item 4 (bench/bench_data.py's "1M x 16" at `SHUFFLE`'s rounds): `fit` steps/s on
+  a shuffled Dataset against the unshuffled one (device and numpy arrays), the cost of one epoch's
+  order, and the ceiling (loopfuse's epoch loop gathering a fixed order's rows against slicing). It
+  checks that the epoch loop of the shuffled Dataset (its order computed as on this platform) ends
+  bitwise where the loop gathering the host-computed order does; the ratios are a report.
 
 Writes gpu_check.json and gpu_check.md into --out after every section (a run cut short keeps what
 it finished), prints each section's seconds as it ends and the markdown at the end; exits 1 when a
-check of results, corpus, cache or memory fails or a section raises.
+check of results, corpus, cache, memory or shuffle fails or a section raises.
 """
 import argparse
 import json
@@ -71,7 +76,7 @@ QUICK = dict(k=4, rounds=1, problems={
 })
 BASELINE = "jax.jit + donation"
 MEMORY_PROBLEMS = 2       # the two large problems (the tiny MLP's bytes say nothing)
-SECTIONS = ("results", "corpus", "cache", "memory", "speed", "pack")
+SECTIONS = ("results", "corpus", "cache", "memory", "speed", "pack", "shuffle")
 CORPUS_K = 3              # tests/py/test_corpus.py's K
 CORPUS_QUICK = ("diffrax_saveat_t1", "cond_switch", "segment_sum_scatter_add")
 PACK = dict(full=dict(leaves=300, rounds=5, calls=10, compile_rounds=2),
@@ -81,6 +86,7 @@ PACK_VARIANTS = ("lax.scan (jax.jit, donated)", "hand-written ravel_pytree lax.s
                  "loopfuse loop", "loopfuse loop, state packed between calls (loopfuse.pack)",
                  "loopfuse loop, state packed between calls + pack-state{flatten=true}")
 VARIES = "jax.jit varies run to run"
+SHUFFLE = dict(size="1M x 16", full=dict(rounds=3), quick=dict(rounds=1))  # bench_data.measure's (--quick: a tenth)
 
 
 # ---- problems: (step, init_state, batch) ---------------------------------------------------
@@ -432,6 +438,10 @@ def markdown(report: dict) -> str:
         lines += [f"## Packed state (issue 23): Adam over {pk['leaves']} leaves, loop({pk['k']}); medians of "
                   f"{pk['rounds']} interleaved rounds of {pk['calls']} calls (a report, no check)", "",
                   *bench_pack.table([pk], [pk["k"]]), ""]
+    if "shuffle" in report:
+        sh = report["shuffle"]
+        lines += [f"## Shuffled Dataset (issue 23 item 4): bench_data {sh['size']!r}, {sh['rounds']} interleaved "
+                  f"round(s){' (a tenth of the examples)' if report['quick'] else ''}", "", *sh["lines"], ""]
     for section, error in report["errors"].items():
         lines += [f"## {section}: **raised**", "", "```", error, "```", ""]
     return "\n".join(lines)
@@ -442,7 +452,8 @@ def failures(report: dict) -> list[str]:
     failed = {"results": not all(r["ok"] for r in report.get("results", [])),
               "corpus": any(r["status"] == "FAILED" for r in report.get("corpus", {}).get("rows", [])),
               "cache": not report.get("cache", {"ok": True})["ok"],
-              "memory": not all(m["bitwise_equal"] for m in report.get("memory", {}).values())}
+              "memory": not all(m["bitwise_equal"] for m in report.get("memory", {}).values()),
+              "shuffle": not report.get("shuffle", {"bitwise": True})["bitwise"]}
     return [s for s in SECTIONS if failed.get(s) or s in report["errors"]]
 
 
@@ -498,6 +509,15 @@ class Check:
 
     def pack(self) -> None:
         self.report["pack"] = packed_state(**PACK["quick" if self.report["quick"] else "full"])
+
+    def shuffle(self) -> None:
+        import bench_data
+        quick = self.report["quick"]
+        rounds = SHUFFLE["quick" if quick else "full"]["rounds"]
+        lines, results = bench_data.measure(SHUFFLE["size"], rounds, quick, ceiling=True)
+        checks = {k: results["ceiling"][k] for k in ("random_equals_shuffled_dataset", "identity_equals_slice")}
+        self.report["shuffle"] = {"size": SHUFFLE["size"], "rounds": rounds, "lines": lines,
+                                  "bitwise": all(checks.values()), **checks, "results": results}
 
     def run(self, section: str) -> None:
         """Run a section (an exception is recorded, the run goes on), then write what the report has."""

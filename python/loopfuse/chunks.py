@@ -71,8 +71,9 @@ class Chunks(Protocol):
     stop_on_nonfinite: bool     # a step whose floating aux leaves hold a NaN or Inf ends the run
     chains: bool                # `run` takes `after`: a chunk may be dispatched before the last one's stop is read
 
-    def prepare(self, state, k: int) -> jax.tree_util.PyTreeDef:
-        """Build the call for `k` steps (donates nothing); return the aux tree structure."""
+    def prepare(self, state, k: int, start: int = 0) -> jax.tree_util.PyTreeDef:
+        """Build the call for `k` steps from global step `start` (donates nothing; a `Dataset` serves the
+        epochs of the call about to run); return the aux tree structure."""
 
     def run(self, state, start: int, k: int, after=None) -> tuple[Any, Any, Stop | None]:
         """``(new_state, aux, stop)`` after steps ``start .. start + k``; aux leaves have a leading [k]
@@ -81,9 +82,9 @@ class Chunks(Protocol):
         true the chunk runs no step."""
 
 
-def aux_structure(step: Step, state, batch):
+def aux_structure(step: Step, state, batch, start: int = 0):
     """The tree structure of the aux that `step` returns (the leaves `keep_aux` drops are None)."""
-    t = step.compiled(state, batch).traced
+    t = step.compiled(state, batch, start=start).traced
     kept = [0 if keep else None for keep in t.aux_kept]
     return jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(t.aux_def, kept))
 
@@ -117,9 +118,9 @@ class LoopChunks:
             self._loops[k] = self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
         return self._loops[k]
 
-    def prepare(self, state, k: int):
+    def prepare(self, state, k: int, start: int = 0):
         if k not in self._prepared:
-            self._prepared[k] = aux_structure(self.loop(k), state, self.batch)
+            self._prepared[k] = aux_structure(self.loop(k), state, self.batch, start)
         return self._prepared[k]
 
     def run(self, state, start: int, k: int, after=None):
@@ -208,7 +209,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
             if dispatch:
                 k = _next_chunk(planned, num_steps, chunk, every)
                 if k not in prepared:          # compiling stays interruptible: nothing is donated yet
-                    chunks.prepare(state, k)
+                    chunks.prepare(state, k, planned)
                     prepared.add(k)
             with sigint.hold():
                 if dispatch:

@@ -228,7 +228,7 @@ class _Eager:
     def compile(self, state, sizes) -> None:
         self.run(state, 0, 1)  # compiles the derivative and warms up the eager ops; nothing is donated
 
-    def prepare(self, state, k: int):
+    def prepare(self, state, k: int, start: int = 0):
         return jax.tree_util.tree_structure({"loss": 0})  # what `update` returns
 
     def run(self, state, start: int, k: int, after=None):
@@ -256,8 +256,8 @@ class _Compiled(LoopChunks):
     def loop(self, k: int):
         return super().loop(k) if self.loops else self.step
 
-    def prepare(self, state, k: int):
-        structure = super().prepare(state, k)
+    def prepare(self, state, k: int, start: int = 0):
+        structure = super().prepare(state, k, start)
         return structure.children()[0] if self.flagged else structure
 
     def run(self, state, start: int, k: int, after=None):

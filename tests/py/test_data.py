@@ -51,7 +51,8 @@ def test_served_batches_follow_the_documented_order(steps, start):
                                                  for i in range(start, start + steps)]))
 
 
-def test_fit_places_numpy_arrays_once_and_orders_each_epoch_once(monkeypatch):
+@pytest.mark.parametrize("chunk", [2, 4, 7])  # chunks within epochs; a last, shorter chunk; chunks over 3 epochs
+def test_fit_places_numpy_arrays_once_and_orders_each_epoch_once(monkeypatch, chunk):
     ds = Dataset(arrays(), batch_size=BS, key=jax.random.key(1))
     leaves = jax.tree_util.tree_leaves(ds.arrays)
     placed, ordered = [], []
@@ -68,7 +69,7 @@ def test_fit_places_numpy_arrays_once_and_orders_each_epoch_once(monkeypatch):
     monkeypatch.setattr(jax, "device_put", counting_put)
     monkeypatch.setattr(data, "epoch_order", counting_order)
     step = compile_step(rows_step)
-    result = loopfuse.fit(step, {"n": jnp.zeros((), jnp.int32)}, ds, 14, chunk=2, progress=False)
+    result = loopfuse.fit(step, {"n": jnp.zeros((), jnp.int32)}, ds, 14, chunk=chunk, progress=False)
     assert sorted(placed) == list(range(len(leaves)))   # each array uploaded once, not once per chunk
     assert sorted(ordered) == list(range(5))             # 14 steps: epochs 0..4, each order computed once
     np.testing.assert_array_equal(result.history["rows"], documented_rows(ds.key, range(14)))
@@ -106,3 +107,15 @@ def test_inspection_takes_start_like_a_call_and_never_passes_it_to_the_step():
     _, aux = step(state, ds, start=5)
     assert step.compile_count == 1  # the call runs the executable `compiled` built
     np.testing.assert_array_equal(np.asarray(aux["rows"]).reshape(2, BS), documented_rows(ds.key, range(5, 7)))
+
+
+@pytest.mark.parametrize("chunk", [2, 7])
+def test_device_orders_are_jax_permutation_bitwise(monkeypatch, chunk):
+    """Off the CPU each epoch's order is jax.random.permutation run on the device (forced here): the
+    batches of a fit, across epoch boundaries and in chunks over several epochs, are the documented ones."""
+    monkeypatch.setattr(data, "HOST_SORT_PLATFORMS", ())
+    monkeypatch.setattr(data, "epoch_order", None)  # the host sort is not used
+    ds = Dataset(arrays(), batch_size=BS, key=jax.random.key(4))
+    result = loopfuse.fit(compile_step(rows_step), {"n": jnp.zeros((), jnp.int32)}, ds, 14, chunk=chunk,
+                          progress=False)
+    np.testing.assert_array_equal(result.history["rows"], documented_rows(ds.key, range(14)))

@@ -60,6 +60,13 @@ def test_quick_gpu_check_runs_on_cpu(tmp_path):
     assert all(r["compile_s"] > 0 and r["steps_per_s"] > 0 for r in rows.values())
     assert rows["lax.scan (jax.jit, donated)"]["bitwise_vs_scan"] and rows["loopfuse loop"]["bitwise_vs_scan"]
     assert "## Packed state (issue 23)" in proc.stdout and "## Differential corpus" in proc.stdout
+    # shuffle: bench_data's 1M x 16 at a tenth; the shuffled Dataset's epoch loop equals the fixed order's
+    sh = report["shuffle"]
+    assert sh["size"] == gpu_check.SHUFFLE["size"] and sh["bitwise"] and sh["random_equals_shuffled_dataset"]
+    assert set(sh["results"]["variants"]) == {f"{a} arrays, {s}" for a in ("device", "numpy")
+                                              for s in ("unshuffled", "shuffled")}
+    assert all(r["steps_per_s"]["median"] > 0 for r in sh["results"]["variants"].values())
+    assert sh["results"]["epoch_order_cpu_s"] > 0 and "## Shuffled Dataset (issue 23 item 4)" in proc.stdout
 
 
 def test_sections_runs_only_those(tmp_path):

@@ -1,6 +1,6 @@
 """fit() steps/s on a shuffled vs an unshuffled Dataset (linear models) (figure "data", or "data_1mx16" ...).
 
-    python bench/bench_data.py [--rounds 3] [--sizes "60k x 784" "1M x 64" "1M x 16"] [--ceiling] [--json PATH]
+    python bench/bench_data.py [--rounds 7] [--sizes "60k x 784" "1M x 64" "1M x 16"] [--ceiling] [--json PATH]
     python bench/bench_data.py --sizes "1M x 16" --rounds 5   # figure "data_1mx16" (~15 s)
     taskset -c 0 python bench/bench_data.py ...   # XLA with one core (no intra-op threads)
 
@@ -13,7 +13,7 @@ numpy arrays, each unshuffled and shuffled; each shuffled variant is compared wi
 one of its kind. Each round is one `fit` of several epochs (chunk=100) on a fresh Dataset (a new
 key), so every epoch's order and (for numpy) the one upload are inside the timing; compilation is
 done before the rounds. Wall and process-CPU steps/s are both reported (CPU time is the robust one on
-a shared machine), and the CPU cost of one epoch's order. Target: shuffled / unshuffled >= 0.8x
+a shared machine), and the CPU cost of one epoch's order. Target: shuffled / unshuffled >= 0.8x (issue 23's 0.7x at 1M x 16)
 (ratio of medians, CPU; bench/harness.py).
 
 The ceiling table (`--ceiling`; on by default for the 1M sizes) times loopfuse's compiled loop of
@@ -51,6 +51,7 @@ SIZES = {"60k x 784": (60_000, 784, 128, 4 * 468, "linear softmax"),
          "1M x 64": (1_000_000, 64, 128, 2 * 7_812, "linear softmax"),
          "1M x 16": (1_000_000, 16, 256, 2 * 3_906, "linear least squares")}
 CLASSES, CHUNK, TARGET, ISSUE_TARGET = 10, 100, 0.8, 0.7
+TARGETS = {"1M x 16": ISSUE_TARGET}  # issue 23's target for its size; TARGET elsewhere
 OPT = optax.sgd(0.1)
 
 
@@ -131,7 +132,8 @@ def fit_table(size, n, d, batch, steps, model, host, device, rounds):
              "| target (CPU) |", "|---|---:|---:|---:|---:|---|"]
     for v, r in rows.items():
         c = r["cpu_vs_unshuffled"]
-        target = "" if v.endswith("unshuffled") else f"{'PASS' if c['ratio'] >= TARGET else 'MISS'} (>= {TARGET}x)"
+        goal = TARGETS.get(size, TARGET)
+        target = "" if v.endswith("unshuffled") else f"{'PASS' if c['ratio'] >= goal else 'MISS'} (>= {goal}x)"
         lines.append(
             f"| {v} | {r['steps_per_s']['median']:,.0f} ({harness.spread_text(wall[v])}) | "
             f"{'—' if v == base[v] else harness.ratio_text(r['vs_unshuffled'])} | "
@@ -254,7 +256,7 @@ def measure(size: str, rounds: int, quick: bool = False, ceiling: bool | None = 
 
 
 def main() -> None:
-    ap = harness.parser(__doc__, rounds=3)
+    ap = harness.parser(__doc__, rounds=7)
     ap.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["60k x 784"])
     ap.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=None,
                     help="the ceiling and permute-cost tables (default: for the 1M sizes)")

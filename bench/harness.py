@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -310,7 +311,7 @@ class Report:
     def __init__(self, name: str, args: argparse.Namespace, command: str | None = None):
         self.name, self.args, self.sections, self.results = name, args, [], {}
         self.env, self.t0 = environment(), time.perf_counter()
-        self.command = command or "python " + " ".join([f"bench/{Path(sys.argv[0]).name}"] + _shown(sys.argv[1:]))
+        self.command = command or "python " + shlex.join([f"bench/{Path(sys.argv[0]).name}"] + _shown(sys.argv[1:]))
 
     def section(self, markdown: str, **results) -> None:
         """Add a markdown section (printed at once) and its results."""

@@ -121,7 +121,8 @@ def _order(key, epoch: int, n: int, sharding: jax.sharding.Sharding) -> jax.Arra
     """``permutation(fold_in(key, epoch), n)`` on `sharding`: on a CPU the host sort (`epoch_order`),
     placed; elsewhere jax's own permutation on the device, dispatched asynchronously, so the
     calls queued behind it do not wait for the host."""
-    if next(iter(sharding.device_set)).platform in HOST_SORT_PLATFORMS:
+    device: Any = next(iter(sharding.device_set))   # jaxlib's Device has no type stubs
+    if device.platform in HOST_SORT_PLATFORMS:
         return jax.device_put(epoch_order(key, epoch, n), sharding)
     return jax.device_put(_permutation(jax.device_put(key, sharding), epoch, n), sharding)
 

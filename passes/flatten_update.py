@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from ._concat import split_wide_concatenates
 from ._func import is_dead, main_func
 from .matchers import producer, splat
 from .module_pass import ModulePass, option
@@ -81,6 +82,7 @@ class FlattenUpdate(ModulePass):
         flattener = Flattener(main_func(module_op).body.blocks[0])
         flattener.flatten(self.min_group)
         flattener.erase_unused()
+        split_wide_concatenates(flattener.block)
 
 
 def _trees(block: ir.Block):

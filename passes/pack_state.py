@@ -56,6 +56,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
+from ._concat import split_wide_concatenates
 from ._func import arg_attrs, erase_dead_ops, main_func
 from .control_flow import is_wrap_loop
 from .flatten_update import Flattener, feeding
@@ -96,7 +97,9 @@ class PackState(ModulePass):
             if self.flatten:
                 flattener.flatten(self.min_group, _last(flattener.block))
             flattener.finish()
+            split_wide_concatenates(flattener.block)
         _join_slices(main.body.blocks[0])
+        split_wide_concatenates(main.body.blocks[0])
 
     def _groups(self, main: func.FuncOp, loop: ir.Operation) -> list[list[int]]:
         """Groups of the loop's carry positions to pack (the state arguments and the pieces of split

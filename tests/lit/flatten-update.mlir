@@ -189,3 +189,39 @@ func.func @main(%p: tensor<i1>, %a: tensor<2xf32>, %b: tensor<3xf32>) -> (tensor
   }) : (tensor<i1>) -> tensor<2xf32>
   return %r, %y : tensor<2xf32>, tensor<3xf32>
 }
+
+// -----
+
+// A group of more than 16 leaves (here 18 moments minus their gradients): each flat vector is built
+// as jnp.concatenate builds it, a tree of concatenates of at most 16 operands (XLA compiles a wide
+// concatenate more slowly: _concat.py), 16 + 2 pieces, then their concatenation.
+// CHECK-LABEL: func.func @main
+// CHECK: %[[A:.*]] = stablehlo.concatenate %arg0, %arg1, %arg2, %arg3, %arg4, %arg5, %arg6, %arg7, %arg8, %arg9, %arg10, %arg11, %arg12, %arg13, %arg14, %arg15, dim = 0 : {{.*}} -> tensor<32xf32>
+// CHECK-NEXT: %[[B:.*]] = stablehlo.concatenate %arg16, %arg17, dim = 0 : (tensor<2xf32>, tensor<2xf32>) -> tensor<4xf32>
+// CHECK-NEXT: %[[M:.*]] = stablehlo.concatenate %[[A]], %[[B]], dim = 0 : (tensor<32xf32>, tensor<4xf32>) -> tensor<36xf32>
+// CHECK: %[[G:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<32xf32>, tensor<4xf32>) -> tensor<36xf32>
+// CHECK: stablehlo.subtract %[[M]], %[[G]] : tensor<36xf32>
+// CHECK-NOT: stablehlo.subtract
+// MIN3-LABEL: func.func @main
+func.func @main(%m0: tensor<2xf32>, %m1: tensor<2xf32>, %m2: tensor<2xf32>, %m3: tensor<2xf32>, %m4: tensor<2xf32>, %m5: tensor<2xf32>, %m6: tensor<2xf32>, %m7: tensor<2xf32>, %m8: tensor<2xf32>, %m9: tensor<2xf32>, %m10: tensor<2xf32>, %m11: tensor<2xf32>, %m12: tensor<2xf32>, %m13: tensor<2xf32>, %m14: tensor<2xf32>, %m15: tensor<2xf32>, %m16: tensor<2xf32>, %m17: tensor<2xf32>, %g0: tensor<2xf32>, %g1: tensor<2xf32>, %g2: tensor<2xf32>, %g3: tensor<2xf32>, %g4: tensor<2xf32>, %g5: tensor<2xf32>, %g6: tensor<2xf32>, %g7: tensor<2xf32>, %g8: tensor<2xf32>, %g9: tensor<2xf32>, %g10: tensor<2xf32>, %g11: tensor<2xf32>, %g12: tensor<2xf32>, %g13: tensor<2xf32>, %g14: tensor<2xf32>, %g15: tensor<2xf32>, %g16: tensor<2xf32>, %g17: tensor<2xf32>)
+    -> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) {
+  %n0 = stablehlo.subtract %m0, %g0 : tensor<2xf32>
+  %n1 = stablehlo.subtract %m1, %g1 : tensor<2xf32>
+  %n2 = stablehlo.subtract %m2, %g2 : tensor<2xf32>
+  %n3 = stablehlo.subtract %m3, %g3 : tensor<2xf32>
+  %n4 = stablehlo.subtract %m4, %g4 : tensor<2xf32>
+  %n5 = stablehlo.subtract %m5, %g5 : tensor<2xf32>
+  %n6 = stablehlo.subtract %m6, %g6 : tensor<2xf32>
+  %n7 = stablehlo.subtract %m7, %g7 : tensor<2xf32>
+  %n8 = stablehlo.subtract %m8, %g8 : tensor<2xf32>
+  %n9 = stablehlo.subtract %m9, %g9 : tensor<2xf32>
+  %n10 = stablehlo.subtract %m10, %g10 : tensor<2xf32>
+  %n11 = stablehlo.subtract %m11, %g11 : tensor<2xf32>
+  %n12 = stablehlo.subtract %m12, %g12 : tensor<2xf32>
+  %n13 = stablehlo.subtract %m13, %g13 : tensor<2xf32>
+  %n14 = stablehlo.subtract %m14, %g14 : tensor<2xf32>
+  %n15 = stablehlo.subtract %m15, %g15 : tensor<2xf32>
+  %n16 = stablehlo.subtract %m16, %g16 : tensor<2xf32>
+  %n17 = stablehlo.subtract %m17, %g17 : tensor<2xf32>
+  return %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7, %n8, %n9, %n10, %n11, %n12, %n13, %n14, %n15, %n16, %n17 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>
+}

@@ -22,3 +22,18 @@ def op_counts(module: ir.Module) -> Counter:
 
     module.operation.walk(visit)
     return counts
+
+
+def concatenates(module: ir.Module) -> tuple[int, int]:
+    """(how many concatenate trees the module holds: concatenates whose result no concatenate reads,
+    the most operands of one concatenate)."""
+    concats = []
+
+    def visit(op):
+        if op.name == "stablehlo.concatenate":
+            concats.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    roots = [c for c in concats if all(u.owner.name != "stablehlo.concatenate" for u in c.result.uses)]
+    return len(roots), max((len(c.operands) for c in concats), default=0)

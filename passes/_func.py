@@ -102,7 +102,7 @@ def pure_callees(module_op: ir.Operation) -> frozenset:
 
 def is_dead(op: ir.Operation, pure=frozenset()) -> bool:
     """No result of `op` is used and erasing it has no effect (see `has_side_effects`)."""
-    return not has_side_effects(op, pure) and not any(True for r in op.results for _ in r.uses)
+    return not any(True for r in op.results for _ in r.uses) and not has_side_effects(op, pure)
 
 
 def erase_dead_ops(block: ir.Block, pure=frozenset()) -> int:

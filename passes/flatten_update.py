@@ -6,19 +6,26 @@ select, convert) on statically shaped tensors of one shape (rank >= 1), each inn
 once, by its parent. Its leaves are *per-leaf tensors* (arguments, results of other ops, values
 used more than once) or *shared scalars* (a splat constant, or a ``broadcast_in_dim`` of a 0-d
 value). Trees with the same signature (the same ops with the same attributes and element types
-in the same operand order, the same repetition of per-leaf operands, the same shared scalars) but
-possibly different shapes form a group: the Adam moment update ``b1 * m + (1 - b1) * g`` of every
-parameter leaf, say. At least ``min-group`` trees of a group are rewritten together: each per-leaf
-operand is reshaped to 1-D and concatenated over the trees, the tree is computed once on the flat
-vectors (shared scalars broadcast to the flat shape), and each tree's result is sliced out and
-reshaped back. A flat operand made exactly of consecutive slices of an earlier group's flat result
+in the same operand order, the same repetition of per-leaf operands and of shared scalars) but
+possibly different shapes and scalar values form a group: the Adam moment update
+``b1 * m + (1 - b1) * g`` of every parameter leaf, say, whatever each leaf's learning rate. At
+least ``min-group`` trees of a group are rewritten together: each per-leaf operand is reshaped to
+1-D and concatenated over the trees, the tree is computed once on the flat vectors (a shared
+scalar broadcast to the flat shape; where the trees' scalars differ, a per-leaf learning rate or a
+per-leaf mean's 1/n, each tree's broadcast to its size, concatenated), and each tree's result is
+sliced out and reshaped back. A flat operand made exactly of consecutive slices of an earlier group's flat result
 (tree for tree, in order) is that result itself, or one slice of it, so a chain of updates (moments,
 bias correction, the parameter step) stays flat; the trees are ordered to make that so. The same
-holds for flat values the `Flattener` is told of (pack-state's state buffers).
+holds for flat values the `Flattener` is told of (pack-state's state buffers). On update chains
+only (pack-state's ``flatten=true``, `feeding`), a chain that reads the result of another tree (the
+``p - t`` of a per-leaf loss, which the loss reads too) gets its own copy of that tree when the copy
+reads at most one per-leaf operand besides known flat values (`Flattener.recompute`): flattened
+with the chain, it is computed from the buffer, and no more is concatenated than before.
 
 Why it is safe: an elementwise op computes each element from the elements at the same index, so
 the flat op computes, element for element, exactly what the tree's op did: the same op with the
-same attributes on the same element types and operand order, hence the same bits. Reshape (row
+same attributes on the same element types and operand order, with the same scalar at that element,
+hence the same bits. A copied tree computes the same bits as the tree it copies. Reshape (row
 major), concatenate and slice only move elements. The flat code goes right before the first use of
 any rewritten tree's result (a use inside a region counts at its enclosing op), which must come
 after the definition of everything the trees read. A group is taken in program order, in batches:
@@ -27,9 +34,8 @@ the next batch. Ops left unused without side effects are erased.
 
 Limits: only the top-level block of ``@main`` is searched and no op is moved, so per-leaf work
 interleaved with reductions (a forward pass) splits into batches of one and stays; 0-d trees are
-left alone (they are the scalars); trees that differ only in a scalar (a per-leaf learning rate)
-are different groups. One walk builds every tree and its signature, a hashable tuple, and the
-groups are dict entries, so matching is linear in the size of ``@main``.
+left alone (they are the scalars). One walk builds every tree and its signature, a hashable tuple,
+and the groups are dict entries, so matching is linear in the size of ``@main``.
 
 Whether it is profitable is decided by benchmarks: XLA may already fuse the per-leaf loops
 horizontally, and the concatenation copies every per-leaf operand once (built as a tree of
@@ -58,6 +64,7 @@ class Tree:
 
     nodes: list       # the tree's ops, operands before users, the root last
     slots: list       # (op, operand index) of the first use of each distinct per-leaf operand
+    scalar_slots: list  # (op, operand index) of the first use of each distinct shared scalar
     signature: tuple  # per node: (name, attributes, result element type, operand refs)
 
     @property
@@ -70,6 +77,12 @@ class Tree:
 
     def operands(self) -> list[ir.Value]:
         return [op.operands[i] for op, i in self.slots]
+
+    @property
+    def scalars(self) -> list[tuple]:
+        """Each distinct shared scalar: ("splat", attribute) or ("value", 0-d value), read now (a
+        0-d state leaf the tree broadcasts becomes a slice of a buffer when pack-state packs it)."""
+        return [_shared_scalar(op.operands[i]) for op, i in self.scalar_slots]
 
 
 @dataclass(frozen=True)
@@ -86,7 +99,7 @@ class FlattenUpdate(ModulePass):
         split_wide_concatenates(flattener.block)
 
 
-def _trees(block: ir.Block):
+def trees_of(block: ir.Block):
     """The expression trees of `block`, in the program order of their roots."""
     ops = [op.operation for op in block.operations]
     candidates = {op for op in ops if _elementwise(op)}
@@ -116,6 +129,8 @@ def _tree(root: ir.Operation, inner: set) -> Tree:
     index: dict[ir.Operation, int] = {}
     slots: list[tuple[ir.Operation, int]] = []
     slot_of: dict[ir.Value, int] = {}
+    scalar_slots: list[tuple[ir.Operation, int]] = []
+    scalar_of: dict[tuple, int] = {}
     signature: list[tuple] = []
     producers: dict[ir.Operation, list] = {}   # each op's operand producers, looked up once
     stack = [(root, False)]
@@ -130,8 +145,11 @@ def _tree(root: ir.Operation, inner: set) -> Tree:
         for i, (v, d) in enumerate(zip(op.operands, producers[op])):
             if d is not None and d in inner:
                 refs.append(("node", index[d]))
-            elif (scalar := _shared_scalar(v)) is not None:
-                refs.append(("scalar", *scalar))
+            elif d is not None and d.name in _SCALAR_OPS and (scalar := _shared_scalar(v)) is not None:
+                if scalar not in scalar_of:
+                    scalar_of[scalar] = len(scalar_slots)
+                    scalar_slots.append((op, i))
+                refs.append(("scalar", scalar_of[scalar], v.type.element_type))
             else:
                 if v not in slot_of:
                     slot_of[v] = len(slots)
@@ -142,20 +160,22 @@ def _tree(root: ir.Operation, inner: set) -> Tree:
         attrs = op.attributes
         signature.append((op.name, tuple((name, attrs[name]) for name in attrs), op.result.type.element_type,
                           tuple(refs)))
-    return Tree(nodes, slots, tuple(signature))
+    return Tree(nodes, slots, scalar_slots, tuple(signature))
 
 
-def feeding(block: ir.Block, sink: ir.Operation) -> list[Tree]:
-    """The expression trees of `block` whose root is used only by `sink` or by a node of another
-    such tree (an update chain into the return, not a forward pass into a reduction). A user comes
-    after the root it reads, so one backward walk over the roots in program order decides."""
-    trees = list(_trees(block))
+def feeding(trees: list[Tree], sink: ir.Operation) -> list[Tree]:
+    """Among `trees` (all of a block's, `trees_of`), those whose root is used only by `sink` or by a
+    node of another such tree (an update chain into the return, not a forward pass into a
+    reduction). A user comes after the root it reads, so one backward walk over the roots decides."""
     tree_of = {op: n for n, tree in enumerate(trees) for op in tree.nodes}
     kept: set[int] = set()
     for n in reversed(range(len(trees))):
         if all((user := u.owner.operation) == sink or tree_of.get(user) in kept for u in trees[n].root.uses):
             kept.add(n)
     return [tree for n, tree in enumerate(trees) if n in kept]
+
+
+_SCALAR_OPS = ("stablehlo.broadcast_in_dim", "stablehlo.constant")  # what a shared scalar is made by
 
 
 def _shared_scalar(value: ir.Value):
@@ -182,10 +202,13 @@ class Flattener:
         self.concat_of: dict[tuple, ir.OpResult] = {}  # tuple of values -> their concatenation
         self.maybe_dead: dict[ir.Operation, None] = {}  # ops that may have lost their last use (ordered, no repeats)
 
-    def flatten(self, min_group: int, sink: ir.Operation | None = None) -> None:
+    def flatten(self, min_group: int, sink: ir.Operation | None = None, trees: list[Tree] | None = None) -> None:
         """Rewrite every group of at least `min_group` alike trees of the block, batch by batch; with
-        a `sink`, only the trees whose results flow into nothing but `sink` and such trees."""
-        trees = list(_trees(self.block)) if sink is None else feeding(self.block, sink)
+        a `sink`, only the trees whose results flow into nothing but `sink` and such trees (each given
+        its copy of what it reads, `recompute`). `trees`: the block's (`trees_of`), if found already."""
+        trees = list(trees_of(self.block)) if trees is None else trees
+        if sink is not None:
+            trees = self.recompute(trees, feeding(trees, sink), sink)
         groups: dict[tuple, list[Tree]] = {}
         for tree in trees:
             groups.setdefault(tree.signature, []).append(tree)
@@ -193,23 +216,53 @@ class Flattener:
             trees = [t for t in trees if _has_uses(t.root)]  # earlier groups may have consumed some
             if len(trees) < min_group:
                 continue
-            scalars = [producer(ref[2]) for *_, refs in trees[0].signature for ref in refs
-                       if ref[:2] == ("scalar", "value")]
             while len(trees) >= min_group:
-                n, anchor = self.batch(trees, scalars)
+                n, anchor = self.batch(trees)
                 if n >= min_group and anchor is not None:
                     self.rewrite(trees[:n], anchor)
                 trees = trees[n:]
 
-    def batch(self, trees: list[Tree], scalars: list):
+    def recompute(self, trees: list[Tree], kept: list[Tree], sink: ir.Operation) -> list[Tree]:
+        """Give the `kept` trees (update chains, `feeding`) their own copy of each other tree of
+        `trees` (all of the block's) whose result they read, where that copy reads at most one
+        per-leaf operand that is not a slice of a known flat value (`slice_of`) or a kept tree's
+        result: the gradient ``2 * (p - t)`` of a per-leaf loss, read by the loss too. Flattened
+        with the chain, the copy reads the flat buffer and concatenates no more than the chain did
+        (its result); the original stays for its other users. Returns the kept trees after it: a
+        tree that reads one copy holds it; a copy read twice is a kept tree of its own (a new walk)."""
+        kept_at = {op: n for n, t in enumerate(kept) for op in t.nodes}
+        flat = {t.root for t in kept} | set(self.slice_of)
+        copies = []   # decided before any rewrite: an op's hash changes with its operands
+        for tree in trees:
+            if tree.nodes[-1] in kept_at or sum(v not in flat for v in tree.operands()) > 1:
+                continue
+            uses = [(op, u.operand_number, kept_at[op]) for u in tree.root.uses if (op := u.owner.operation) in kept_at]
+            if uses:
+                copies.append((tree, uses))
+        grown: dict[int, list[ir.Operation]] = {}
+        for tree, uses in copies:
+            ops = _copy_tree(tree, _earliest(op for op, *_ in uses))
+            for op, i, _ in uses:
+                op.operands[i] = ops[-1].result
+            grown.setdefault(uses[0][2] if len(uses) == 1 else -1, []).extend(ops)
+        if -1 in grown:
+            return feeding(list(trees_of(self.block)), sink)
+        kept = list(kept)
+        for n, ops in grown.items():
+            inner = set(kept[n].nodes[:-1]) | set(ops)   # built now that the operands are final
+            kept[n] = _tree(kept[n].nodes[-1], inner)
+        return kept
+
+    def batch(self, trees: list[Tree]):
         """How many leading `trees` one point of the block can compute together, and that point: the
         first use of any of their results, which must come after the definition of all they read."""
-        latest, first, roots = _latest(scalars), None, set()
+        latest, first, roots = None, None, set()
         for n, tree in enumerate(trees):
             operands = tree.operands()
             if any(v in roots for v in operands):
                 return n, first
-            last_input = _latest([latest, *map(producer, operands)])
+            values = [producer(x) for kind, x in tree.scalars if kind == "value"]
+            last_input = _latest([latest, *map(producer, operands), *values])
             first_use = _earliest([first, *(_in_block(u.owner.operation, self.block) for u in tree.root.uses)])
             if last_input is not None and first_use is not None and not last_input.is_before_in_block(first_use):
                 return n, first
@@ -225,7 +278,7 @@ class Flattener:
         columns = zip(*(t.operands() for t in trees))
         with ir.InsertionPoint(anchor), trees[0].nodes[-1].location:
             leaves = [self.flat(list(col), sizes, anchor) for col in columns]
-            scalars: dict[tuple, ir.Value] = {}
+            scalars: dict[int, ir.Value] = {}
             values: list[ir.Value] = []
             for name, attrs, et, refs in trees[0].signature:
                 operands = []
@@ -235,9 +288,9 @@ class Flattener:
                     elif ref[0] == "leaf":
                         operands.append(leaves[ref[1]])
                     else:
-                        if ref not in scalars:
-                            scalars[ref] = _broadcast(ref[1:], total)
-                        operands.append(scalars[ref])
+                        if ref[1] not in scalars:
+                            scalars[ref[1]] = _scalars([t.scalars[ref[1]] for t in trees], sizes)
+                        operands.append(scalars[ref[1]])
                 flat_type = ir.RankedTensorType.get([total], et)
                 values.append(ir.Operation.create(name, [flat_type], operands, dict(attrs)).result)
             flat, offset = values[-1], 0
@@ -327,6 +380,28 @@ class Flattener:
                 if d is not None:
                     ops[d] = None
             op.erase()
+
+
+def _copy_tree(tree: Tree, before: ir.Operation) -> list[ir.Operation]:
+    """A copy of `tree`'s ops right before `before` (which comes after the tree's root), reading
+    what the tree reads, operands before users."""
+    copies: dict[ir.Operation, ir.Operation] = {}
+    for op in tree.nodes:
+        copy = op.clone(ip=ir.InsertionPoint(before))
+        for i, v in enumerate(op.operands):
+            if (d := producer(v)) in copies:
+                copy.operands[i] = copies[d].result
+        copies[op] = copy
+    return list(copies.values())
+
+
+def _scalars(column: list[tuple], sizes: list[int]) -> ir.Value:
+    """The shared scalars of a batch of trees, one per tree, as a 1-D vector over their flat
+    concatenation: one broadcast when they are all the same, else each tree's broadcast to its size,
+    concatenated (a per-leaf learning rate, a per-leaf mean's 1/n)."""
+    if all(x == column[0] for x in column):
+        return _broadcast(column[0], sum(sizes))
+    return stablehlo.ConcatenateOp([_broadcast(x, n) for x, n in zip(column, sizes)], 0).result
 
 
 def _broadcast(scalar: tuple, size: int) -> ir.Value:

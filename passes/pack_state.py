@@ -18,7 +18,11 @@ elementwise ops feed reductions and products) stays per leaf, reading slices of 
 leaf read only by such chains (an optimizer's moment) goes into a buffer of its own per chain
 (`_update_only`), apart from the parameters. This is the structure of a hand-written
 ``ravel_pytree`` step: per-leaf forward and gradient kernels, the gradient concatenated once, one
-flat kernel per moment written in place, one for the parameters.
+flat kernel per moment written in place, one for the parameters. Where a leaf's gradient is
+elementwise in the leaf (a per-leaf loss such as ``mean((p - t) ** 2)``, a penalty), the update
+chain gets its own copy of what it reads from the forward pass (`Flattener.recompute`), so that the
+gradient too is computed once over the buffer and no per-leaf gradient kernel is left. The step's
+expression trees are found once, before packing, which only replaces their leaves by slices.
 
 A state the caller keeps packed (``loopfuse.pack``), with ``flatten=true``: a carried 1-D state
 buffer that the step reads only through slices of the pieces of the concatenation it returns for
@@ -61,7 +65,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 from ._concat import split_wide_concatenates
 from ._func import arg_attrs, erase_dead_ops, main_func
 from .control_flow import is_wrap_loop
-from .flatten_update import Flattener, feeding
+from .flatten_update import Flattener, feeding, trees_of
 from .matchers import producer
 from .module_pass import ModulePass, option
 from .vocabulary import STATE
@@ -93,21 +97,22 @@ class PackState(ModulePass):
         if not loops:
             return
         loop = _split(main, loops[0]) if self.flatten else loops[0]
-        groups = self._groups(main, loop)
+        trees = list(trees_of(_step_entry(loop))) if self.flatten else []  # found once: packing keeps them
+        groups = self._groups(main, loop, trees)
         if groups:
             flattener = _pack(loop, groups)
             if self.flatten:
-                flattener.flatten(self.min_group, _last(flattener.block))
+                flattener.flatten(self.min_group, _last(flattener.block), trees)
             flattener.finish()
             split_wide_concatenates(flattener.block)
         _join_slices(main.body.blocks[0])
         split_wide_concatenates(main.body.blocks[0])
 
-    def _groups(self, main: func.FuncOp, loop: ir.Operation) -> list[list[int]]:
+    def _groups(self, main: func.FuncOp, loop: ir.Operation, trees: list) -> list[list[int]]:
         """Groups of the loop's carry positions to pack (the state arguments and the pieces of split
-        buffers), one per element type (with `flatten`, per element type and `_update_only` role),
-        in first-occurrence order."""
-        update_only = _update_only(loop) if self.flatten else {}
+        buffers), one per element type (with `flatten`, per element type and `_update_only` role,
+        from the step's `trees`), in first-occurrence order."""
+        update_only = _update_only(loop, trees) if self.flatten else {}
         by_type: dict[tuple, list[int]] = {}
         attrs = arg_attrs(main)
         for k in range(1, len(loop.operands)):
@@ -143,22 +148,23 @@ class _StepPacker(Flattener):
         self.erase_unused()
 
 
-def _update_only(loop: ir.Operation) -> dict[int, tuple]:
+def _update_only(loop: ir.Operation, trees: list) -> dict[int, tuple]:
     """The carry positions whose step argument is read only by update chains into the step's return
     (`flatten_update.feeding`): an optimizer's moments, not the parameters, which the forward pass
-    reads too; each with the signature of the chain that reads it. Each kind of moment gets a buffer
+    reads too; each with the signature and scalars of the chain that reads it. Each kind of moment gets a buffer
     of its own, so that its flat update writes it in place and the parameters' update reads that
     result: in one buffer with the parameters (or with each other) XLA recomputes the moments in the
     parameters' update from the old buffer, and copies the whole buffer every step to keep it."""
     body = loop.regions[1].blocks[0]
     call = _step_call(body)
     entry = _callee(call).body.blocks[0]
-    tree_of = {op: tree for tree in feeding(entry, _last(entry)) for op in tree.nodes}
+    tree_of = {op: tree for tree in feeding(trees, _last(entry)) for op in tree.nodes}
     roles = {}
     for k, m in _operands(body, call).items():
         users = [u.owner.operation for u in entry.arguments[m].uses]
         if users and all(op in tree_of for op in users):
-            roles[k] = tree_of[users[0]].signature
+            tree = tree_of[users[0]]
+            roles[k] = tree.signature, tuple(tree.scalars)
     return roles
 
 
@@ -178,6 +184,11 @@ def _state_arg(main: func.FuncOp, value: ir.Value) -> int | None:
 
 def _last(block: ir.Block) -> ir.Operation:
     return block.operations[len(block.operations) - 1].operation
+
+
+def _step_entry(loop: ir.Operation) -> ir.Block:
+    """The entry block of the step function the loop calls."""
+    return _callee(_step_call(loop.regions[1].blocks[0])).body.blocks[0]
 
 
 def _step_call(body: ir.Block) -> func.CallOp:

@@ -109,25 +109,55 @@ func.func @main(%x0: tensor<2x2xf32>, %x1: tensor<3xf32>, %t: tensor<f32>) -> (t
 // -----
 
 // Negative: trees of different element types (f32, f16), different ops (add, subtract), different
-// shared scalars (0.9, 0.5), different repetition of operands (x * x, y * z) and a single tree.
+// repetition of operands (x * x, y * z) and a single tree.
 // CHECK-LABEL: func.func @main
 // CHECK-NOT: stablehlo.concatenate
 // CHECK-NOT: stablehlo.slice
 func.func @main(%a: tensor<4xf32>, %b: tensor<2x2xf16>, %c: tensor<3xf32>, %d: tensor<5xf32>, %e: tensor<6xf32>, %f: tensor<5xf32>)
-    -> (tensor<4xf32>, tensor<2x2xf16>, tensor<3xf32>, tensor<5xf32>, tensor<4xf32>, tensor<3xf32>, tensor<6xf32>, tensor<5xf32>, tensor<6xf32>) {
+    -> (tensor<4xf32>, tensor<2x2xf16>, tensor<3xf32>, tensor<5xf32>, tensor<6xf32>, tensor<5xf32>, tensor<6xf32>) {
   %na = stablehlo.negate %a : tensor<4xf32>
   %nb = stablehlo.negate %b : tensor<2x2xf16>
   %cc = stablehlo.add %c, %c : tensor<3xf32>
   %dd = stablehlo.subtract %d, %d : tensor<5xf32>
-  %k9 = stablehlo.constant dense<0.9> : tensor<4xf32>
-  %ak = stablehlo.multiply %a, %k9 : tensor<4xf32>
-  %k5 = stablehlo.constant dense<0.5> : tensor<f32>
-  %b5 = stablehlo.broadcast_in_dim %k5, dims = [] : (tensor<f32>) -> tensor<3xf32>
-  %ck = stablehlo.multiply %c, %b5 : tensor<3xf32>
   %ee = stablehlo.maximum %e, %e : tensor<6xf32>
   %df = stablehlo.maximum %d, %f : tensor<5xf32>
   %ex = stablehlo.exponential %e : tensor<6xf32>
-  return %na, %nb, %cc, %dd, %ak, %ck, %ee, %df, %ex : tensor<4xf32>, tensor<2x2xf16>, tensor<3xf32>, tensor<5xf32>, tensor<4xf32>, tensor<3xf32>, tensor<6xf32>, tensor<5xf32>, tensor<6xf32>
+  return %na, %nb, %cc, %dd, %ee, %df, %ex : tensor<4xf32>, tensor<2x2xf16>, tensor<3xf32>, tensor<5xf32>, tensor<6xf32>, tensor<5xf32>, tensor<6xf32>
+}
+
+// -----
+
+// Trees that differ only in their shared scalars (a per-leaf learning rate: 0.9 as a splat, 0.5
+// and a computed 0-d value as broadcasts) are one group: the scalars become one vector, each
+// broadcast to its tree's size and concatenated; a scalar the trees share (the 2.0) stays one.
+// CHECK-LABEL: func.func @main
+// CHECK-DAG: %[[K9:.*]] = stablehlo.constant dense<0.899999976> : tensor<4xf32>
+// CHECK-DAG: %[[K5:.*]] = stablehlo.constant dense<5.000000e-01> : tensor<3xf32>
+// CHECK-DAG: %[[KV:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [] : (tensor<f32>) -> tensor<2xf32>
+// CHECK-DAG: %[[X:.*]] = stablehlo.concatenate %arg0, %arg1, %arg2, dim = 0 : (tensor<4xf32>, tensor<3xf32>, tensor<2xf32>) -> tensor<9xf32>
+// CHECK-DAG: %[[K:.*]] = stablehlo.concatenate %[[K9]], %[[K5]], %[[KV]], dim = 0 : (tensor<4xf32>, tensor<3xf32>, tensor<2xf32>) -> tensor<9xf32>
+// CHECK: %[[M:.*]] = stablehlo.multiply %[[X]], %[[K]] : tensor<9xf32>
+// CHECK-NEXT: %[[TWO:.*]] = stablehlo.constant dense<2.000000e+00> : tensor<9xf32>
+// CHECK-NEXT: stablehlo.add %[[M]], %[[TWO]] : tensor<9xf32>
+// CHECK-NOT: stablehlo.multiply
+func.func @main(%a: tensor<4xf32>, %c: tensor<3xf32>, %e: tensor<2xf32>, %s: tensor<f32>)
+    -> (tensor<4xf32>, tensor<3xf32>, tensor<2xf32>) {
+  %two = stablehlo.constant dense<2.0> : tensor<f32>
+  %k9 = stablehlo.constant dense<0.9> : tensor<4xf32>
+  %a2 = stablehlo.broadcast_in_dim %two, dims = [] : (tensor<f32>) -> tensor<4xf32>
+  %ak = stablehlo.multiply %a, %k9 : tensor<4xf32>
+  %ar = stablehlo.add %ak, %a2 : tensor<4xf32>
+  %k5 = stablehlo.constant dense<0.5> : tensor<f32>
+  %b5 = stablehlo.broadcast_in_dim %k5, dims = [] : (tensor<f32>) -> tensor<3xf32>
+  %c2 = stablehlo.broadcast_in_dim %two, dims = [] : (tensor<f32>) -> tensor<3xf32>
+  %ck = stablehlo.multiply %c, %b5 : tensor<3xf32>
+  %cr = stablehlo.add %ck, %c2 : tensor<3xf32>
+  %sq = stablehlo.sqrt %s : tensor<f32>
+  %bs = stablehlo.broadcast_in_dim %sq, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %e2 = stablehlo.broadcast_in_dim %two, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %ek = stablehlo.multiply %e, %bs : tensor<2xf32>
+  %er = stablehlo.add %ek, %e2 : tensor<2xf32>
+  return %ar, %cr, %er : tensor<4xf32>, tensor<3xf32>, tensor<2xf32>
 }
 
 // -----

@@ -98,9 +98,11 @@ func.func @main(%w0: tensor<2xf32> {loopfuse.state = "['w0']"}, %w1: tensor<3xf3
 // -----
 
 // (d) flatten=true with a forward pass: only the update chains into the return are flattened. The
-// forward (w - x, squared, reduced) stays per leaf on slices of the parameters' buffer, its result
-// d concatenated once as the flat gradient; the momenta, read only by their update chain, get a
-// buffer of their own, which the flat chain writes whole, and the parameters' chain reads its result.
+// forward (d = w - x, squared, reduced) stays per leaf on slices of the parameters' buffer; the
+// update chains read d too, so they get their own copy of it (`Flattener.recompute`: it reads one
+// per-leaf operand, x, besides the buffer), which the flat chain computes from the whole buffer and
+// x concatenated once; the momenta, read only by their update chain, get a buffer of their own,
+// which the flat chain writes whole, and the parameters' chain reads its result.
 // FLAT-LABEL: func.func private @loopfuse_step(%arg0: tensor<2xf32>, %arg1: tensor<3xf32>, %arg2: tensor<5xf32>, %arg3: tensor<5xf32>) -> (tensor<f32>, tensor<f32>, tensor<5xf32>, tensor<5xf32>)
 // FLAT-NEXT: %[[W0:[0-9]+]] = stablehlo.slice %arg2 [0:2]
 // FLAT-NEXT: %[[W1:[0-9]+]] = stablehlo.slice %arg2 [2:5]
@@ -110,9 +112,10 @@ func.func @main(%w0: tensor<2xf32> {loopfuse.state = "['w0']"}, %w1: tensor<3xf3
 // FLAT-NEXT: %[[D1:[0-9]+]] = stablehlo.subtract %[[W1]], %arg1 : tensor<3xf32>
 // FLAT-NEXT: stablehlo.multiply %[[D1]], %[[D1]] : tensor<3xf32>
 // FLAT-NEXT: stablehlo.reduce
-// FLAT-NEXT: %[[G:[0-9]+]] = stablehlo.concatenate %[[D0]], %[[D1]], dim = 0 : (tensor<2xf32>, tensor<3xf32>) -> tensor<5xf32>
+// FLAT-NEXT: %[[X:[0-9]+]] = stablehlo.concatenate %arg0, %arg1, dim = 0 : (tensor<2xf32>, tensor<3xf32>) -> tensor<5xf32>
 // FLAT-NEXT: stablehlo.constant
 // FLAT-NEXT: %[[BM:[0-9]+]] = stablehlo.multiply %{{[a-z0-9_]+}}, %arg3 : tensor<5xf32>
+// FLAT-NEXT: %[[G:[0-9]+]] = stablehlo.subtract %arg2, %[[X]] : tensor<5xf32>
 // FLAT-NEXT: %[[M:[0-9]+]] = stablehlo.add %[[BM]], %[[G]] : tensor<5xf32>
 // FLAT-NEXT: stablehlo.constant
 // FLAT-NEXT: %[[U:[0-9]+]] = stablehlo.multiply %{{[a-z0-9_]+}}, %[[M]] : tensor<5xf32>
@@ -166,6 +169,8 @@ func.func @main(%w0: tensor<2xf32> {loopfuse.state = "['w0']"}, %w1: tensor<3xf3
 // FLAT-NEXT: %[[W0:[0-9]+]] = stablehlo.slice %arg2 [0:2]
 // FLAT-NEXT: %[[W1F:[0-9]+]] = stablehlo.slice %arg2 [2:5]
 // FLAT-NEXT: %[[W1:[0-9]+]] = stablehlo.reshape %[[W1F]] : (tensor<3xf32>) -> tensor<1x3xf32>
+// FLAT: %[[X:[0-9]+]] = stablehlo.concatenate %arg0, %{{[0-9]+}}, dim = 0 : (tensor<2xf32>, tensor<3xf32>) -> tensor<5xf32>
+// FLAT: %[[G:[0-9]+]] = stablehlo.subtract %arg2, %[[X]] : tensor<5xf32>
 // FLAT: %[[W:[0-9]+]] = stablehlo.subtract %arg2, %{{[0-9]+}} : tensor<5xf32>
 // FLAT-NEXT: return %{{[0-9]+}}, %{{[0-9]+}}, %[[W]], %[[M:[0-9]+]] : tensor<f32>, tensor<f32>, tensor<5xf32>, tensor<5xf32>
 // FLAT-LABEL: func.func @main

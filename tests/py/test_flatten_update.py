@@ -55,8 +55,15 @@ def _flat_args(state, batch) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(state) + jax.tree_util.tree_leaves(batch)]
 
 
-@pytest.mark.parametrize("make_opt", [lambda: optax.adam(1e-2), lambda: optax.adamw(1e-2, weight_decay=0.1)],
-                         ids=["adam", "adamw"])
+def _per_group_lr():
+    """Adam with two learning rates over alternate leaves: updates that differ only in a scalar,
+    one group since the scalars become a vector."""
+    labels = {f"w{i:02d}": "slow" if i % 2 else "fast" for i in range(len(SHAPES))}
+    return optax.multi_transform({"fast": optax.adam(3e-2), "slow": optax.adam(1e-2)}, labels)
+
+
+@pytest.mark.parametrize("make_opt", [lambda: optax.adam(1e-2), lambda: optax.adamw(1e-2, weight_decay=0.1),
+                                      _per_group_lr], ids=["adam", "adamw", "per_group_lr"])
 def test_optax_step_bits(make_opt):
     opt = make_opt()
     rng = np.random.default_rng(0)
@@ -71,6 +78,8 @@ def test_optax_step_bits(make_opt):
     assert counts["stablehlo.concatenate"] >= 3, str(after)  # params, mu, nu (and gradients)
     assert counts["stablehlo.slice"] >= 3 * len(SHAPES)
     assert sum(counts[n] for n in ELEMENTWISE) < sum(old[n] for n in ELEMENTWISE) / 4
+    if make_opt is _per_group_lr:  # the two learning rates, one per leaf, as a vector of constants
+        assert "stablehlo.concatenate %cst" in str(after)
 
     for seed in range(3):
         state, batch = _state_and_batch(opt, np.random.default_rng(seed))

@@ -39,7 +39,7 @@ def problems(leaves: int) -> dict:
     tiny = (bench_loop.train_step, lambda: bench_loop.init_state(layers),
             bench_loop.make_batch(layers, bench_loop.SIZES["tiny"]["batch"]), dict(keep_aux=("loss",)))
     fn, state, batch = bench_compile.problem(leaves)
-    many = (fn, lambda: bench_compile.fresh(state), batch, {})
+    many = (fn, lambda: harness.fresh(state), batch, {})
     return {"tiny Adam MLP": tiny, f"{leaves} leaves Adam": many}
 
 
@@ -104,7 +104,7 @@ def executables(leaves: int, calls: int, rounds: int) -> tuple[list, dict]:
     """Device-batch calls at `leaves` through jax.jit's executables (both ways) and three of
     loopfuse's (default, copy-free option off, no passes). All take the same C++ call path."""
     fn, state, batch = bench_compile.problem(leaves)
-    init = lambda: bench_compile.fresh(state)  # noqa: E731
+    init = lambda: harness.fresh(state)  # noqa: E731
     variants = {**variants_of(fn, init, batch),
                 "loopfuse, copy-free off": loopfuse.compile_step(
                     fn, xla_options={"xla_cpu_copy_insertion_use_region_analysis": False}),

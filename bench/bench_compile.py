@@ -59,7 +59,7 @@ def problem(leaves: int, seed: int = 0):
 
 def speeds(calls: dict, state, batch, steps: int, rounds: int) -> dict:
     """{name: [steps/s per round]}: `steps` chained steps of each call (its own state), interleaved rounds."""
-    states = {name: fresh(state) for name in calls}
+    states = {name: harness.fresh(state) for name in calls}
 
     def run(name):
         def once():
@@ -72,10 +72,6 @@ def speeds(calls: dict, state, batch, steps: int, rounds: int) -> dict:
     for name in calls:  # warm up
         run(name)()
     return harness.interleave({name: run(name) for name in calls}, rounds)
-
-
-def fresh(tree):
-    return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
 
 
 def trace_times(leaves: int, rounds: int) -> dict:

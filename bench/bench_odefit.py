@@ -59,10 +59,6 @@ def aot(fn, *args, donate=()):
     return compiled, now() - t0
 
 
-def fresh(tree):
-    return jax.tree_util.tree_map(jnp.copy, tree)
-
-
 def minimize_step(optimizer, line_search: bool):
     """What minimize runs per step (value and gradient, the update, with the loss for a line search)."""
     def step(state, data):
@@ -103,7 +99,7 @@ def contenders(optimizer, line_search: bool, steps: int, chunk: int, start, data
     """loopfuse minimize, a jax.jit step in a Python loop, jax.jit(lax.scan), optimistix: `steps` of
     `optimizer` from `start` (optimistix: `optimistix_solver`, at most `optimistix_steps`)."""
     step = minimize_step(optimizer, line_search)
-    state0 = lambda: fresh((start, optimizer.init(start)))
+    state0 = lambda: harness.fresh((start, optimizer.init(start)))
 
     def minimize_solve():
         t0 = now()

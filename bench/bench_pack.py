@@ -39,7 +39,8 @@ import loopfuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
-from bench_compile import adam_step, fresh, loss, problem  # noqa: E402
+from bench_compile import adam_step, loss, problem  # noqa: E402
+from harness import fresh  # noqa: E402
 
 
 def variants(fn, k: int, ravel_fn) -> dict:

@@ -48,7 +48,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from ._concat import split_wide_concatenates
-from ._func import is_dead, main_func
+from ._func import erase_dead_ops, main_func
 from .matchers import producer, splat
 from .module_pass import ModulePass, option
 
@@ -200,7 +200,6 @@ class Flattener:
         self.block = block
         self.slice_of: dict[ir.Value, tuple[ir.Value, int]] = {}  # a value sliced out of a flat result -> (flat result, offset)
         self.concat_of: dict[tuple, ir.OpResult] = {}  # tuple of values -> their concatenation
-        self.maybe_dead: dict[ir.Operation, None] = {}  # ops that may have lost their last use (ordered, no repeats)
 
     def flatten(self, min_group: int, sink: ir.Operation | None = None, trees: list[Tree] | None = None) -> None:
         """Rewrite every group of at least `min_group` alike trees of the block, batch by batch; with
@@ -300,16 +299,9 @@ class Flattener:
                     piece = stablehlo.ReshapeOp(tree.root.type, piece).result
                 tree.root.replace_all_uses_with(piece)
                 self.slice_of[piece] = (flat, offset)
-                self.maybe_dead[piece.owner.operation] = None
                 offset += n
         for tree in trees:
-            members = set(tree.nodes)
-            for op in reversed(tree.nodes):
-                self.maybe_dead.pop(op, None)
-                for v in op.operands:
-                    d = producer(v)
-                    if d is not None and d not in members:
-                        self.maybe_dead[d] = None
+            for op in reversed(tree.nodes):   # users before what they read
                 op.erase()
 
     def _forwarding_order(self, trees: list[Tree]) -> list[Tree]:
@@ -369,17 +361,10 @@ class Flattener:
         return known
 
     def erase_unused(self) -> None:
-        """Erase the side-effect-free ops that lost their last use, and the producers that frees."""
-        ops = self.maybe_dead
-        while ops:
-            op, _ = ops.popitem()
-            if not is_dead(op):
-                continue
-            for v in op.operands:
-                d = producer(v)
-                if d is not None:
-                    ops[d] = None
-            op.erase()
+        """Erase the block's side-effect-free ops left unused (slices no flat chain read, operands
+        of erased trees), back to front. One sweep, not a worklist of ops: an op's hash changes
+        with its operands in these bindings, so a set of ops goes stale as the rewrite proceeds."""
+        erase_dead_ops(self.block)
 
 
 def _copy_tree(tree: Tree, before: ir.Operation) -> list[ir.Operation]:

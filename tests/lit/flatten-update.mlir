@@ -255,3 +255,30 @@ func.func @main(%m0: tensor<2xf32>, %m1: tensor<2xf32>, %m2: tensor<2xf32>, %m3:
   %n17 = stablehlo.subtract %m17, %g17 : tensor<2xf32>
   return %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7, %n8, %n9, %n10, %n11, %n12, %n13, %n14, %n15, %n16, %n17 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>
 }
+
+// -----
+
+// Groups rewritten in another order than their dependencies: the adds (first in the block) read a
+// multiply, which reads a negate; the negates' rewrite changes the multiply's operand after the
+// adds' rewrite has left it for the dead-code sweep. (A worklist of ops keyed by hash went stale
+// here and erased an op twice: in these bindings an op's hash changes with its operands.)
+// CHECK-LABEL: func.func @main
+// CHECK: %[[N:.*]] = stablehlo.negate %{{.*}} : tensor<8xf32>
+// CHECK: %[[NS:.*]] = stablehlo.slice %[[N]] [3:8]
+// CHECK: %[[M:.*]] = stablehlo.concatenate %arg3, %[[NS]], dim = 0
+// CHECK: %[[Y:.*]] = stablehlo.multiply %[[M]], %[[M]] : tensor<8xf32>
+// CHECK: %[[YS:.*]] = stablehlo.slice %[[Y]] [3:8]
+// CHECK: %[[A:.*]] = stablehlo.concatenate %arg0, %[[YS]], dim = 0
+// CHECK: stablehlo.add %[[A]], %[[A]] : tensor<9xf32>
+// CHECK-NOT: stablehlo.negate
+// CHECK-NOT: stablehlo.multiply
+func.func @main(%p1: tensor<4xf32>, %a1: tensor<3xf32>, %a2: tensor<5xf32>, %b1: tensor<3xf32>)
+    -> (tensor<4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<5xf32>) {
+  %x1 = stablehlo.add %p1, %p1 : tensor<4xf32>
+  %z1 = stablehlo.negate %a1 : tensor<3xf32>
+  %y1 = stablehlo.multiply %b1, %b1 : tensor<3xf32>
+  %z2 = stablehlo.negate %a2 : tensor<5xf32>
+  %y2 = stablehlo.multiply %z2, %z2 : tensor<5xf32>
+  %x2 = stablehlo.add %y2, %y2 : tensor<5xf32>
+  return %x1, %z1, %y1, %x2 : tensor<4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<5xf32>
+}

@@ -201,11 +201,15 @@ class Flattener:
         self.slice_of: dict[ir.Value, tuple[ir.Value, int]] = {}  # a value sliced out of a flat result -> (flat result, offset)
         self.concat_of: dict[tuple, ir.OpResult] = {}  # tuple of values -> their concatenation
 
-    def flatten(self, min_group: int, sink: ir.Operation | None = None, trees: list[Tree] | None = None) -> None:
+    def flatten(self, min_group: int, sink: ir.Operation | None = None, trees: list[Tree] | None = None,
+                max_size: int | None = None) -> None:
         """Rewrite every group of at least `min_group` alike trees of the block, batch by batch; with
         a `sink`, only the trees whose results flow into nothing but `sink` and such trees (each given
-        its copy of what it reads, `recompute`). `trees`: the block's (`trees_of`), if found already."""
+        its copy of what it reads, `recompute`); with `max_size`, only trees of at most that many
+        elements. `trees`: the block's (`trees_of`), if found already."""
         trees = list(trees_of(self.block)) if trees is None else trees
+        if max_size is not None:
+            trees = [t for t in trees if t.size <= max_size]
         if sink is not None:
             trees = self.recompute(trees, feeding(trees, sink), sink)
         groups: dict[tuple, list[Tree]] = {}

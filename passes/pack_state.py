@@ -11,7 +11,10 @@ and the loop's results are sliced out once after it. The buffers come after the 
 loop's carry and in the step's arguments and results, in the order their element types first occur;
 inside a buffer the leaves keep their argument order. With ``flatten=true`` flatten-update's grouping
 then runs on the step (`flatten_update.Flattener`), knowing the leaves as slices of the buffers, on
-the update chains into the step's return only (`flatten_update.feeding`): an elementwise update
+the update chains into the step's return only (`flatten_update.feeding`), and only of at most
+``max-leaf-elements`` elements (a large leaf's update stays its own, reading and writing the leaf
+in place: concatenating the alike updates of a model's attention weights copied them all every
+step): an elementwise update
 alike over many packed leaves (the moments, the parameter step) is computed once over the buffer,
 and the buffer the step returns is built from those flat results, while the forward pass (whose
 elementwise ops feed reductions and products) stays per leaf, reading slices of the buffer. And a
@@ -102,7 +105,7 @@ class PackState(ModulePass):
         if groups:
             flattener = _pack(loop, groups)
             if self.flatten:
-                flattener.flatten(self.min_group, _last(flattener.block), trees)
+                flattener.flatten(self.min_group, _last(flattener.block), trees, self.max_leaf_elements)
             flattener.finish()
             split_wide_concatenates(flattener.block)
         _join_slices(main.body.blocks[0])

@@ -158,6 +158,21 @@ def test_flatten_recomputes_an_elementwise_gradient():
     assert_trees_equal(interpret(plain, args), interpret(rewritten, args))
 
 
+def test_flatten_leaves_large_leaves_alone():
+    """flatten=true flattens only the update chains of leaves within max-leaf-elements: a large
+    leaf, which is not packed, keeps its own update, reading and writing it in place (concatenating
+    the large leaves' alike updates copied them all every step: on the GPT model, its attention
+    weights', 124 more kernels and a slower step, BENCHMARKS.md). The same values as wrap-loop
+    alone on the StableHLO reference interpreter."""
+    traced, state = _traced(OPTIMIZERS["adam"]())   # PARAMS: w of 64 and 128 elements, then leaves of <= 16
+    plain, rewritten = _with_and_without(traced, PackState(flatten=True, max_leaf_elements=16))
+    step = str(rewritten).split("@loopfuse_step(")[1].split("func.func")[0]
+    sqrts = re.findall(r"stablehlo.sqrt %\d+ : (tensor<[^>]*>)", step)   # Adam's, and the 0-d scale's
+    assert sorted(sqrts) == ["tensor<16x8xf32>", "tensor<33xf32>", "tensor<4x16xf32>", "tensor<f32>"], sqrts
+    args = [np.asarray(x) for x in jax.tree_util.tree_leaves((state, batch()))]
+    assert_trees_equal(interpret(plain, args), interpret(rewritten, args))
+
+
 def test_threshold_and_min_group():
     """Leaves over max-leaf-elements stay separate; an element type with fewer than min-group leaves too."""
     traced, _ = _traced(OPTIMIZERS["adam"]())

@@ -25,9 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
 import bench_compile  # noqa: E402
 import bench_loop  # noqa: E402
 import harness  # noqa: E402
+from problems import fresh  # noqa: E402
 
 import loopfuse  # noqa: E402
 
@@ -39,7 +41,7 @@ def problems(leaves: int) -> dict:
     tiny = (bench_loop.train_step, lambda: bench_loop.init_state(layers),
             bench_loop.make_batch(layers, bench_loop.SIZES["tiny"]["batch"]), dict(keep_aux=("loss",)))
     fn, state, batch = bench_compile.problem(leaves)
-    many = (fn, lambda: harness.fresh(state), batch, {})
+    many = (fn, lambda: fresh(state), batch, {})
     return {"tiny Adam MLP": tiny, f"{leaves} leaves Adam": many}
 
 
@@ -104,7 +106,7 @@ def executables(leaves: int, calls: int, rounds: int) -> tuple[list, dict]:
     """Device-batch calls at `leaves` through jax.jit's executables (both ways) and three of
     loopfuse's (default, copy-free option off, no passes). All take the same C++ call path."""
     fn, state, batch = bench_compile.problem(leaves)
-    init = lambda: harness.fresh(state)  # noqa: E731
+    init = lambda: fresh(state)  # noqa: E731
     variants = {**variants_of(fn, init, batch),
                 "loopfuse, copy-free off": loopfuse.compile_step(
                     fn, xla_options={"xla_cpu_copy_insertion_use_region_analysis": False}),

@@ -28,7 +28,9 @@ from loopfuse.pipeline import DEFAULT_PASSES
 from loopfuse.trace import trace
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
 import harness  # noqa: E402
+from problems import fresh  # noqa: E402
 
 
 OPT = optax.adam(1e-3)
@@ -59,7 +61,7 @@ def problem(leaves: int, seed: int = 0):
 
 def speeds(calls: dict, state, batch, steps: int, rounds: int) -> dict:
     """{name: [steps/s per round]}: `steps` chained steps of each call (its own state), interleaved rounds."""
-    states = {name: harness.fresh(state) for name in calls}
+    states = {name: fresh(state) for name in calls}
 
     def run(name):
         def once():

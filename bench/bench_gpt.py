@@ -35,7 +35,9 @@ from flax import nnx
 from jax import lax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
 import harness  # noqa: E402
+from problems import fresh  # noqa: E402
 
 PACKED = ["pack-state"]
 
@@ -129,14 +131,14 @@ def main() -> None:
     warm_step, warm_state, warm_tokens = problem(**QUICK)   # jax's, flax's and XLA's one-time costs, untimed
     for build in builders(warm_step, ns.loop).values():
         (call, start), _ = build(warm_state, warm_tokens)
-        jax.block_until_ready(call(harness.fresh(start), warm_tokens))
+        jax.block_until_ready(call(fresh(start), warm_tokens))
     harness.warm_trace(step, state, tokens)
     builds = {name: (lambda build=build: build(state, tokens)) for name, build in builders(step, ns.loop).items()}
     timed = harness.compile_rounds(builds, ns.compile_rounds)
     names, reference = list(timed), next(iter(timed))
     calls = {name: t["built"][0] for name, t in timed.items()}
-    states = {name: harness.fresh(t["built"][1]) for name, t in timed.items()}
-    finals = {name: calls[name](harness.fresh(states[name]), tokens)[0] for name in names}
+    states = {name: fresh(t["built"][1]) for name, t in timed.items()}
+    finals = {name: calls[name](fresh(states[name]), tokens)[0] for name in names}
 
     def one_call(name):
         def run():

@@ -39,7 +39,9 @@ from loopfuse import MemoryStats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
 import harness  # noqa: E402
+from problems import fresh  # noqa: E402
 import lotka_volterra as lv  # noqa: E402  (the example's problem, loss and optimizers)
 
 ADAM_STEPS, LBFGS_STEPS, CHUNK = 300, 30, 100
@@ -99,7 +101,7 @@ def contenders(optimizer, line_search: bool, steps: int, chunk: int, start, data
     """loopfuse minimize, a jax.jit step in a Python loop, jax.jit(lax.scan), optimistix: `steps` of
     `optimizer` from `start` (optimistix: `optimistix_solver`, at most `optimistix_steps`)."""
     step = minimize_step(optimizer, line_search)
-    state0 = lambda: harness.fresh((start, optimizer.init(start)))
+    state0 = lambda: fresh((start, optimizer.init(start)))
 
     def minimize_solve():
         t0 = now()

@@ -38,9 +38,10 @@ from jax.flatten_util import ravel_pytree
 import loopfuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
 import harness  # noqa: E402
 from bench_compile import adam_step, loss, problem  # noqa: E402
-from harness import fresh  # noqa: E402
+from problems import fresh  # noqa: E402
 
 
 def variants(fn, k: int, ravel_fn) -> dict:

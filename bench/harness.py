@@ -191,12 +191,6 @@ def warm_trace(fn, *args) -> None:
     jax.jit(fresh_fn(fn)).lower(*args)
 
 
-def fresh(tree):
-    """A copy of the pytree `tree` in buffers of its own (a donating call consumes its argument)."""
-    import jax
-    return jax.tree_util.tree_map(lambda x: jax.numpy.array(x, copy=True), tree)
-
-
 def fresh_fn(fn: Callable) -> Callable:
     """A new function object calling `fn`: jax cannot reuse a trace of an earlier one."""
     return lambda *args: fn(*args)

@@ -242,13 +242,17 @@ class Flattener:
             uses = [(op, u.operand_number, kept_at[op]) for u in tree.root.uses if (op := u.owner.operation) in kept_at]
             if uses:
                 copies.append((tree, uses))
-        grown: dict[int, list[ir.Operation]] = {}
+        grown: dict[int, list[ir.Operation]] = {}   # kept tree -> the copies it reads
+        shared = False                                # a copy read by more than one op
         for tree, uses in copies:
             ops = _copy_tree(tree, _earliest(op for op, *_ in uses))
             for op, i, _ in uses:
                 op.operands[i] = ops[-1].result
-            grown.setdefault(uses[0][2] if len(uses) == 1 else -1, []).extend(ops)
-        if -1 in grown:
+            if len(uses) == 1:
+                grown.setdefault(uses[0][2], []).extend(ops)
+            else:
+                shared = True
+        if shared:
             return feeding(list(trees_of(self.block)), sink)
         kept = list(kept)
         for n, ops in grown.items():

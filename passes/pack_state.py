@@ -14,10 +14,10 @@ then runs on the step (`flatten_update.Flattener`), knowing the leaves as slices
 the update chains into the step's return only (`flatten_update.feeding`), and only of at most
 ``max-leaf-elements`` elements (a large leaf's update stays its own, reading and writing the leaf
 in place: concatenating the alike updates of a model's attention weights copied them all every
-step): an elementwise update
-alike over many packed leaves (the moments, the parameter step) is computed once over the buffer,
-and the buffer the step returns is built from those flat results, while the forward pass (whose
-elementwise ops feed reductions and products) stays per leaf, reading slices of the buffer. And a
+step): an elementwise update alike over many packed leaves (the moments, the parameter step) is
+computed once over the buffer, and the buffer the step returns is built from those flat results,
+while the forward pass (whose elementwise ops feed reductions and products) stays per leaf,
+reading slices of the buffer. And a
 leaf read only by such chains (an optimizer's moment) goes into a buffer of its own per chain
 (`_update_only`), apart from the parameters. This is the structure of a hand-written
 ``ravel_pytree`` step: per-leaf forward and gradient kernels, the gradient concatenated once, one
@@ -154,10 +154,11 @@ class _StepPacker(Flattener):
 def _update_only(loop: ir.Operation, trees: list) -> dict[int, tuple]:
     """The carry positions whose step argument is read only by update chains into the step's return
     (`flatten_update.feeding`): an optimizer's moments, not the parameters, which the forward pass
-    reads too; each with the signature and scalars of the chain that reads it. Each kind of moment gets a buffer
-    of its own, so that its flat update writes it in place and the parameters' update reads that
-    result: in one buffer with the parameters (or with each other) XLA recomputes the moments in the
-    parameters' update from the old buffer, and copies the whole buffer every step to keep it."""
+    reads too; each with the signature and scalars of the chain that reads it. Each kind of moment
+    gets a buffer of its own, so that its flat update writes it in place and the parameters' update
+    reads that result: in one buffer with the parameters (or with each other) XLA recomputes the
+    moments in the parameters' update from the old buffer, and copies the whole buffer every step
+    to keep it."""
     body = loop.regions[1].blocks[0]
     call = _step_call(body)
     entry = _callee(call).body.blocks[0]

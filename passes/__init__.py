@@ -9,8 +9,9 @@ from .drop_unused_outputs import DropUnusedOutputs
 from .flatten_update import FlattenUpdate
 from .module_pass import ModulePass, PassError, PassOptionError
 from .pack_state import PackState
+from .roll_layers import RollLayers
 from .simplify import Simplify
 from .wrap_loop import WrapLoop
 
 PASSES: dict[str, type[ModulePass]] = {p.name: p for p in (
-    AliasState, DropUnusedOutputs, FlattenUpdate, PackState, Simplify, WrapLoop)}
+    AliasState, DropUnusedOutputs, FlattenUpdate, PackState, RollLayers, Simplify, WrapLoop)}

@@ -20,6 +20,8 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
+from .vocabulary import REPORT_PREFIX
+
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "string"}
 
 
@@ -71,6 +73,11 @@ class ModulePass:
         """Rewrite `module_op` (a builtin.module) in place; raise `PassError` if it cannot."""
         raise NotImplementedError
 
+    def report(self, module_op: ir.Operation, text: str) -> None:
+        """Say what the pass did: `text` goes on the module (``loopfuse.report.<name>``), into the
+        dump as ``<name>.txt`` and to ``Executable.reports``."""
+        module_op.attributes[REPORT_PREFIX + self.name] = ir.StringAttr.get(text)
+
     @classmethod
     def options(cls) -> tuple:
         """The option fields (dataclasses.Field: name, type, default, metadata["help"])."""
@@ -117,3 +124,10 @@ def _parse(pass_name: str, key: str, t: type, text: str):
 
 def _format(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def reports(module_op: ir.Operation) -> dict[str, str]:
+    """The reports passes left on `module_op` (`ModulePass.report`): pass name -> text."""
+    attrs = module_op.attributes
+    named = [attrs[i] for i in range(len(attrs))]
+    return {a.name[len(REPORT_PREFIX):]: ir.StringAttr(a.attr).value for a in named if a.name.startswith(REPORT_PREFIX)}

@@ -17,6 +17,9 @@ STOPPED = "loopfuse.stopped"        # result, unit (wrap-loop puts it after STEP
 ALIAS = "tf.aliasing_output"        # arg, i32 (read by XLA): result index this argument's buffer is reused for
 DONOR = "jax.buffer_donor"          # arg, bool (read by XLA): the buffer may be reused by any output
 
+# ---- attributes on the module -------------------------------------------------------------------
+REPORT_PREFIX = "loopfuse.report."  # + pass name, string: what the pass did (written to the dump as <pass>.txt)
+
 # ---- files --------------------------------------------------------------------------------------
 PIPELINE_HEADER = "// loopfuse-pipeline: "  # first line of a reproducer, followed by the pipeline text
 SPLIT_MARKER = "// -----"                   # separates modules in one file (--split-input-file)

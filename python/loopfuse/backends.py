@@ -82,12 +82,22 @@ class GradOnly:
 
 @dataclass(frozen=True)
 class CompiledStep:
-    """The whole step (loss, gradient, optimizer update) compiled by `compile_step`, one call per step."""
+    """The whole step (loss, gradient, optimizer update) compiled by `compile_step`, one call per step.
+
+    memory_budget: passed to `compile_step` (rolls repeated layers; None: the step as traced).
+    """
 
     ad: AD = Reverse()
+    memory_budget: float | None = None
 
     def __post_init__(self) -> None:
         _check_ad("CompiledStep", self.ad)
+        if self.memory_budget is not None:
+            object.__setattr__(self, "memory_budget", validate.budget(self.memory_budget, "CompiledStep(memory_budget=...)"))
+
+    def compile_options(self) -> dict:
+        """The keywords for `compile_step` (only those that are set)."""
+        return {} if self.memory_budget is None else {"memory_budget": self.memory_budget}
 
 
 @dataclass(frozen=True)
@@ -96,12 +106,14 @@ class CompiledLoop:
 
     devices:  jax devices to run on, passed to `compile_step` as ``devices=`` (None: its default).
     sharding: "data" or "params", passed to `compile_step` as ``sharding=`` (None: its default).
+    memory_budget: passed to `compile_step` (rolls repeated layers; None: the step as traced).
     """
 
     ad: AD = Reverse()
     steps: int = 100
     devices: Any = None
     sharding: str | None = None
+    memory_budget: float | None = None
 
     def __post_init__(self) -> None:
         _check_ad("CompiledLoop", self.ad)
@@ -116,10 +128,13 @@ class CompiledLoop:
                                 + (f"; not devices: {bad!r}" if bad else ""))
         if self.sharding not in (None, "data", "params"):
             raise ValueError(f"CompiledLoop(sharding=...) must be None, 'data' or 'params', got {self.sharding!r}")
+        if self.memory_budget is not None:
+            object.__setattr__(self, "memory_budget", validate.budget(self.memory_budget, "CompiledLoop(memory_budget=...)"))
 
     def compile_options(self) -> dict:
-        """The ``devices=`` / ``sharding=`` keywords for `compile_step` (only those that are set)."""
-        options = {"devices": None if self.devices is None else list(self.devices), "sharding": self.sharding}
+        """The ``devices=`` / ``sharding=`` / ``memory_budget=`` keywords for `compile_step` (only those that are set)."""
+        options = {"devices": None if self.devices is None else list(self.devices), "sharding": self.sharding,
+                   "memory_budget": self.memory_budget}
         return {k: v for k, v in options.items() if v is not None}
 
 

@@ -9,6 +9,7 @@ from jaxlib.mlir import ir
 
 from . import runtime
 from .passes._func import main_func, result_attrs
+from .passes.module_pass import reports
 from .passes.vocabulary import RESULT, STEPS_RUN, STOPPED
 from .trace import Traced, is_key, wrap_keys
 
@@ -58,6 +59,12 @@ class Executable:
     def xla_options(self) -> dict:
         """The XLA options loopfuse compiled this executable with (beyond XLA's defaults)."""
         return dict(self.program.values)
+
+    @property
+    def reports(self) -> dict[str, str]:
+        """What the passes that report did (pass name -> text), e.g. ``reports["roll-layers"]``: which
+        layers rolled, what is saved and recomputed, why a run did not roll."""
+        return reports(self.traced.module.operation)
 
     @property
     def memory(self) -> runtime.MemoryStats:

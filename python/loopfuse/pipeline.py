@@ -19,22 +19,26 @@ from jaxlib.mlir import ir
 from . import settings
 from .errors import LoopfuseError
 from .pass_manager import Pass, PassFailure, parse_pipeline, run_pass
-from .passes import AliasState, DropUnusedOutputs, WrapLoop
+from .passes import AliasState, DropUnusedOutputs, RollLayers, WrapLoop
+from .passes.module_pass import reports
 from .passes.vocabulary import FINAL_STAGE, PIPELINE_HEADER, TRACED_STAGE, after_pass_stage
 
 DUMP_ENV = "LOOPFUSE_DUMP_IR"
 DEFAULT_PASSES: tuple = ()
 
 
-def build(passes=None, *, steps: int | None = None, donate: bool = True) -> list[Pass]:
+def build(passes=None, *, steps: int | None = None, donate: bool = True,
+          memory_budget: float | None = None) -> list[Pass]:
     """Structural passes around the optimization passes (default ``DEFAULT_PASSES``).
 
     `passes` is a pipeline string or a sequence of pass objects and pipeline strings (``"simplify"``,
-    ``"flatten-update{min-group=3}"``). drop-unused-outputs always runs first (it removes work),
-    wrap-loop after the chosen passes for ``steps``, then the chosen passes that rewrite its loop
-    (``after_wrap_loop``: pack-state), alias-state last.
+    ``"flatten-update{min-group=3}"``). drop-unused-outputs always runs first (it removes work), then
+    roll-layers for a `memory_budget` below 1, the chosen passes, wrap-loop for ``steps``, then the
+    chosen passes that rewrite its loop (``after_wrap_loop``: pack-state), alias-state last.
     """
     opt = chosen(passes)
+    if memory_budget is not None and memory_budget < 1.0:
+        opt.insert(0, RollLayers(memory_budget=float(memory_budget)))
     on_loop = [p for p in opt if getattr(p, "after_wrap_loop", False)]
     specs = [DropUnusedOutputs(), *(p for p in opt if not getattr(p, "after_wrap_loop", False))]
     if steps is not None:
@@ -142,6 +146,8 @@ def lower(module: ir.Module, specs, *, dump: Path | None = None, stages: dict | 
     text = str(module)
     if writer:
         writer.write(f"{len(specs) + 1:02d}-{FINAL_STAGE}", text)
+        for name, report in reports(module.operation).items():
+            writer.write(f"{name}.txt", report + "\n")
     if stages is not None:
         stages[FINAL_STAGE] = text
     return text, timings

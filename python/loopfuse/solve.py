@@ -146,7 +146,7 @@ def _build_program(loss, has_data, optimizer, backend, until):
     update = _update(value_and_grad, objective, optimizer, until)
     if isinstance(backend, CompiledLoop):
         return init, compile_step(update, **backend.compile_options())
-    return init, compile_step(_with_step_axis(update))
+    return init, compile_step(_with_step_axis(update), **backend.compile_options())
 
 
 _PROGRAMS = 64

@@ -39,8 +39,11 @@ class StepOptions:
     stop_on_nonfinite: bool = False
     cache_dir: str | Path | None = None
     verify: bool | None = None
+    memory_budget: float | None = None
 
     def __post_init__(self) -> None:
+        if self.memory_budget is not None:
+            object.__setattr__(self, "memory_budget", validate.budget(self.memory_budget))
         if self.steps is not None:
             object.__setattr__(self, "steps", validate.steps(self.steps))
         stopping.check(self.until, self.stop_on_nonfinite, self.steps)
@@ -154,7 +157,7 @@ class Step:
         seconds = {"trace": time.perf_counter() - t0}
         program = self._program(traced, state)
         options = runtime.compile_options(devices, program.values, shardy=runtime.uses_shardy(traced.module))
-        specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate)
+        specs = pipeline.build(o.passes, steps=o.steps, donate=o.donate, memory_budget=o.memory_budget)
         t0 = time.perf_counter()
         where = compile_cache.folder(o.cache_dir)
         entry = None if where is None or traced.effects.host_callbacks else compile_cache.Entry.of(
@@ -225,7 +228,8 @@ class Step:
         """
         step = self._for(state)
         traced = step._trace(state, step._serve(batch, start), static)
-        specs = pipeline.build(step.options.passes, steps=step.options.steps, donate=step.options.donate)
+        specs = pipeline.build(step.options.passes, steps=step.options.steps, donate=step.options.donate,
+                               memory_budget=step.options.memory_budget)
         stages: dict[str, str] = {}
         pipeline.lower(traced.module, specs, dump=step._dump_folder(traced, specs), stages=stages)
         return stages
@@ -365,7 +369,7 @@ def _aval(x):
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
                  keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None,
                  cache_dir: str | Path | None = None, xla_options: Mapping[str, Any] | None = None,
-                 verify: bool | None = None) -> Step:
+                 verify: bool | None = None, memory_budget: float | None = None) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
     donate:   update state in place (params and optimizer state buffers are reused).
@@ -386,6 +390,11 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     verify:   check each new executable's first call against jax.jit of `fn` on copies of the
               inputs and raise `MiscompileError` naming the first differing leaf and the pass or
               XLA option that causes it (default: $LOOPFUSE_VERIFY; see `verify`).
+    memory_budget: roll repeated layers (a Python loop over alike layers) into a forward and a backward
+              device loop over stacked leaves, recomputing activations (the ``roll-layers`` pass):
+              0.0 keeps the least memory, b in (0, 1) also saves the forward values that are dearest
+              to recompute up to b of their bytes, 1.0 (or None, the default) leaves the step as
+              traced. Rolled programs match jax.jit within a tolerance, not bitwise (see README).
 
     Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
     step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
@@ -406,4 +415,4 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
     """
     return Step(fn, StepOptions(donate=donate, passes=passes, keep_aux=keep_aux, steps=steps, device=device,
                                 devices=devices, sharding=sharding, dump_ir=dump_ir, cache_dir=cache_dir,
-                                xla_options=xla_options, verify=verify))
+                                xla_options=xla_options, verify=verify, memory_budget=memory_budget))

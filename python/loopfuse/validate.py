@@ -29,3 +29,21 @@ def steps(value, name: str = "steps") -> int:
     if value >= STEPS_LIMIT:
         raise ValueError(f"{name} must be below 2**31 (the device loop counter is int32), got {value}")
     return value
+
+
+def budget(value, name: str = "memory_budget") -> float:
+    """`value` as a memory budget: a real number in [0, 1] (0: the least memory, 1: the step as traced).
+
+    Examples:
+        >>> budget(0)
+        0.0
+        >>> budget(1.5)
+        Traceback (most recent call last):
+        ValueError: memory_budget must be in [0, 1], got 1.5
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(type(value), "__float__"):
+        raise TypeError(f"{name} must be a number in [0, 1], got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value:g}")
+    return value

@@ -1,0 +1,144 @@
+"""A read-only Python view of one block's dataflow, for analyses that visit every op many times.
+
+The MLIR bindings answer "what are this op's operands" through a C++ call each time, and an
+op's Python handle is not stable as a dict key while the IR changes. `Dataflow` reads a block
+once into integer ids: ops are numbered in program order, values are numbered (the block's
+arguments first, then each op's results), and each op gets an interned structural signature:
+its name, attributes, operand and result types and, for ops with regions, the regions' contents
+with their values numbered locally. Two ops with the same signature compute the same function of
+their operands. A value that a region uses from outside its op counts as one more operand of the
+op (so two ops are only alike when they capture alike values too).
+
+`common_subexpressions` merges ops of a block that compute the same signature on the same
+operands (an MLIR ``cse`` restricted to side-effect-free ops), reading the block through a
+`Dataflow`.
+"""
+from dataclasses import dataclass, field
+
+from jaxlib.mlir import ir
+
+from ._func import has_side_effects
+
+ARG = -1   # `Dataflow.owner` of a block argument
+
+
+@dataclass
+class Dataflow:
+    """Ops and values of one block, by integer id (see the module docstring)."""
+
+    block: ir.Block
+    ops: list = field(default_factory=list)             # op id -> ir.Operation
+    signature: list = field(default_factory=list)       # op id -> interned signature id
+    operands: list = field(default_factory=list)        # op id -> tuple of value ids (captured ones last)
+    results: list = field(default_factory=list)         # op id -> tuple of value ids
+    values: list = field(default_factory=list)          # value id -> ir.Value
+    owner: list = field(default_factory=list)           # value id -> op id, or ARG
+    users: list = field(default_factory=list)           # value id -> [(op id, operand index)]
+    id_of: dict = field(default_factory=dict)           # ir.Value -> value id
+    signatures: dict = field(default_factory=dict)      # signature tuple -> id
+
+    @classmethod
+    def of(cls, block: ir.Block) -> "Dataflow":
+        g = cls(block)
+        for a in block.arguments:
+            g._value(a, ARG)
+        for view in block.operations:
+            op = view.operation
+            n = len(g.ops)
+            captured: list = []
+            key = _signature(op, captured)
+            g.ops.append(op)
+            g.signature.append(g.signatures.setdefault(key, len(g.signatures)))
+            operands = tuple(g.id_of[v] for v in [*op.operands, *captured])
+            g.operands.append(operands)
+            for k, v in enumerate(operands):
+                g.users[v].append((n, k))
+            g.results.append(tuple(g._value(r, n) for r in op.results))
+        return g
+
+    def _value(self, value: ir.Value, owner: int) -> int:
+        i = len(self.values)
+        self.values.append(value)
+        self.owner.append(owner)
+        self.users.append([])
+        self.id_of[value] = i
+        return i
+
+    def arg_number(self, value: int) -> int | None:
+        """The block argument number of value id `value`, or None for an op result."""
+        return value if self.owner[value] == ARG else None
+
+    def nbytes(self, value: int) -> int:
+        """Bytes of a statically shaped tensor value (0 for other types)."""
+        return tensor_bytes(self.values[value].type)
+
+
+def tensor_bytes(t: ir.Type) -> int:
+    if not isinstance(t, ir.RankedTensorType) or not t.has_static_shape:
+        return 0
+    n = 1
+    for d in t.shape:
+        n *= d
+    width = t.element_type.width if hasattr(t.element_type, "width") else 32
+    return n * max(width, 8) // 8
+
+
+def _signature(op: ir.Operation, captured: list, outer: dict | None = None) -> tuple:
+    """(name, attributes, operand types, result types, regions) of `op`; the regions' ops are
+    numbered locally (`outer` maps values defined in enclosing regions of the same top-level op);
+    values from outside the top-level op are appended to `captured` and referred to by position."""
+    attrs = op.attributes
+    named = tuple(sorted((attrs[i].name, str(attrs[i].attr)) for i in range(len(attrs))))
+    key: tuple = (op.name, named, tuple(str(v.type) for v in op.operands), tuple(str(r.type) for r in op.results))
+    if len(op.regions) == 0:
+        return key
+    local = dict(outer or {})
+    regions = []
+    for region in op.regions:
+        blocks = []
+        for block in region.blocks:
+            for a in block.arguments:
+                local[a] = len(local)
+            body = []
+            for inner in block.operations:
+                inner = inner.operation
+                refs = []
+                for v in inner.operands:
+                    if v in local:
+                        refs.append(("local", local[v]))
+                    else:
+                        if v not in captured:
+                            captured.append(v)
+                        refs.append(("outer", captured.index(v)))
+                body.append((_signature(inner, captured, local), tuple(refs)))
+                for r in inner.results:
+                    local[r] = len(local)
+            blocks.append((tuple(str(a.type) for a in block.arguments), tuple(body)))
+        regions.append(tuple(blocks))
+    return (*key, tuple(regions))
+
+
+def common_subexpressions(block: ir.Block, pure_callees=frozenset()) -> int:
+    """Merge the side-effect-free ops of `block` that repeat an earlier op's signature on the same
+    operands: uses of the later op's results go to the earlier one's, and the later op is erased.
+    Returns how many were merged. Exact: the merged op computed the same function of the same values."""
+    g = Dataflow.of(block)
+    seen: dict = {}
+    rename = list(range(len(g.values)))       # value id -> the value id it is merged into
+    merged = []
+    for n, op in enumerate(g.ops):
+        key = (g.signature[n], tuple(rename[v] for v in g.operands[n]))
+        if has_side_effects(op, pure_callees) or not g.results[n]:
+            continue
+        first = seen.setdefault(key, n)
+        if first == n:
+            continue
+        for mine, theirs in zip(g.results[n], g.results[first]):
+            rename[mine] = theirs
+        merged.append(n)
+    for n in merged:
+        for mine in g.results[n]:
+            g.values[mine].replace_all_uses_with(g.values[rename[mine]])
+    for n in reversed(merged):
+        g.ops[n].erase()
+    return len(merged)

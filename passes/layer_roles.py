@@ -1,0 +1,356 @@
+"""Which ops of a step are the same work done once per layer: the analysis behind roll-layers.
+
+Given a `Dataflow` of ``@main``'s block (after common-subexpression elimination, so per-layer copies
+of a constant are one value) and a candidate `layer_runs.Run` of L layers, `analyze` finds *roles*:
+an L-tuple of ops, one per layer (its *positions* 0 .. L-1), that compute alike. It works in three
+steps, each checked by the next:
+
+1. **Shift map** (discovery). The layers' leaves map layer l to layer l + 1 (the seeds); the map
+   grows along uses (an op using a mapped value at operand k maps to the op using its image at
+   operand k with the same signature, the k-th such use to the k-th) and then along operands (two
+   unmapped producers of corresponding operands, with equal signatures), as LLVM's loop reroller
+   and luminal's loop rolling match the iterations of an unrolled loop. Chains of the map are
+   candidate roles.
+2. **Positions.** A chain of exactly L ops is positions 0 .. L-1. A longer one also took in an op
+   before the first layer or after the last (the map does not know where the run ends: the head's
+   first LayerNorm looks like the next block's); of its windows of L ops, the one whose values
+   cross fewest bytes between positions and to the rest of the program is kept (a block's input
+   is carried into the next layer, not its two summands). Shorter chains are not roles.
+3. **Validation** (exact). Every operand of a role must be, at every position l, one of:
+   the layer's own leaf (`Seed`); one value the same for all positions, computed outside the run
+   (`Invariant`); the result of another role at the same position (`Internal`); the result of a
+   role at position l - 1, and at position 0 a value from outside (`Carry`, forward: the block's
+   input); or at position l + 1, and at position L - 1 a value from outside (`Carry`, backward:
+   the cotangent the block's backward pass receives). A role with any other operand is dropped,
+   and so are the roles that read it, until every remaining role is valid.
+
+The valid roles then compute, position by position, exactly what the unrolled program computes:
+any rewrite that runs role r's op at position l on the operands the classification names reads
+the same values as the original op. `roll_layers` builds its loops from that.
+"""
+from collections import deque
+from dataclasses import dataclass, field
+
+from .dataflow import ARG, Dataflow
+from .layer_runs import Run
+
+
+@dataclass(frozen=True)
+class Seed:
+    leaf: int            # index into `Roles.seeds`
+
+
+@dataclass(frozen=True)
+class Invariant:
+    value: int           # value id, the same at every position
+
+
+@dataclass(frozen=True)
+class Internal:
+    role: int
+    result: int          # result index of that role's op
+
+
+@dataclass(frozen=True)
+class Carry:
+    role: int
+    result: int
+    init: int            # value id from outside the run, read at the first position of the carry's direction
+    backward: bool       # read from position l + 1 (init at L - 1), else from l - 1 (init at 0)
+
+
+Operand = Seed | Invariant | Internal | Carry
+
+
+@dataclass
+class Roles:
+    """The valid roles of one run; see the module docstring."""
+
+    run: Run
+    length: int
+    seeds: list                          # per seed leaf: its value id at each position (a block argument)
+    ops: list = field(default_factory=list)          # role -> op id at each position
+    operands: list = field(default_factory=list)     # role -> [Operand] per operand index
+    role_of: dict = field(default_factory=dict)      # op id -> (role, position)
+    dropped: list = field(default_factory=list)      # why chains and roles were dropped (for the report)
+
+    def value(self, g: Dataflow, role: int, result: int, position: int) -> int:
+        return g.results[self.ops[role][position]][result]
+
+    def drop(self, g: Dataflow, bad: set, why: str) -> None:
+        """Drop the roles `bad` (their ops stay as they are, outside the loops) and the roles that
+        then have an operand of no class."""
+        self.dropped += [f"{_describe(g, self.ops[r][0])}: {why}" for r in sorted(bad)]
+        self.ops = [ops for r, ops in enumerate(self.ops) if r not in bad]
+        self.role_of = {o: (r, l) for r, ops in enumerate(self.ops) for l, o in enumerate(ops)}
+        _validate(g, self)
+
+
+def analyze(g: Dataflow, run: Run, arg_of_leaf) -> Roles:
+    """The valid roles of `run` in `g`; `arg_of_leaf(leaf)` is the block argument of a state leaf."""
+    length = run.length
+    seeds = [[arg_of_leaf(per_layer[layer][suffix]) for layer in range(length)]
+             for _, per_layer in sorted(run.families.items()) for suffix in sorted(per_layer[0])]
+    roles = Roles(run, length, seeds)
+    chains = _chains(g, seeds)
+    _position(g, roles, chains)
+    _validate(g, roles)
+    return roles
+
+
+# ---- 1. the shift map ------------------------------------------------------------------------
+def _chains(g: Dataflow, seeds: list) -> list[list[int]]:
+    """Chains of the shift map (op ids, layer l's op before layer l + 1's)."""
+    next_op: dict[int, int] = {}
+    prev_op: dict[int, int] = {}
+    next_value: dict[int, int] = {}
+    work: deque = deque()
+    producers: deque = deque()
+    for chain in seeds:
+        for a, b in zip(chain, chain[1:]):
+            next_value[a] = b
+            work.append((a, b))
+
+    def link(o: int, p: int) -> None:
+        if o == p or o in next_op or p in prev_op or g.signature[o] != g.signature[p]:
+            return
+        next_op[o], prev_op[p] = p, o
+        for r, s in zip(g.results[o], g.results[p]):
+            if r not in next_value:
+                next_value[r] = s
+                work.append((r, s))
+        for a, b in zip(g.operands[o], g.operands[p]):
+            pa, pb = g.owner[a], g.owner[b]
+            if a != b and a not in next_value and pa != ARG and pb != ARG and \
+                    g.results[pa].index(a) == g.results[pb].index(b):
+                producers.append((pa, pb))
+
+    while work or producers:
+        while work:
+            v, w = work.popleft()
+            mine, theirs = _uses_by_kind(g, v), _uses_by_kind(g, w)
+            for kind, ops in mine.items():
+                other = theirs.get(kind, ())
+                if len(other) == len(ops):
+                    for o, p in zip(ops, other):
+                        link(o, p)
+        if producers:
+            o, p = producers.popleft()
+            if o not in next_op and p not in prev_op:
+                link(o, p)
+    chains = []
+    for start in next_op:
+        if start in prev_op:
+            continue
+        chain = [start]
+        while chain[-1] in next_op and len(chain) <= len(next_op):
+            chain.append(next_op[chain[-1]])
+        chains.append(chain)
+    return chains
+
+
+def _uses_by_kind(g: Dataflow, v: int) -> dict:
+    """(signature, operand index) -> the ops using `v` so, in program order (each op once per kind)."""
+    out: dict = {}
+    for op, k in g.users[v]:
+        ops = out.setdefault((g.signature[op], k), [])
+        if not ops or ops[-1] != op:
+            ops.append(op)
+    return out
+
+
+# ---- 2. positions ----------------------------------------------------------------------------
+def _position(g: Dataflow, roles: Roles, chains: list) -> None:
+    """Roles from chains: exact-length chains as they are, longer ones cut to their cheapest window."""
+    length = roles.length
+    exact, long = [], []
+    for chain in chains:
+        if len(chain) == length:
+            exact.append(chain)
+        elif len(chain) > length:
+            long.append(chain)
+        else:
+            roles.dropped.append(f"a chain of {len(chain)} ops (of {length} layers) from {_describe(g, chain[0])}")
+    placed: dict = {o: l for chain in exact for l, o in enumerate(chain)}
+    for chain in long:
+        placed.update((o, _UNPLACED) for o in chain)
+    seed_layer = {v: l for per in roles.seeds for l, v in enumerate(per)}
+    start: dict[int, int] = {}
+
+    def cut(i: int, s: int) -> None:
+        start[i] = s
+        placed.update((o, k - s if 0 <= k - s < length else _OUTSIDE) for k, o in enumerate(long[i]))
+
+    for i, chain in enumerate(long):      # a chain whose op reads layer l's own leaf has that op at l
+        anchors = {k - seed_layer[v] for k, o in enumerate(chain) for v in g.operands[o] if v in seed_layer}
+        if len(anchors) == 1 and 0 <= min(anchors) <= len(chain) - length:
+            cut(i, anchors.pop())
+    binary = [i for i in range(len(long)) if i not in start and len(long[i]) == length + 1]
+    for i, s in _cut_binary(g, long, binary, placed, length).items():
+        cut(i, s)
+    for i in range(len(long)):     # longer chains (rare): the window that makes the fewest bytes cross
+        if i not in start:
+            cut(i, min(range(len(long[i]) - length + 1), key=lambda s: (_crossing(g, placed, long[i], s, length), s)))
+    start_list = [start[i] for i in range(len(long))]
+    roles.ops = exact + [chain[s:s + length] for chain, s in zip(long, start_list)]
+    roles.role_of = {o: (r, l) for r, ops in enumerate(roles.ops) for l, o in enumerate(ops)}
+
+
+_OUTSIDE, _UNPLACED = -1, None
+
+
+def _cut_binary(g: Dataflow, long: list, chains: list, placed: dict, length: int) -> dict[int, int]:
+    """Windows for chains of L + 1 ops (`chains`, indices into `long`): each is cut at its start (0: its
+    first op at position 0) or after its first op (1), all together, so that the fewest bytes cross
+    between positions: a minimum cut, as PyTorch's partitioner cuts a graph into saved and recomputed.
+
+    Chain c cut at s puts its k-th op at position k - s. Its values read by (or read from) placed ops
+    cost the same whatever the other chains do (the terminal edges); a value between the k-th ops of
+    two chains crosses when the two are cut differently, unless a placed op reads it at the reader's
+    position already (an edge between them, one way or both), counted at the boundaries between two
+    layers (0 < k < L), where every layer's boundary is alike. Values between the k-th op of one chain
+    and another position of the other are left out of the model."""
+    index = {i: n for n, i in enumerate(chains)}
+    chain_of = {o: (i, k) for i in chains for k, o in enumerate(long[i])}
+    source, sink = len(chains), len(chains) + 1
+    capacity: dict = {}
+
+    def add(a: int, b: int, c: int) -> None:
+        if c:
+            capacity[a, b] = capacity.get((a, b), 0) + c
+            capacity.setdefault((b, a), 0)
+
+    here = {**placed, **{o: _UNPLACED for j in chains for o in long[j]}}
+    for i in chains:
+        cost = [_crossing(g, here, long[i], s, length) for s in (0, 1)]
+        add(source, index[i], cost[1] + 1)   # on the sink side, i is cut at 1 and pays cost[1] (ties go to 0)
+        add(index[i], sink, cost[0])         # ... on the source side at 0
+
+    def at(k: int) -> int:
+        return k if 0 <= k < length else _OUTSIDE
+
+    for c in chains:                       # c's k-th op reads a value of a's k-th op, at an inner boundary
+        for k, o in enumerate(long[c][1:length], start=1):
+            for v in set(g.operands[o]):
+                p = g.owner[v]
+                if p not in chain_of or chain_of[p][1] != k or chain_of[p][0] == c:
+                    continue
+                a = chain_of[p][0]
+                fixed = {here.get(q, _OUTSIDE) for q, _ in g.users[v]} - {_UNPLACED}
+                if at(k - 1) != at(k) and at(k - 1) not in fixed:    # a at 0, c at 1: c reads it a position early
+                    add(index[a], index[c], g.nbytes(v))
+                if at(k) != at(k - 1) and at(k) not in fixed:        # a at 1, c at 0
+                    add(index[c], index[a], g.nbytes(v))
+    reachable = _min_cut(capacity, source, sink)
+    return {i: 0 if index[i] in reachable else 1 for i in chains}
+
+
+def _min_cut(capacity: dict, source: int, sink: int) -> set:
+    """The nodes on the source side of a minimum source-sink cut (Edmonds-Karp); `capacity` maps
+    (from, to) to a capacity, with both directions present."""
+    out: dict = {}
+    for a, b in capacity:
+        out.setdefault(a, []).append(b)
+    flow = dict.fromkeys(capacity, 0)
+    while True:
+        parent = {source: None}
+        queue = deque([source])
+        while queue and sink not in parent:
+            a = queue.popleft()
+            for b in out.get(a, ()):
+                if b not in parent and capacity[a, b] - flow[a, b] > 0:
+                    parent[b] = a
+                    queue.append(b)
+        if sink not in parent:
+            return set(parent)
+        path, b = [], sink
+        while parent[b] is not None:
+            path.append((parent[b], b))
+            b = parent[b]
+        push = min(capacity[e] - flow[e] for e in path)
+        for a, b in path:
+            flow[a, b] += push
+            flow[b, a] -= push
+
+
+def _crossing(g: Dataflow, placed: dict, chain: list, start: int, length: int) -> int:
+    """Bytes of the values that would newly cross between positions (a value read at a position, or
+    outside, other than its producer's) if `chain` were cut at `start`, given the ops `placed` so far
+    (ops of uncut chains do not count). A value that crosses to a position already is not counted again."""
+    mine = {o: (k - start if 0 <= k - start < length else _OUTSIDE) for k, o in enumerate(chain)}
+
+    def position(op: int):
+        return mine[op] if op in mine else placed.get(op, _OUTSIDE)
+
+    def crosses_already(v: int, to) -> bool:
+        p = g.owner[v]
+        return any(q not in mine and position(q) == to != position(p) for q, _ in g.users[v])
+
+    new = set()
+    for o, at in mine.items():
+        for v in g.operands[o]:
+            p = g.owner[v]
+            if p != ARG and position(p) is not _UNPLACED and position(p) != at and not crosses_already(v, at):
+                new.add((v, at))
+        for v in g.results[o]:
+            for q, _ in g.users[v]:
+                to = position(q)
+                if to is not _UNPLACED and to != at and not crosses_already(v, to):
+                    new.add((v, to))
+    return sum(g.nbytes(v) for v, _ in new)
+
+
+def _describe(g: Dataflow, op: int) -> str:
+    o = g.ops[op]
+    return f"{o.name} at {o.location}"
+
+
+# ---- 3. validation ---------------------------------------------------------------------------
+def _validate(g: Dataflow, roles: Roles) -> None:
+    """Classify every role operand; drop roles with an operand that fits no class, until none is left."""
+    seed_at = {v: (s, l) for s, per in enumerate(roles.seeds) for l, v in enumerate(per)}
+    while True:
+        bad = set()
+        roles.operands = []
+        for r, ops in enumerate(roles.ops):
+            classes = [_classify(g, roles, seed_at, [g.operands[o][k] for o in ops]) for k in range(len(g.operands[ops[0]]))]
+            if any(c is None for c in classes):
+                bad.add(r)
+            roles.operands.append(classes)
+        if not bad:
+            return
+        for r in sorted(bad):
+            k = next(k for k, c in enumerate(roles.operands[r]) if c is None)
+            roles.dropped.append(f"{_describe(g, roles.ops[r][0])}: its operand {k} is not the same kind of value at "
+                                 "every layer")
+        keep = [ops for r, ops in enumerate(roles.ops) if r not in bad]
+        roles.ops = keep
+        roles.role_of = {o: (r, l) for r, ops in enumerate(keep) for l, o in enumerate(ops)}
+
+
+def _classify(g: Dataflow, roles: Roles, seed_at: dict, values: list) -> Operand | None:
+    """The class of one role operand from its value at each position (see the module docstring)."""
+    length = roles.length
+    first = values[0]
+    if first in seed_at:
+        s, l = seed_at[first]
+        return Seed(s) if l == 0 and all(v == roles.seeds[s][i] for i, v in enumerate(values)) else None
+    placed = [roles.role_of.get(g.owner[v]) if g.owner[v] != ARG else None for v in values]
+    if all(p is None for p in placed):
+        return Invariant(first) if all(v == first for v in values) and first not in seed_at else None
+    # a role's value: the same position, or the previous / next one with an outside value at the end
+    r = next(p[0] for p in placed if p is not None)
+    v = next(v for v, p in zip(values, placed) if p is not None)
+    result = g.results[g.owner[v]].index(v)
+    at = [p[1] if p is not None and p[0] == r else None for p in placed]
+    if at == list(range(length)) and _same_result(g, values, result):
+        return Internal(r, result)
+    if length > 1 and placed[0] is None and at[1:] == list(range(length - 1)) and _same_result(g, values[1:], result):
+        return Carry(r, result, values[0], backward=False)
+    if length > 1 and placed[-1] is None and at[:-1] == list(range(1, length)) and _same_result(g, values[:-1], result):
+        return Carry(r, result, values[-1], backward=True)
+    return None
+
+
+def _same_result(g: Dataflow, values: list, result: int) -> bool:
+    return all(g.results[g.owner[v]].index(v) == result for v in values)

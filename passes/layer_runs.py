@@ -1,0 +1,83 @@
+"""Candidate runs of repeated layers, from the key paths of the state leaves (``loopfuse.state``).
+
+A model written as a Python loop over a list of layers has state leaves whose paths differ only in
+one list index: ``[0]['blocks'][3]['up']['kernel']`` (a list of parameter dicts, a flax nnx
+``nnx.List``), ``.layers[3].weight`` (an equinox list of modules), and the optimizer's moments
+mirror them (``[1][0].mu['blocks'][3]['up']['kernel']``). A *family* is the leaves under one list
+(the path up to the index, the prefix) indexed by position; a *run* is a range of consecutive
+indices in which every family has the same leaves (suffixes) with the same types, and the families
+of one run are those sharing its range and its leaves: the parameters and each moment. The paths
+only propose runs; `roll-layers` rolls one only where the ops that read and write its leaves are
+the same for every layer.
+
+Examples:
+    >>> paths = ["[0]['b'][0]['w']", "[0]['b'][1]['w']", "[0]['b'][2]['w']", "[1].mu['b'][0]['w']",
+    ...          "[1].mu['b'][1]['w']", "[1].mu['b'][2]['w']", "[0]['head']"]
+    >>> types = ["f32[4,4]"] * 6 + ["f32[4]"]
+    >>> [(r.start, r.stop, sorted(r.families)) for r in runs(paths, types)]
+    [(0, 3, ["[0]['b']", "[1].mu['b']"])]
+    >>> runs(paths, types)[0].families["[0]['b']"]     # layer -> {suffix: leaf number}
+    [{"['w']": 0}, {"['w']": 1}, {"['w']": 2}]
+"""
+import re
+from dataclasses import dataclass
+
+_TOKEN = re.compile(r"\[(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\]]*)\]|\.[^.\[]+")
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class Run:
+    """Layers ``start .. stop - 1`` of one list: per family (prefix), per layer, suffix -> leaf number."""
+
+    start: int
+    stop: int
+    families: dict
+
+    @property
+    def length(self) -> int:
+        return self.stop - self.start
+
+    def leaves(self, layer: int) -> list[int]:
+        """The leaf numbers of layer `layer` (0-based within the run), families and suffixes in order."""
+        return [per_layer[layer][s] for _, per_layer in sorted(self.families.items()) for s in sorted(per_layer[layer])]
+
+
+def tokens(path: str) -> list[str]:
+    """A key path as jax's ``keystr`` writes it, split into its keys (``[0]``, ``['a']``, ``.b``)."""
+    found = _TOKEN.findall(path)
+    if "".join(found) != path:
+        return [path]       # not a keystr path: one opaque key
+    return found
+
+
+def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
+    """The candidate runs of the leaves with key `paths` (None: not a state leaf) and `types` (any
+    comparable description of shape and dtype), longest first."""
+    lists: dict = {}   # (prefix, position) -> index -> {suffix: leaf}
+    for leaf, path in enumerate(paths):
+        if path is None:
+            continue
+        keys = tokens(path)
+        for at, key in enumerate(keys):
+            m = _INDEX.fullmatch(key)
+            if m:
+                prefix, suffix = "".join(keys[:at]), "".join(keys[at + 1:])
+                lists.setdefault(prefix, {}).setdefault(int(m.group(1)), {})[suffix] = leaf
+    found: dict = {}   # (start, stop, layer signature) -> families
+    for prefix, layers in lists.items():
+        def shape(i):
+            return tuple(sorted((s, types[leaf]) for s, leaf in layers[i].items()))
+        indices = sorted(layers)
+        start = 0
+        while start < len(indices):
+            stop = start + 1
+            while (stop < len(indices) and indices[stop] == indices[stop - 1] + 1
+                   and shape(indices[stop]) == shape(indices[start])):
+                stop += 1
+            if stop - start >= min_length:
+                key = (indices[start], indices[stop - 1] + 1, shape(indices[start]))
+                found.setdefault(key, {})[prefix] = [layers[i] for i in indices[start:stop]]
+            start = stop
+    out = [Run(start, stop, families) for (start, stop, _), families in found.items()]
+    return sorted(out, key=lambda r: (-r.length * len(r.families), r.start))

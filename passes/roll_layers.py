@@ -1,0 +1,457 @@
+"""roll-layers{memory-budget=0.0}: run repeated layers as two device loops over stacked leaves.
+
+A model written as a Python loop over L alike layers traces to L copies of each layer's forward
+ops, L copies of its backward ops and L copies of each leaf's optimizer update, and the backward
+pass keeps every layer's activations alive until it reaches that layer. This pass finds such a run
+(`layer_runs` proposes it from the state leaves' paths, `layer_roles` checks that the ops are the
+same at every layer) and rewrites the step as
+
+* the run's state leaves stacked (``[L, ...]`` per leaf: parameters and optimizer moments);
+* a **forward loop** (``stablehlo.while``, layer l = 0 .. L-1) running one copy of the forward
+  ops, carrying the block's input from layer to layer and saving it per layer (``[L, ...]``);
+* the ops before, between and after the run as they were (embeddings, head, loss, its backward);
+* a **backward loop** (l = L-1 .. 0) that recomputes layer l's forward ops from its saved input
+  (activations of one layer live at a time), runs its backward ops, carrying the cotangent from
+  layer to layer, and, where the optimizer's update of the layer's leaves needs only that layer's
+  gradient (Adam, SGD, schedules; not a global-norm clip), updates them right there, in place in
+  the stacked leaves, so no stacked gradient exists;
+* the new state leaves sliced out of the stacked ones.
+
+``memory-budget`` chooses what the forward loop saves besides the layer inputs: 0.0 saves nothing
+else (the least memory; every forward op runs twice); b in (0, 1) also saves the forward values the
+backward ops read that cost the most work per byte to recompute (matrix products first) until
+their bytes reach b of all such values, as PyTorch's ``activation_memory_budget`` chooses; 1.0
+leaves the step as it is.
+
+Why it is exact: each op of the loops is one of `layer_roles`'s roles, run at position l on the
+operands its classification names, which are the values the original op at layer l read (its
+layer's own leaf, a value the same for all layers, another role's value at layer l, or the value
+carried from the layer before or after). Recomputing a forward op reads the same operands as the
+original, so it computes the same value. Stacking, slicing and dynamic (update) slices only move
+elements. XLA may compile the loop bodies to other last bits than the unrolled ops, so the pass is
+opt-in (``compile_step(..., memory_budget=b)``), its tolerance tested.
+
+The pass reports what it did (and why a run did not roll) with `ModulePass.report`: in the dump
+(``roll-layers.txt``) and in ``Executable.reports``.
+"""
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func, stablehlo
+
+from ._func import arg_attrs, main_func, pure_callees, result_attrs, string_attr
+from .dataflow import ARG, Dataflow, common_subexpressions, tensor_bytes
+from .layer_roles import Carry, Internal, Invariant, Roles, Seed, analyze
+from .layer_runs import runs
+from .module_pass import ModulePass, option
+from .rewriter import Builder
+from .vocabulary import STATE
+
+@dataclass(frozen=True)
+class RollLayers(ModulePass):
+    """Examples:
+        >>> from loopfuse.pass_manager import parse_pipeline
+        >>> parse_pipeline("roll-layers{memory-budget=0.5}")
+        [RollLayers(memory_budget=0.5, min_layers=2)]
+    """
+
+    name = "roll-layers"
+    summary = "Run repeated layers as a forward and a backward loop over stacked leaves, recomputing activations"
+
+    memory_budget: float = option(0.0, "the share of recomputable activation bytes to save (0: the least memory, "
+                                       "1: leave the step as it is)", minimum=0.0, maximum=1.0)
+    min_layers: int = option(2, "roll runs of at least this many alike layers", minimum=2)
+
+    def apply(self, module_op: ir.Operation) -> None:
+        lines: list[str] = []
+        if self.memory_budget >= 1.0:
+            lines.append("memory budget 1.0: the step is left as it is")
+        else:
+            main = main_func(module_op)
+            block = main.body.blocks[0]
+            common_subexpressions(block, pure_callees(module_op))
+            args = arg_attrs(main)
+            paths = [string_attr(a, STATE) for a in args]
+            types = [str(t) for t in main.type.inputs]
+            taken: set = set()
+            candidates = runs(paths, types, self.min_layers)
+            if not candidates:
+                lines.append("no run of alike layers: no state leaves differ only in one list index")
+            for run in candidates:
+                leaves = {leaf for per in run.families.values() for layer in per for leaf in layer.values()}
+                where = f"{', '.join(sorted(run.families))} [{run.start}:{run.stop}]"
+                if leaves & taken:
+                    continue
+                g = Dataflow.of(block)
+                roles = analyze(g, run, lambda leaf: leaf)
+                plan = Plan.of(g, roles, self.memory_budget, paths,
+                               [string_attr(a, STATE) for a in result_attrs(main)])
+                if plan.why_not:
+                    lines.append(f"did not roll {where}: {plan.why_not}")
+                    continue
+                lines.append(f"rolled {where}: {plan.describe()}")   # before the rewrite erases ops it reads
+                _rewrite(main, g, plan)
+                taken |= leaves
+        self.report(module_op, "\n".join(lines))
+
+
+# ---- the plan ----------------------------------------------------------------------------------
+PRE, MID, POST = 0, 1, 2       # ops outside the run: before the forward loop, between the loops, after both
+
+
+@dataclass
+class Plan:
+    """How the valid roles of one run become two loops (see the module docstring)."""
+
+    g: Dataflow
+    roles: Roles
+    budget: float
+    why_not: str = ""
+    backward: set = field(default_factory=set)      # roles that read the next layer's values: the backward loop's
+    forward: list = field(default_factory=list)     # forward roles the forward loop runs, in program order
+    recompute: list = field(default_factory=list)   # forward roles the backward loop runs again, in program order
+    saved: list = field(default_factory=list)       # (role, result) of forward roles the forward loop saves per layer
+    carries: list = field(default_factory=list)     # forward carries (role, result, init value id)
+    bcarries: list = field(default_factory=list)    # backward carries (role, result, init value id)
+    exports: dict = field(default_factory=dict)     # (role, result) -> layers whose value ops outside the run read
+    state: dict = field(default_factory=dict)       # (role, result) of a backward role -> seed it writes in place
+    outside: dict = field(default_factory=dict)     # op id -> PRE | MID | POST
+
+    @classmethod
+    def of(cls, g: Dataflow, roles: Roles, budget: float, arg_paths: list, result_paths: list) -> "Plan":
+        """The plan, dropping roles the loops cannot hold (a forward op reading a value computed after
+        the forward loop, a backward op reading one computed after the backward loop: the update after a
+        global-norm clip, which then runs after the loop as it did) until none is left to drop."""
+        plan = cls(g, roles, budget)
+        while True:
+            if not roles.ops:
+                plan.why_not = "no op is the same at every layer" + (
+                    f" ({roles.dropped[0]}" + (f", and {len(roles.dropped) - 1} more" if len(roles.dropped) > 1 else "")
+                    + ")" if roles.dropped else "")
+                return plan
+            plan._classify()
+            bad = plan._misplaced()
+            if not bad:
+                break
+            roles.drop(g, bad, "it reads a value computed after its loop")
+        if not plan.backward:
+            plan.why_not = "the layers have no backward ops (nothing is differentiated through them)"
+            return plan
+        plan._carries_and_exports(arg_paths, result_paths)
+        plan._loops()
+        return plan
+
+    def _classify(self) -> None:
+        g, roles = self.g, self.roles
+        backward = set()
+        changed = True
+        while changed:
+            changed = False
+            for r, classes in enumerate(roles.operands):
+                if r not in backward and any(isinstance(c, Carry) and (c.backward or c.role in backward)
+                                             or isinstance(c, Internal) and c.role in backward for c in classes):
+                    backward.add(r)
+                    changed = True
+        self.backward = backward
+        self.outside = {}
+        for n in range(len(g.ops)):
+            if n in roles.role_of:
+                continue
+            where = PRE
+            for v in g.operands[n]:
+                p = g.owner[v]
+                if p == ARG:
+                    continue
+                placed = roles.role_of.get(p)
+                where = max(where, (POST if placed[0] in backward else MID) if placed else self.outside[p])
+            self.outside[n] = where
+
+    def _misplaced(self) -> set:
+        """Roles reading an outside value that is not ready when their loop runs."""
+        bad = set()
+        for r, classes in enumerate(self.roles.operands):
+            latest = POST if r in self.backward else MID
+            for c in classes:
+                v = c.value if isinstance(c, Invariant) else c.init if isinstance(c, Carry) else None
+                if v is not None and self.g.owner[v] != ARG and self.outside[self.g.owner[v]] >= latest:
+                    bad.add(r)
+        return bad
+
+    def _carries_and_exports(self, arg_paths: list, result_paths: list) -> None:
+        g, roles = self.g, self.roles
+        carries: dict = {}
+        for classes in roles.operands:
+            for c in classes:
+                if isinstance(c, Carry):
+                    carries.setdefault((c.role, c.result, c.init, c.backward), None)
+        self.carries = [(r, j, v) for r, j, v, back in carries if not back]
+        self.bcarries = [(r, j, v) for r, j, v, back in carries if back]
+        seed_of_arg = {a: (s, l) for s, per in enumerate(roles.seeds) for l, a in enumerate(per)}
+        by_path = {p: a for a, p in enumerate(arg_paths) if p is not None}
+        ret = len(g.ops) - 1
+        state: dict = defaultdict(set)
+        for r, ops in enumerate(roles.ops):
+            for l, o in enumerate(ops):
+                for j, v in enumerate(g.results[o]):
+                    for user, k in g.users[v]:
+                        if user in roles.role_of:
+                            continue
+                        self.exports.setdefault((r, j), set()).add(l)
+                        if user == ret and r in self.backward:
+                            seed = seed_of_arg.get(by_path.get(result_paths[k]))
+                            state[r, j].add((l, seed[0] if seed and seed[1] == l else None))
+        for key, found in state.items():   # a backward role writing one stacked leaf, layer for layer
+            seeds = {s for _, s in found}
+            if len(seeds) == 1 and None not in seeds and {l for l, _ in found} == set(range(roles.length)):
+                self.state[key] = seeds.pop()
+
+    def _loops(self) -> None:
+        """Which forward roles each loop runs, and what the forward loop saves (see `memory_budget`)."""
+        roles, g = self.roles, self.g
+        order = sorted(range(len(roles.ops)), key=lambda r: roles.ops[r][0])
+        forward_roles = [r for r in order if r not in self.backward]
+        needs = {r: {c.role for c in classes if isinstance(c, Internal)} for r, classes in enumerate(roles.operands)}
+        read_back = {c.role for r in self.backward for c in roles.operands[r] if isinstance(c, Internal)} - self.backward
+        self.saved = self._choose_saved(read_back, forward_roles)
+        saved_roles = {r for r, _ in self.saved}
+        recompute = set()
+        todo = [r for r in read_back if r not in saved_roles]
+        while todo:
+            r = todo.pop()
+            if r in recompute:
+                continue
+            recompute.add(r)
+            todo += [q for q in needs[r] if q not in self.backward and q not in saved_roles]
+        self.recompute = [r for r in forward_roles if r in recompute]
+        wanted = {r for r, _, _ in self.carries} | saved_roles | {r for r, _ in self.exports if r not in self.backward}
+        closure = set()
+        todo = list(wanted)
+        while todo:
+            r = todo.pop()
+            if r not in closure:
+                closure.add(r)
+                todo += [q for q in needs[r]]
+        self.forward = [r for r in forward_roles if r in closure]
+        del g
+
+    def _choose_saved(self, read_back: set, forward_roles: list) -> list:
+        """The forward values to save per layer: none at budget 0; else, of the forward values the
+        backward ops read, those that cost the most work per byte to recompute, up to `budget` of
+        their bytes (a knapsack solved greedily by ratio, as PyTorch's partitioner does)."""
+        if self.budget <= 0.0:
+            return []
+        g, roles = self.g, self.roles
+        wanted = [(r, j) for r in forward_roles if r in read_back for j in range(len(g.results[roles.ops[r][0]]))
+                  if any(isinstance(c, Internal) and c.role == r and c.result == j
+                         for b in self.backward for c in roles.operands[b])]
+        sizes = {key: g.nbytes(g.results[roles.ops[key[0]][0]][key[1]]) for key in wanted}
+        total = sum(sizes.values())
+        chosen, used = [], 0
+        for key in sorted(wanted, key=lambda k: -_flops(g, roles.ops[k[0]][0]) / max(sizes[k], 1)):
+            if _flops(g, roles.ops[key[0]][0]) and used + sizes[key] <= self.budget * total:
+                chosen.append(key)
+                used += sizes[key]
+        return chosen
+
+    def describe(self) -> str:
+        g, roles = self.g, self.roles
+        n = roles.length
+        carried = sum(g.nbytes(g.results[roles.ops[r][0]][j]) for r, j, _ in self.carries)
+        saved = sum(g.nbytes(g.results[roles.ops[r][0]][j]) for r, j in self.saved)
+        updated = len(set(self.state.values()))
+        text = (f"{n} layers of {len(roles.ops)} ops each ({len(roles.ops) - len(self.backward)} forward, "
+                f"{len(self.backward)} backward); forward loop carries {len(self.carries)} value(s) of "
+                f"{_kib(carried)} and saves it per layer; backward loop recomputes {len(self.recompute)} forward "
+                f"op(s), carries {len(self.bcarries)} value(s)")
+        if self.saved:
+            text += f"; also saved per layer: {len(self.saved)} value(s) of {_kib(saved)} (memory budget {self.budget:g})"
+        text += (f"; {updated} stacked leaves updated inside the backward loop" if updated else
+                 "; the optimizer update runs after the backward loop (it needs every layer's gradient)")
+        return text
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:,.1f} KiB"
+
+
+def _flops(g: Dataflow, op: int) -> int:
+    """Rough work of one op: 2 x output x contracted elements for dot_general, else its output elements."""
+    o = g.ops[op]
+    out = sum(tensor_bytes(r.type) // 4 for r in o.results)
+    if o.name == "stablehlo.dot_general":
+        lhs = ir.RankedTensorType(o.operands[0].type)
+        dims = stablehlo.DotDimensionNumbers(o.attributes["dot_dimension_numbers"])
+        contracted = 1
+        for d in dims.lhs_contracting_dimensions:
+            contracted *= lhs.shape[d]
+        return 2 * out * contracted
+    return out
+
+
+# ---- the rewrite -------------------------------------------------------------------------------
+def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
+    roles, L = plan.roles, plan.roles.length
+    ret = g.ops[-1]
+    first = g.ops[min(o for ops in roles.ops for o in ops)]
+    b = Builder(ir.InsertionPoint(ret), first.location)
+    seeds_read = sorted({c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)})
+    stacked = {s: b.stack([g.values[a] for a in roles.seeds[s]]) for s in seeds_read}
+
+    def template(r: int) -> ir.Operation:
+        return g.ops[roles.ops[r][0]]
+
+    def value_type(r: int, j: int) -> ir.RankedTensorType:
+        return ir.RankedTensorType(template(r).results[j].type)
+
+    def history(t: ir.RankedTensorType) -> ir.Value:
+        return b.zeros(ir.RankedTensorType.get([L, *t.shape], t.element_type))
+
+    def run_roles(body_b: Builder, order: list, env: dict, resolve) -> None:
+        for r in order:
+            op = template(r)
+            classes = roles.operands[r]
+            n = len(op.operands)
+            operands = [resolve(c) for c in classes[:n]]
+            captured = {g.values[g.operands[roles.ops[r][0]][k]]: resolve(c) for k, c in enumerate(classes) if k >= n}
+            new = body_b.clone(op, operands, captured)
+            for j, v in enumerate(new.results):
+                env[r, j] = v
+
+    # -- the forward loop: carries, their histories (the layer inputs), saved and exported values
+    f_exports = [key for key in plan.exports if key[0] not in plan.backward]
+    f_hist = sorted(set(f_exports) | set(plan.saved))
+    init = [b.scalar(0), *[g.values[v] for _, _, v in plan.carries],
+            *[history(ir.RankedTensorType(g.values[v].type)) for _, _, v in plan.carries],
+            *[history(value_type(*key)) for key in f_hist], *[stacked[s] for s in seeds_read]]
+    n_c, n_h = len(plan.carries), len(f_hist)
+    forward = _while(b, init, L)
+    body, bb = forward.regions[1].blocks[0], None
+    bb = Builder.at_end(body, first.location)
+    i = body.arguments[0]
+    env: dict = {}
+    rows: dict = {}
+
+    def seed_row(s: int, source: dict, index) -> ir.Value:
+        if s not in rows:
+            rows[s] = bb.row(source[s], index)
+        return rows[s]
+
+    carry_in = {key: body.arguments[1 + k] for k, key in enumerate(plan.carries)}
+    through = {s: body.arguments[1 + 2 * n_c + n_h + k] for k, s in enumerate(seeds_read)}
+
+    def resolve_forward(c):
+        if isinstance(c, Seed):
+            return seed_row(c.leaf, through, i)
+        if isinstance(c, Invariant):
+            return g.values[c.value]
+        if isinstance(c, Internal):
+            return env[c.role, c.result]
+        return carry_in[c.role, c.result, c.init]
+
+    run_roles(bb, plan.forward, env, resolve_forward)
+    yields = [bb.add(i, bb.scalar(1)), *[env[r, j] for r, j, _ in plan.carries],
+              *[bb.write_row(body.arguments[1 + n_c + k], carry_in[key], i) for k, key in enumerate(plan.carries)],
+              *[bb.write_row(body.arguments[1 + 2 * n_c + k], env[key], i) for k, key in enumerate(f_hist)],
+              *[through[s] for s in seeds_read]]
+    with bb:
+        stablehlo.ReturnOp(yields)
+    # the stacked leaves pass through the forward loop, so the backward loop updates that one buffer in place
+    stacked = {s: forward.results[1 + 2 * n_c + n_h + k] for k, s in enumerate(seeds_read)}
+    final_carry = {(r, j): forward.results[1 + k] for k, (r, j, _) in enumerate(plan.carries)}
+    carry_hist = {key: forward.results[1 + n_c + k] for k, key in enumerate(plan.carries)}
+    saved_hist = {key: forward.results[1 + 2 * n_c + k] for k, key in enumerate(f_hist)}
+    for key, layers in plan.exports.items():
+        if key[0] in plan.backward:
+            continue
+        for l in layers:
+            v = final_carry[key] if l == L - 1 and key in final_carry else b.static_row(saved_hist[key], l)
+            g.values[roles.value(g, *key, l)].replace_all_uses_with(v)
+
+    for n in sorted(o for o, where in plan.outside.items() if where == MID):
+        g.ops[n].move_before(ret)
+
+    # -- the backward loop: layer L-1 .. 0; recompute, backward ops, the update of the stacked state.
+    # Layer l's new rows are carried to the next iteration and written there first, before anything
+    # reads the stack (which then reads row l - 1): every read of a stack depends on its one write,
+    # so XLA updates it in place. (Written where it is computed, a read of another leaf's old row,
+    # such as a moment's update that XLA recomputes inside the parameter's, could follow that
+    # leaf's write, and XLA would copy every stack every iteration to keep it.)
+    state_seeds = sorted(set(plan.state.values()))
+    row_of = {s: key for key, s in plan.state.items()}
+    b_exports = [key for key in plan.exports if key[0] in plan.backward and key not in plan.state]
+    n_b, n_s = len(plan.bcarries), len(state_seeds)
+    init = [b.scalar(0), *[g.values[v] for _, _, v in plan.bcarries], *[stacked[s] for s in state_seeds],
+            *[b.static_row(stacked[s], L - 1) for s in state_seeds],     # pending: layer L-1 as it is
+            *[history(value_type(*key)) for key in b_exports]]
+    backward = _while(b, init, L)
+    body = backward.regions[1].blocks[0]
+    bb = Builder.at_end(body, first.location)
+    i = body.arguments[0]
+    layer = bb.subtract(bb.scalar(L - 1), i)
+    above = bb.add(layer, bb.scalar(1))          # L at the first iteration: clamped to L - 1
+    current = dict(stacked)
+    current.update({s: bb.write_row(body.arguments[1 + n_b + k], body.arguments[1 + n_b + n_s + k], above)
+                    for k, s in enumerate(state_seeds)})
+    env, rows = {}, {}
+    carry_rows = {}
+    bcarry_in = {key: body.arguments[1 + k] for k, key in enumerate(plan.bcarries)}
+
+    def resolve_backward(c):
+        if isinstance(c, Seed):
+            return seed_row(c.leaf, current, layer)
+        if isinstance(c, Invariant):
+            return g.values[c.value]
+        if isinstance(c, Internal):
+            if (c.role, c.result) not in env:          # a saved forward value
+                env[c.role, c.result] = bb.row(saved_hist[c.role, c.result], layer)
+            return env[c.role, c.result]
+        key = (c.role, c.result, c.init)
+        if c.backward:
+            return bcarry_in[key]
+        if key not in carry_rows:                      # a layer input: the forward loop saved it
+            carry_rows[key] = bb.row(carry_hist[key], layer)
+        return carry_rows[key]
+
+    order = sorted(plan.backward, key=lambda r: roles.ops[r][0])
+    run_roles(bb, [*plan.recompute, *order], env, resolve_backward)
+    yields = [bb.add(i, bb.scalar(1)), *[env[r, j] for r, j, _ in plan.bcarries], *[current[s] for s in state_seeds],
+              *[env[row_of[s]] for s in state_seeds],
+              *[bb.write_row(body.arguments[1 + n_b + 2 * n_s + k], env[key], layer) for k, key in enumerate(b_exports)]]
+    with bb:
+        stablehlo.ReturnOp(yields)
+    final_bcarry = {(r, j): backward.results[1 + k] for k, (r, j, _) in enumerate(plan.bcarries)}
+    final_state = {s: b.write_row(backward.results[1 + n_b + k], backward.results[1 + n_b + n_s + k], b.scalar(0))
+                   for k, s in enumerate(state_seeds)}
+    b_hist = {key: backward.results[1 + n_b + 2 * n_s + k] for k, key in enumerate(b_exports)}
+    for key, layers in plan.exports.items():
+        if key[0] not in plan.backward:
+            continue
+        for l in layers:
+            if key in plan.state:
+                v = b.static_row(final_state[plan.state[key]], l)
+            elif l == 0 and key in final_bcarry:
+                v = final_bcarry[key]
+            else:
+                v = b.static_row(b_hist[key], l)
+            g.values[roles.value(g, *key, l)].replace_all_uses_with(v)
+
+    for n in sorted(o for o, where in plan.outside.items() if where == POST and o != len(g.ops) - 1):
+        g.ops[n].move_before(ret)
+    for o in sorted((o for ops in roles.ops for o in ops), reverse=True):
+        g.ops[o].erase()
+
+
+def _while(b: Builder, init: list, trips: int) -> ir.Operation:
+    """A ``stablehlo.while`` over `init` (the first a 0-d i32 counter from 0) running `trips` times;
+    its condition is built, its body block is empty."""
+    with b:
+        loop = stablehlo.WhileOp([v.type for v in init], init)
+    types = [v.type for v in init]
+    cond = loop.regions[0].blocks.append(*types)
+    cb = Builder.at_end(cond, b.location)
+    ok = cb.less(cond.arguments[0], cb.scalar(trips))
+    with cb:
+        stablehlo.ReturnOp([ok])
+    loop.regions[1].blocks.append(*types)
+    return loop.operation

@@ -34,6 +34,7 @@ opt-in (``compile_step(..., memory_budget=b)``), its tolerance tested.
 The pass reports what it did (and why a run did not roll) with `ModulePass.report`: in the dump
 (``roll-layers.txt``) and in ``Executable.reports``.
 """
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -46,7 +47,7 @@ from .layer_roles import Carry, Internal, Invariant, Roles, Seed, analyze
 from .layer_runs import runs
 from .module_pass import ModulePass, option
 from .rewriter import Builder
-from .vocabulary import STATE
+from .vocabulary import PACKED, STATE
 
 @dataclass(frozen=True)
 class RollLayers(ModulePass):
@@ -71,29 +72,119 @@ class RollLayers(ModulePass):
             main = main_func(module_op)
             block = main.body.blocks[0]
             common_subexpressions(block, pure_callees(module_op))
-            args = arg_attrs(main)
-            paths = [string_attr(a, STATE) for a in args]
-            types = [str(t) for t in main.type.inputs]
-            taken: set = set()
-            candidates = runs(paths, types, self.min_layers)
-            if not candidates:
-                lines.append("no run of alike layers: no state leaves differ only in one list index")
-            for run in candidates:
-                leaves = {leaf for per in run.families.values() for layer in per for leaf in layer.values()}
-                where = f"{', '.join(sorted(run.families))} [{run.start}:{run.stop}]"
-                if leaves & taken:
-                    continue
+            tried: set = set()       # the leaf paths of the runs tried so far
+            while True:
                 g = Dataflow.of(block)
-                roles = analyze(g, run, lambda leaf: leaf)
-                plan = Plan.of(g, roles, self.memory_budget, paths,
-                               [string_attr(a, STATE) for a in result_attrs(main)])
+                leaves = state_leaves(g, main)
+                paths = [p for _, p in leaves]
+                candidates = [(run, names) for run in runs(paths, [str(g.values[v].type) for v, _ in leaves],
+                                                           self.min_layers)
+                              if not (names := {paths[leaf] for per in run.families.values() for layer in per
+                                                for leaf in layer.values()}) & tried]
+                if not candidates:
+                    break
+                run, names = candidates[0]
+                tried |= names
+                where = f"{', '.join(sorted(run.families))} [{run.start}:{run.stop}]"
+                roles = analyze(g, run, lambda leaf: leaves[leaf][0])
+                plan = Plan.of(g, roles, self.memory_budget, dict(leaves), written_leaves(g, main))
                 if plan.why_not:
                     lines.append(f"did not roll {where}: {plan.why_not}")
                     continue
                 lines.append(f"rolled {where}: {plan.describe()}")   # before the rewrite erases ops it reads
                 _rewrite(main, g, plan)
-                taken |= leaves
+                join_rows(block)
+            if not tried:
+                lines.append("no run of alike layers: no state leaves differ only in one list index")
         self.report(module_op, "\n".join(lines))
+
+
+def state_leaves(g: Dataflow, main: func.FuncOp) -> list[tuple[int, str]]:
+    """(value id, key path) of each state leaf as the step reads it: a state argument, or the piece of
+    a packed buffer (an argument tagged ``loopfuse.packed``) that holds the leaf (its slice, reshaped)."""
+    out = []
+    for a, attrs in enumerate(arg_attrs(main)):
+        path = string_attr(attrs, STATE)
+        if path is None:
+            continue
+        if PACKED not in attrs:
+            out.append((a, path))
+            continue
+        held = [ir.StringAttr(p).value for p in ir.ArrayAttr(attrs[PACKED])]
+        pieces = sorted((_bounds(g.ops[op]), op) for op, _ in g.users[a] if _bounds(g.ops[op]) is not None)
+        if len(pieces) != len(held) or [lo for (lo, _), _ in pieces] != [0, *[hi for (_, hi), _ in pieces[:-1]]]:
+            continue         # not sliced leaf by leaf: no leaf to name
+        for (_, op), path in zip(pieces, held):
+            v = g.results[op][0]
+            users = g.users[v]
+            if len(users) == 1 and g.ops[users[0][0]].name == "stablehlo.reshape":
+                v = g.results[users[0][0]][0]
+            out.append((v, path))
+    return out
+
+
+def written_leaves(g: Dataflow, main: func.FuncOp) -> dict[tuple[int, int], str]:
+    """(op id, operand index) -> the key path of the state leaf that operand becomes: a result of
+    ``@main``, or a piece (reshaped) of a packed result (the concatenate that builds the buffer)."""
+    ret = len(g.ops) - 1
+    held = {string_attr(a, STATE): [ir.StringAttr(p).value for p in ir.ArrayAttr(a[PACKED])]
+            for a in arg_attrs(main) if PACKED in a}
+    out = {}
+    for k, attrs in enumerate(result_attrs(main)):
+        path = string_attr(attrs, STATE)
+        if path is None:
+            continue
+        if path not in held:
+            out[ret, k] = path
+            continue
+        concat = g.owner[g.operands[ret][k]]
+        if concat == ARG or g.ops[concat].name != "stablehlo.concatenate" or len(g.operands[concat]) != len(held[path]):
+            continue
+        for j, (v, leaf) in enumerate(zip(g.operands[concat], held[path])):
+            out[concat, j] = leaf
+            p = g.owner[v]
+            if p != ARG and g.ops[p].name == "stablehlo.reshape":     # the leaf, flattened (may be a role too)
+                out[p, 0] = leaf
+    return out
+
+
+def _bounds(op: ir.Operation) -> tuple[int, int] | None:
+    """(start, limit) of a 1-D unit-stride ``stablehlo.slice``, else None."""
+    if op.name != "stablehlo.slice" or ir.RankedTensorType(op.operands[0].type).rank != 1:
+        return None
+    view = op.opview
+    if list(view.strides) != [1]:
+        return None
+    return view.start_indices[0], view.limit_indices[0]
+
+
+def join_rows(block: ir.Block) -> None:
+    """Each ``concatenate`` of the rows 0 .. n-1 of one tensor (each a unit slice of its first axis,
+    reshaped any way), in order and covering it, becomes a reshape of that tensor: what a packed
+    state's buffer is made of after its layers' leaves were rolled. Exact: the same elements in the
+    same order."""
+    for op in [op.operation for op in block.operations]:
+        if op.name != "stablehlo.concatenate":
+            continue
+        source, rows = None, []
+        for v in op.operands:
+            while isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape":
+                v = v.owner.operands[0]
+            piece = v.owner if isinstance(v, ir.OpResult) else None
+            if piece is None or piece.name != "stablehlo.slice":
+                break
+            t = ir.RankedTensorType(piece.operands[0].type)
+            start, limit = list(piece.opview.start_indices), list(piece.opview.limit_indices)
+            if (source is not None and piece.operands[0] != source) or list(piece.opview.strides) != [1] * t.rank \
+                    or start[1:] != [0] * (t.rank - 1) or limit[1:] != list(t.shape[1:]) or limit[0] != start[0] + 1:
+                break
+            source = piece.operands[0]
+            rows.append(start[0])
+        else:
+            if source is not None and rows == list(range(ir.RankedTensorType(source.type).shape[0])):
+                b = Builder.before(op)
+                op.result.replace_all_uses_with(b.reshape(source, list(ir.RankedTensorType(op.result.type).shape)))
+                op.erase()
 
 
 # ---- the plan ----------------------------------------------------------------------------------
@@ -119,7 +210,7 @@ class Plan:
     outside: dict = field(default_factory=dict)     # op id -> PRE | MID | POST
 
     @classmethod
-    def of(cls, g: Dataflow, roles: Roles, budget: float, arg_paths: list, result_paths: list) -> "Plan":
+    def of(cls, g: Dataflow, roles: Roles, budget: float, leaf_paths: dict, written: dict) -> "Plan":
         """The plan, dropping roles the loops cannot hold (a forward op reading a value computed after
         the forward loop, a backward op reading one computed after the backward loop: the update after a
         global-norm clip, which then runs after the loop as it did) until none is left to drop."""
@@ -138,7 +229,7 @@ class Plan:
         if not plan.backward:
             plan.why_not = "the layers have no backward ops (nothing is differentiated through them)"
             return plan
-        plan._carries_and_exports(arg_paths, result_paths)
+        plan._carries_and_exports(leaf_paths, written)
         plan._loops()
         return plan
 
@@ -178,7 +269,9 @@ class Plan:
                     bad.add(r)
         return bad
 
-    def _carries_and_exports(self, arg_paths: list, result_paths: list) -> None:
+    def _carries_and_exports(self, leaf_paths: dict, written: dict) -> None:
+        """The carries; the role values read outside the run; of those, the new value of a layer's own
+        leaf at every layer (`written`: (op, operand) -> leaf path), which the loop writes in place."""
         g, roles = self.g, self.roles
         carries: dict = {}
         for classes in roles.operands:
@@ -187,9 +280,7 @@ class Plan:
                     carries.setdefault((c.role, c.result, c.init, c.backward), None)
         self.carries = [(r, j, v) for r, j, v, back in carries if not back]
         self.bcarries = [(r, j, v) for r, j, v, back in carries if back]
-        seed_of_arg = {a: (s, l) for s, per in enumerate(roles.seeds) for l, a in enumerate(per)}
-        by_path = {p: a for a, p in enumerate(arg_paths) if p is not None}
-        ret = len(g.ops) - 1
+        seed_of_path = {leaf_paths[v]: (s, l) for s, per in enumerate(roles.seeds) for l, v in enumerate(per)}
         state: dict = defaultdict(set)
         for r, ops in enumerate(roles.ops):
             for l, o in enumerate(ops):
@@ -198,8 +289,8 @@ class Plan:
                         if user in roles.role_of:
                             continue
                         self.exports.setdefault((r, j), set()).add(l)
-                        if user == ret and r in self.backward:
-                            seed = seed_of_arg.get(by_path.get(result_paths[k]))
+                        if (user, k) in written and r in self.backward:
+                            seed = seed_of_path.get(written[user, k])
                             state[r, j].add((l, seed[0] if seed and seed[1] == l else None))
         for key, found in state.items():   # a backward role writing one stacked leaf, layer for layer
             seeds = {s for _, s in found}
@@ -296,7 +387,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
     first = g.ops[min(o for ops in roles.ops for o in ops)]
     b = Builder(ir.InsertionPoint(ret), first.location)
     seeds_read = sorted({c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)})
-    stacked = {s: b.stack([g.values[a] for a in roles.seeds[s]]) for s in seeds_read}
+    stacked = {s: _stacked(b, g, roles.seeds[s]) for s in seeds_read}
 
     def template(r: int) -> ir.Operation:
         return g.ops[roles.ops[r][0]]
@@ -416,7 +507,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
     order = sorted(plan.backward, key=lambda r: roles.ops[r][0])
     run_roles(bb, [*plan.recompute, *order], env, resolve_backward)
     yields = [bb.add(i, bb.scalar(1)), *[env[r, j] for r, j, _ in plan.bcarries], *[current[s] for s in state_seeds],
-              *[env[row_of[s]] for s in state_seeds],
+              *[bb.reshape(env[row_of[s]], list(ir.RankedTensorType(stacked[s].type).shape[1:])) for s in state_seeds],
               *[bb.write_row(body.arguments[1 + n_b + 2 * n_s + k], env[key], layer) for k, key in enumerate(b_exports)]]
     with bb:
         stablehlo.ReturnOp(yields)
@@ -440,6 +531,27 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
         g.ops[n].move_before(ret)
     for o in sorted((o for ops in roles.ops for o in ops), reverse=True):
         g.ops[o].erase()
+
+
+def _stacked(b: Builder, g: Dataflow, values: list) -> ir.Value:
+    """The layers' values of one leaf stacked (``[L, ...]``): a reshape of the packed buffer they are
+    the consecutive pieces of, in order (`packed.pack(layers=True)`), else a stack of them."""
+    t = ir.RankedTensorType(g.values[values[0]].type)
+    size = math.prod(t.shape)
+    source = None
+    for l, v in enumerate(values):
+        op = g.owner[v]
+        if op != ARG and g.ops[op].name == "stablehlo.reshape":
+            v = g.operands[op][0]
+            op = g.owner[v]
+        bounds = _bounds(g.ops[op]) if op != ARG else None
+        if bounds != (l * size, (l + 1) * size) or source not in (None, g.operands[op][0]):
+            return b.stack([g.values[v] for v in values])
+        source = g.operands[op][0]
+    whole = g.values[source]
+    if ir.RankedTensorType(whole.type).shape != [len(values) * size]:
+        return b.stack([g.values[v] for v in values])
+    return b.reshape(whole, [len(values), *t.shape])
 
 
 def _while(b: Builder, init: list, trips: int) -> ir.Operation:

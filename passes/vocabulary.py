@@ -7,6 +7,7 @@ them again.
 
 # ---- attributes on @main's arguments and results --------------------------------------------
 STATE = "loopfuse.state"            # arg/result, string: key path of a state leaf (pairs inputs with outputs)
+PACKED = "loopfuse.packed"          # arg, array of strings: the key paths of the state leaves a packed buffer holds, in order
 RESULT = "loopfuse.result"          # result, i32: the flat output index (state leaves, then aux leaves)
 UNUSED = "loopfuse.unused"          # result, unit: the caller did not ask for this output
 STEP_INDEX = "loopfuse.step_index"  # arg, unit: the scalar i32 global step counter

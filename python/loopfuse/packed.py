@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .passes.layer_runs import runs
 from .passes.pack_state import PackState
 from .trace import check_same_state, is_key, is_weak
 
@@ -69,6 +70,16 @@ class Layout:
         """The state pytree of `buffers` and `kept`; traceable."""
         return self.unflatten(lambda b, at, shape: jnp.reshape(lax.slice(buffers[b], (at,), (at + math.prod(shape),)),
                                                              shape), kept)
+
+    def buffer_paths(self) -> list[list[str]]:
+        """Per buffer, the key paths of the leaves it holds, in offset order."""
+        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+            self.treedef.unflatten([0] * self.treedef.num_leaves))[0]]
+        held: list[list] = [[] for _ in self.buffer_dtypes]
+        for path, (b, at) in sorted(zip(paths, self.places), key=lambda item: (item[1][0] is None, item[1])):
+            if b is not None:
+                held[b].append(path)
+        return held
 
     def unflatten(self, piece: Callable, kept):
         """The state pytree: each packed leaf ``piece(buffer, offset, shape)``, the others from `kept`."""
@@ -111,19 +122,28 @@ def _rebuild(layout: Layout, xs) -> PackedState:
 jax.tree_util.register_pytree_with_keys(PackedState, _children, _rebuild)
 
 
-def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS) -> PackedState:
+def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS, layers: bool = False) -> PackedState:
     """`state` with its small leaves packed: the array leaves of at most `max_leaf_elements`
     elements on one device, grouped by dtype and by mirrored subtree (`_mirrors`: the parameters
     and each optimizer moment apart), each group of two or more leaves one 1-D buffer in leaf
     order. Weakly typed leaves, PRNG keys, sharded leaves and leaves alone in their group stay as
     they are. `state` itself is not consumed. Call a `Step` with the result, and ``.unpack()``
-    what it returns."""
+    what it returns.
+
+    layers: also stack each leaf of a run of alike layers (`passes.layer_runs`: a Python list of
+    layers, whatever their size) across the layers, one buffer per leaf, layer after layer: the
+    layout ``compile_step(..., memory_budget=b)`` rolls in place, so that a call neither stacks nor
+    unstacks the layers' leaves (see README, "Rolling repeated layers")."""
     if isinstance(state, PackedState):
         raise TypeError("the state is packed already")
-    leaves, treedef = jax.tree_util.tree_flatten(state)
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(state)
+    leaves = [x for _, x in with_paths]
     groups: dict = {}
+    if layers:
+        groups = _layer_groups([jax.tree_util.keystr(p) for p, _ in with_paths], leaves)
+    stacked = {i for g in groups.values() for i in g}
     for i, (x, part) in enumerate(zip(leaves, _mirrors(treedef))):
-        if _packable(x, max_leaf_elements):
+        if i not in stacked and _packable(x, max_leaf_elements):
             groups.setdefault((np.dtype(x.dtype), part), []).append(i)
     groups = {d: g for d, g in groups.items() if len(g) >= 2}
     places: list = [None] * len(leaves)
@@ -136,13 +156,27 @@ def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS) -> PackedState:
     for i, place in enumerate(places):
         if place is None:
             places[i], n_kept = (None, n_kept), n_kept + 1
-    layout = Layout(treedef, tuple(tuple(np.shape(x)) for x in leaves), tuple(places), tuple(d for d, _ in groups))
+    layout = Layout(treedef, tuple(tuple(np.shape(x)) for x in leaves), tuple(places),
+                    tuple(np.dtype(leaves[g[0]].dtype) for g in groups.values()))
     buffers = []
     for g in groups.values():   # on the host: one concatenation, not a program of one op per leaf to compile
         flat = np.concatenate([np.asarray(leaves[i]).reshape(-1) for i in g])
         buffers.append(jax.device_put(flat, getattr(leaves[g[0]], "sharding", None)))
     kept = tuple(_copy(x) for x, (b, _) in zip(leaves, places) if b is None)
     return PackedState(layout, tuple(buffers), kept)
+
+
+def _layer_groups(paths: list, leaves: list) -> dict:
+    """One group per leaf of each run of alike layers (`layer_runs.runs`), its layers in order."""
+    types = [f"{x.dtype}{list(np.shape(x))}" if _packable(x, math.inf) else None for x in leaves]
+    groups: dict = {}
+    for run in runs([p if t is not None else None for p, t in zip(paths, types)], types):
+        for prefix, per_layer in sorted(run.families.items()):
+            for suffix in sorted(per_layer[0]):
+                group = [layer[suffix] for layer in per_layer]
+                if not any(i in g for g in groups.values() for i in group):
+                    groups[("layers", prefix, suffix)] = group
+    return groups
 
 
 def on_packed(fn: Callable, layout: Layout) -> Callable:
@@ -156,6 +190,14 @@ def on_packed(fn: Callable, layout: Layout) -> Callable:
             out = layout.pack(out[0]), out[1]
         return out      # not (new_state, aux): tracing names the problem
     return packed_fn
+
+
+def buffer_paths(state) -> list | None:
+    """Per leaf of `state` as a step takes it, the key paths of the leaves it packs (a
+    `PackedState`'s buffers; None for its kept leaves), or None for a state that is not packed."""
+    if not isinstance(state, PackedState):
+        return None
+    return [*state.layout.buffer_paths(), *[None] * len(state.kept)]
 
 
 def check_not_nested(state) -> None:

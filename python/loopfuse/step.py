@@ -129,7 +129,7 @@ class Step:
         packed.check_not_nested(state)
         o = self.options
         return trace(self.fn, state, batch, static, o.keep_aux, self.placement, stopping.flag(o.until, o.stop_on_nonfinite),
-                     stopped_arg=self._stops, loop=o.steps is not None)
+                     stopped_arg=self._stops, loop=o.steps is not None, packed_paths=packed.buffer_paths(state))
 
     def _program(self, traced: Traced, state) -> runtime.ProgramOptions:
         """The XLA options of `traced`'s program (`runtime.program_options`), given the bytes of

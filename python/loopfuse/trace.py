@@ -27,7 +27,7 @@ from . import _jax_compat
 from .data import Dataset
 from .errors import AuxPathError, StateMismatchError
 from .passes._func import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
-from .passes.vocabulary import RESULT, STATE, STEP_INDEX, STOP, STOPPED, UNUSED
+from .passes.vocabulary import PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, UNUSED
 
 TOKEN_PATH = "<effect token {}>"   # loopfuse.state of the N-th ordered-effect token
 
@@ -145,7 +145,7 @@ class Traced:
 
 
 def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None,
-          stopped_arg: bool = False, loop: bool = False) -> Traced:
+          stopped_arg: bool = False, loop: bool = False, packed_paths: list | None = None) -> Traced:
     """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through).
 
     With a `sharding.Placement`, arguments and results carry its shardings (SPMD over a mesh).
@@ -155,6 +155,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     typed is traced strongly typed, as `lax.scan` and `lax.while_loop` promote their carry (optax's
     L-BFGS state, say, starts with weak scalars): every call of the loop, the first included, then
     runs one program (`Traced.promoted` lists those leaves).
+    `packed_paths` (a `packed.PackedState`'s): per state leaf, the key paths of the leaves it packs, or None.
     """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
     batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
@@ -226,7 +227,8 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     lowered_module = lowered.compiler_ir("stablehlo")
     assert lowered_module is not None  # None only for a dialect jax cannot lower to
     effects = _effects(lowered, lowered_module)
-    module = _tag(lowered_module, state_paths, kept, has_step, len(effects.ordered), stop is not None, stopped_arg)
+    module = _tag(lowered_module, state_paths, kept, has_step, len(effects.ordered), stop is not None, stopped_arg,
+                  packed_paths)
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], kept, has_step, in_sh, out_specs, effects,
                   stop is not None, promoted, stopped_arg)
@@ -281,7 +283,7 @@ def check_same_state(state, new_state) -> None:
 
 
 def _tag(lowered: ir.Module, state_paths, aux_kept, has_step: bool, n_tokens: int, stops: bool,
-         stopped_arg: bool) -> ir.Module:
+         stopped_arg: bool, packed_paths: list | None = None) -> ir.Module:
     """A tagged copy of jax's lowered module, in jax's context (jax's own module is left untouched)."""
     with lowered.context:
         module = _copy(lowered)
@@ -290,6 +292,9 @@ def _tag(lowered: ir.Module, state_paths, aux_kept, has_step: bool, n_tokens: in
         tokens = [TOKEN_PATH.format(t) for t in range(n_tokens)]
         for i, path in enumerate(tokens + state_paths):
             args[i][STATE] = ir.StringAttr.get(path)
+        for i, held in enumerate(packed_paths or ()):
+            if held:
+                args[n_tokens + i][PACKED] = ir.ArrayAttr.get([ir.StringAttr.get(p) for p in held])
         if has_step:
             args[len(args) - 1 - stopped_arg][STEP_INDEX] = ir.UnitAttr.get()
         if stopped_arg:

@@ -30,60 +30,15 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from flax import nnx
 from jax import lax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
 import harness  # noqa: E402
 from problems import fresh  # noqa: E402
+from transformer import nnx_gpt as problem  # noqa: E402
 
 PACKED = ["pack-state"]
-
-
-class Block(nnx.Module):
-    def __init__(self, width: int, heads: int, rngs: nnx.Rngs):
-        self.ln1, self.ln2 = nnx.LayerNorm(width, rngs=rngs), nnx.LayerNorm(width, rngs=rngs)
-        self.attention = nnx.MultiHeadAttention(heads, width, decode=False, rngs=rngs)
-        self.up, self.down = nnx.Linear(width, 4 * width, rngs=rngs), nnx.Linear(4 * width, width, rngs=rngs)
-
-    def __call__(self, x, mask):
-        x = x + self.attention(self.ln1(x), mask=mask)
-        return x + self.down(jax.nn.gelu(self.up(self.ln2(x))))
-
-
-class GPT(nnx.Module):
-    def __init__(self, layers: int, width: int, heads: int, seq: int, vocab: int, rngs: nnx.Rngs):
-        self.tokens, self.positions = nnx.Embed(vocab, width, rngs=rngs), nnx.Embed(seq, width, rngs=rngs)
-        self.blocks = nnx.List([Block(width, heads, rngs) for _ in range(layers)])
-        self.ln, self.head = nnx.LayerNorm(width, rngs=rngs), nnx.Linear(width, vocab, rngs=rngs)
-
-    def __call__(self, tokens):
-        x = self.tokens(tokens) + self.positions(jnp.arange(tokens.shape[-1]))
-        mask = nnx.make_causal_mask(tokens)
-        for block in self.blocks:
-            x = block(x, mask)
-        return self.head(self.ln(x))
-
-
-def problem(layers: int, width: int, heads: int, seq: int, vocab: int, batch: int):
-    """(step, state, batch): the AdamW step on (nnx params State, optax state), a token batch."""
-    graphdef, params = nnx.split(GPT(layers, width, heads, seq, vocab, nnx.Rngs(0)))
-    opt = optax.adamw(3e-4)
-
-    def loss(params, tokens):
-        logits = nnx.merge(graphdef, params)(tokens[:, :-1])
-        return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
-
-    def step(state, tokens):
-        params, opt_state = state
-        value, grads = jax.value_and_grad(loss)(params, tokens)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), {"loss": value}
-
-    tokens = jax.random.randint(jax.random.key(1), (batch, seq + 1), 0, vocab)
-    return step, (params, opt.init(params)), tokens
 
 
 def builders(step, k: int) -> dict:

@@ -28,6 +28,7 @@ The valid roles then compute, position by position, exactly what the unrolled pr
 any rewrite that runs role r's op at position l on the operands the classification names reads
 the same values as the original op. `roll_layers` builds its loops from that.
 """
+import re
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -73,6 +74,7 @@ class Roles:
     operands: list = field(default_factory=list)     # role -> [Operand] per operand index
     role_of: dict = field(default_factory=dict)      # op id -> (role, position)
     dropped: list = field(default_factory=list)      # why chains and roles were dropped (for the report)
+    short: int = 0                                   # chains one op short of the run: one end layer differs
 
     def value(self, g: Dataflow, role: int, result: int, position: int) -> int:
         return g.results[self.ops[role][position]][result]
@@ -170,7 +172,8 @@ def _position(g: Dataflow, roles: Roles, chains: list) -> None:
         elif len(chain) > length:
             long.append(chain)
         else:
-            roles.dropped.append(f"a chain of {len(chain)} ops (of {length} layers) from {_describe(g, chain[0])}")
+            roles.short += len(chain) == length - 1
+            roles.dropped.append(f"{_describe(g, chain[0])} has its like in {len(chain)} of the {length} layers")
     placed: dict = {o: l for chain in exact for l, o in enumerate(chain)}
     for chain in long:
         placed.update((o, _UNPLACED) for o in chain)
@@ -301,8 +304,10 @@ def _crossing(g: Dataflow, placed: dict, chain: list, start: int, length: int) -
 
 
 def _describe(g: Dataflow, op: int) -> str:
+    """``stablehlo.dot_general (model.py:12)``: the op and the innermost file:line of its location."""
     o = g.ops[op]
-    return f"{o.name} at {o.location}"
+    found = re.findall(r'"([^"]+)":(\d+)(?::\d+)?', str(o.location))
+    return f"{o.name} ({found[-1][0].rsplit('/', 1)[-1]}:{found[-1][1]})" if found else o.name
 
 
 # ---- 3. validation ---------------------------------------------------------------------------

@@ -38,6 +38,11 @@ class Run:
     def length(self) -> int:
         return self.stop - self.start
 
+    def trimmed(self, first: int, last: int) -> "Run":
+        """The run without its first `first` and last `last` layers."""
+        return Run(self.start + first, self.stop - last,
+                   {prefix: layers[first:len(layers) - last] for prefix, layers in self.families.items()})
+
     def leaves(self, layer: int) -> list[int]:
         """The leaf numbers of layer `layer` (0-based within the run), families and suffixes in order."""
         return [per_layer[layer][s] for _, per_layer in sorted(self.families.items()) for s in sorted(per_layer[layer])]

@@ -71,32 +71,52 @@ class RollLayers(ModulePass):
         else:
             main = main_func(module_op)
             block = main.body.blocks[0]
-            common_subexpressions(block, pure_callees(module_op))
             tried: set = set()       # the leaf paths of the runs tried so far
+            if self._candidates(Dataflow.of(block), main, tried):     # the module is left as it is otherwise
+                common_subexpressions(block, pure_callees(module_op))
             while True:
                 g = Dataflow.of(block)
                 leaves = state_leaves(g, main)
-                paths = [p for _, p in leaves]
-                candidates = [(run, names) for run in runs(paths, [str(g.values[v].type) for v, _ in leaves],
-                                                           self.min_layers)
-                              if not (names := {paths[leaf] for per in run.families.values() for layer in per
-                                                for leaf in layer.values()}) & tried]
+                candidates = self._candidates(g, main, tried, leaves)
                 if not candidates:
                     break
-                run, names = candidates[0]
+                whole, names = candidates[0]
                 tried |= names
+                run, plan = self._plan(g, main, whole, leaves)
                 where = f"{', '.join(sorted(run.families))} [{run.start}:{run.stop}]"
-                roles = analyze(g, run, lambda leaf: leaves[leaf][0])
-                plan = Plan.of(g, roles, self.memory_budget, dict(leaves), written_leaves(g, main))
                 if plan.why_not:
                     lines.append(f"did not roll {where}: {plan.why_not}")
                     continue
-                lines.append(f"rolled {where}: {plan.describe()}")   # before the rewrite erases ops it reads
+                left = sorted({whole.start, whole.stop - 1} - set(range(run.start, run.stop)))
+                lines.append(f"rolled {where}: {plan.describe()}"     # before the rewrite erases ops it reads
+                             + (f"; layer {left[0]} left as it is: its ops differ from the others'" if left else ""))
                 _rewrite(main, g, plan)
                 join_rows(block)
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one list index")
         self.report(module_op, "\n".join(lines))
+
+    def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list):
+        """(run, plan) for `run`, or for it less its first or last layer where that rolls more ops: the
+        first layer of a network that reads the data differs from the others (its input has no
+        gradient), and so may the last."""
+        tried = []
+        for first, last in ((0, 0), (1, 0), (0, 1)):
+            part = run.trimmed(first, last)
+            roles = analyze(g, part, lambda leaf: leaves[leaf][0])
+            tried.append((part, Plan.of(g, roles, self.memory_budget, dict(leaves), written_leaves(g, main)), roles))
+            if len(tried) == 1 and (run.length - 1 < self.min_layers or not (tried[0][1].why_not or roles.short)):
+                break           # the whole run rolls with every op, or is too short to trim
+        best = max(tried, key=lambda t: (not t[1].why_not, _score(t[1]) if not t[1].why_not else (0, 0)))
+        return best[0], best[1]
+
+    def _candidates(self, g: Dataflow, main: func.FuncOp, tried: set, leaves: list | None = None) -> list:
+        """The runs (`layer_runs.runs`) of the state leaves not tried yet, with their leaves' paths."""
+        leaves = state_leaves(g, main) if leaves is None else leaves
+        paths = [p for _, p in leaves]
+        found = runs(paths, [str(g.values[v].type) for v, _ in leaves], self.min_layers)
+        return [(run, names) for run in found if not (names := {paths[leaf] for per in run.families.values()
+                                                                for layer in per for leaf in layer.values()}) & tried]
 
 
 def state_leaves(g: Dataflow, main: func.FuncOp) -> list[tuple[int, str]]:
@@ -259,13 +279,16 @@ class Plan:
             self.outside[n] = where
 
     def _misplaced(self) -> set:
-        """Roles reading an outside value that is not ready when their loop runs."""
+        """Roles that read a value not ready when their loop runs: an outside value computed after
+        it, or, in the backward loop (layer L-1 down to 0), a backward op's value of the layer below."""
         bad = set()
         for r, classes in enumerate(self.roles.operands):
             latest = POST if r in self.backward else MID
             for c in classes:
                 v = c.value if isinstance(c, Invariant) else c.init if isinstance(c, Carry) else None
                 if v is not None and self.g.owner[v] != ARG and self.outside[self.g.owner[v]] >= latest:
+                    bad.add(r)
+                if isinstance(c, Carry) and not c.backward and c.role in self.backward:
                     bad.add(r)
         return bad
 
@@ -362,8 +385,15 @@ class Plan:
         return text
 
 
+def _score(plan: "Plan") -> tuple[int, int]:
+    """How good a plan is: the ops it rolls, then the fewer bytes its loops carry."""
+    g, roles = plan.g, plan.roles
+    carried = sum(g.nbytes(roles.value(g, r, j, 0)) for r, j, _ in [*plan.carries, *plan.bcarries])
+    return len(roles.ops) * roles.length, -carried
+
+
 def _kib(n: int) -> str:
-    return f"{n / 1024:,.1f} KiB"
+    return f"{n} B" if n < 1024 else f"{n / 1024:,.1f} KiB" if n < 1 << 20 else f"{n / 2**20:,.1f} MiB"
 
 
 def _flops(g: Dataflow, op: int) -> int:
@@ -410,7 +440,9 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
                 env[r, j] = v
 
     # -- the forward loop: carries, their histories (the layer inputs), saved and exported values
-    f_exports = [key for key in plan.exports if key[0] not in plan.backward]
+    carried_out = {(r, j) for r, j, _ in plan.carries}
+    f_exports = [key for key, layers in plan.exports.items()
+                 if key[0] not in plan.backward and not (key in carried_out and layers == {L - 1})]
     f_hist = sorted(set(f_exports) | set(plan.saved))
     init = [b.scalar(0), *[g.values[v] for _, _, v in plan.carries],
             *[history(ir.RankedTensorType(g.values[v].type)) for _, _, v in plan.carries],
@@ -457,6 +489,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
             continue
         for l in layers:
             v = final_carry[key] if l == L - 1 and key in final_carry else b.static_row(saved_hist[key], l)
+            # (a value read only at the last layer, where it is carried out, has no history)
             g.values[roles.value(g, *key, l)].replace_all_uses_with(v)
 
     for n in sorted(o for o, where in plan.outside.items() if where == MID):
@@ -470,7 +503,9 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
     # leaf's write, and XLA would copy every stack every iteration to keep it.)
     state_seeds = sorted(set(plan.state.values()))
     row_of = {s: key for key, s in plan.state.items()}
-    b_exports = [key for key in plan.exports if key[0] in plan.backward and key not in plan.state]
+    bcarried_out = {(r, j) for r, j, _ in plan.bcarries}
+    b_exports = [key for key, layers in plan.exports.items() if key[0] in plan.backward and key not in plan.state
+                 and not (key in bcarried_out and layers == {0})]
     n_b, n_s = len(plan.bcarries), len(state_seeds)
     init = [b.scalar(0), *[g.values[v] for _, _, v in plan.bcarries], *[stacked[s] for s in state_seeds],
             *[b.static_row(stacked[s], L - 1) for s in state_seeds],     # pending: layer L-1 as it is

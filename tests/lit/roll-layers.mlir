@@ -1,0 +1,250 @@
+// RUN: loopfuse-opt %s --split-input-file --pass-pipeline='builtin.module(roll-layers)' | filecheck %s
+// RUN: loopfuse-opt %s --split-input-file --pass-pipeline='builtin.module(roll-layers{memory-budget=1.0})' | filecheck --check-prefix=KEEP %s
+
+// Each case is a traced SGD step of x0 = x * v; x_{l+1} = x_l + act_l(x_l * w_l); loss = sum(x_L)
+// over a list of three (or four) layers ['w'][l] (jax's own lowering, cut to @main).
+// KEEP-NOT: stablehlo.while
+
+// (a) Three alike layers: the whole run rolls. The leaves are stacked; the forward loop runs one
+// layer's forward ops, carrying x and saving it per layer; the backward loop recomputes the layer's
+// forward ops from the saved x, runs its backward ops carrying the cotangent, and applies the SGD
+// update there, to the stacked leaves (written one iteration late, in place); the new leaves are
+// sliced out after the loop. The ops outside the run (x * v, the loss, v's update) stay as they are.
+// CHECK-LABEL: module
+// CHECK-SAME: "loopfuse.report.roll-layers" = "rolled ['w'] [0:3]: 3 layers of 12 ops each (4 forward, 8 backward); forward loop carries 1 value(s) of 8 B and saves it per layer; backward loop recomputes 3 forward op(s), carries 1 value(s); 1 stacked leaves updated inside the backward loop"
+// CHECK: %[[X0:[0-9]+]] = stablehlo.multiply %arg4, %arg0
+// CHECK: %[[STACK:[0-9]+]] = stablehlo.concatenate %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, dim = 0 : (tensor<1x2xf32>, tensor<1x2xf32>, tensor<1x2xf32>) -> tensor<3x2xf32>
+// CHECK: %[[FWD:[0-9]+]]:4 = stablehlo.while(%{{[a-zA-Z0-9_]+}} = %{{[a-z0-9_]+}}, %{{[a-zA-Z0-9_]+}} = %[[X0]], %{{[a-zA-Z0-9_]+}} = %{{[0-9]+}}, %{{[a-zA-Z0-9_]+}} = %[[STACK]])
+// CHECK: } do {
+// CHECK: stablehlo.dynamic_slice
+// CHECK: stablehlo.tanh
+// CHECK-NOT: stablehlo.subtract
+// CHECK: stablehlo.dynamic_update_slice
+// CHECK: stablehlo.return
+// CHECK: stablehlo.reduce(%[[FWD]]#1
+// CHECK: %[[BWD:[0-9]+]]:4 = stablehlo.while({{.*}} = %[[FWD]]#3,
+// CHECK: } do {
+// CHECK: %[[NEXT:[0-9]+]] = stablehlo.dynamic_update_slice
+// CHECK: stablehlo.dynamic_slice %[[FWD]]#2
+// CHECK: stablehlo.dynamic_slice %[[NEXT]]
+// CHECK: stablehlo.tanh
+// CHECK: stablehlo.subtract
+// CHECK: stablehlo.return
+// CHECK: %[[LAST:[0-9]+]] = stablehlo.dynamic_update_slice %[[BWD]]#2, %{{[0-9]+}}
+// CHECK: stablehlo.slice %[[LAST]] [0:1, 0:2]
+// CHECK: stablehlo.slice %[[LAST]] [1:2, 0:2]
+// CHECK: stablehlo.slice %[[LAST]] [2:3, 0:2]
+// CHECK: stablehlo.subtract %arg0
+func.func public @main(%arg0: tensor<2xf32> {loopfuse.state = "['v']"}, %arg1: tensor<2xf32> {loopfuse.state = "['w'][0]"}, %arg2: tensor<2xf32> {loopfuse.state = "['w'][1]"}, %arg3: tensor<2xf32> {loopfuse.state = "['w'][2]"}, %arg4: tensor<2xf32>) -> (tensor<2xf32> {loopfuse.result = 0 : i32, loopfuse.state = "['v']"}, tensor<2xf32> {loopfuse.result = 1 : i32, loopfuse.state = "['w'][0]"}, tensor<2xf32> {loopfuse.result = 2 : i32, loopfuse.state = "['w'][1]"}, tensor<2xf32> {loopfuse.result = 3 : i32, loopfuse.state = "['w'][2]"}, tensor<f32> {loopfuse.result = 4 : i32}) {
+  %0 = stablehlo.multiply %arg4, %arg0 : tensor<2xf32>
+  %1 = stablehlo.multiply %0, %arg1 : tensor<2xf32>
+  %2 = stablehlo.tanh %1 : tensor<2xf32>
+  %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %3 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %4 = stablehlo.subtract %3, %2 : tensor<2xf32>
+  %5 = stablehlo.add %0, %2 : tensor<2xf32>
+  %6 = stablehlo.multiply %5, %arg2 : tensor<2xf32>
+  %7 = stablehlo.tanh %6 : tensor<2xf32>
+  %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %8 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %9 = stablehlo.subtract %8, %7 : tensor<2xf32>
+  %10 = stablehlo.add %5, %7 : tensor<2xf32>
+  %11 = stablehlo.multiply %10, %arg3 : tensor<2xf32>
+  %12 = stablehlo.tanh %11 : tensor<2xf32>
+  %cst_1 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %13 = stablehlo.broadcast_in_dim %cst_1, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %14 = stablehlo.subtract %13, %12 : tensor<2xf32>
+  %15 = stablehlo.add %10, %12 : tensor<2xf32>
+  %cst_2 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %16 = stablehlo.reduce(%15 init: %cst_2) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
+  %cst_3 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %17 = stablehlo.broadcast_in_dim %cst_3, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %18 = stablehlo.multiply %17, %14 : tensor<2xf32>
+  %19 = stablehlo.multiply %18, %12 : tensor<2xf32>
+  %20 = stablehlo.add %18, %19 : tensor<2xf32>
+  %21 = stablehlo.multiply %10, %20 : tensor<2xf32>
+  %22 = stablehlo.multiply %20, %arg3 : tensor<2xf32>
+  %23 = stablehlo.add %17, %22 : tensor<2xf32>
+  %24 = stablehlo.multiply %23, %9 : tensor<2xf32>
+  %25 = stablehlo.multiply %24, %7 : tensor<2xf32>
+  %26 = stablehlo.add %24, %25 : tensor<2xf32>
+  %27 = stablehlo.multiply %5, %26 : tensor<2xf32>
+  %28 = stablehlo.multiply %26, %arg2 : tensor<2xf32>
+  %29 = stablehlo.add %23, %28 : tensor<2xf32>
+  %30 = stablehlo.multiply %29, %4 : tensor<2xf32>
+  %31 = stablehlo.multiply %30, %2 : tensor<2xf32>
+  %32 = stablehlo.add %30, %31 : tensor<2xf32>
+  %33 = stablehlo.multiply %0, %32 : tensor<2xf32>
+  %34 = stablehlo.multiply %32, %arg1 : tensor<2xf32>
+  %35 = stablehlo.add %29, %34 : tensor<2xf32>
+  %36 = stablehlo.multiply %arg4, %35 : tensor<2xf32>
+  %cst_4 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %37 = stablehlo.broadcast_in_dim %cst_4, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %38 = stablehlo.multiply %37, %36 : tensor<2xf32>
+  %39 = stablehlo.subtract %arg0, %38 : tensor<2xf32>
+  %cst_5 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %40 = stablehlo.broadcast_in_dim %cst_5, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %41 = stablehlo.multiply %40, %33 : tensor<2xf32>
+  %42 = stablehlo.subtract %arg1, %41 : tensor<2xf32>
+  %cst_6 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %43 = stablehlo.broadcast_in_dim %cst_6, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %44 = stablehlo.multiply %43, %27 : tensor<2xf32>
+  %45 = stablehlo.subtract %arg2, %44 : tensor<2xf32>
+  %cst_7 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %46 = stablehlo.broadcast_in_dim %cst_7, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %47 = stablehlo.multiply %46, %21 : tensor<2xf32>
+  %48 = stablehlo.subtract %arg3, %47 : tensor<2xf32>
+  return %39, %42, %45, %48, %16 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<f32>
+}
+
+// -----
+
+// (b) Near-isomorphic: layer 1 applies sin where the others apply tanh. No two neighbours are alike,
+// so nothing rolls, and the report says why.
+// CHECK-LABEL: module
+// CHECK-SAME: "loopfuse.report.roll-layers" = "did not roll ['w'] [0:3]: no op is the same at every layer (stablehlo.multiply (-:{{[0-9]+}}) has its like in 2 of the 3 layers, and 7 more)"
+// CHECK-NOT: stablehlo.while
+func.func public @main(%arg0: tensor<2xf32> {loopfuse.state = "['v']"}, %arg1: tensor<2xf32> {loopfuse.state = "['w'][0]"}, %arg2: tensor<2xf32> {loopfuse.state = "['w'][1]"}, %arg3: tensor<2xf32> {loopfuse.state = "['w'][2]"}, %arg4: tensor<2xf32>) -> (tensor<2xf32> {loopfuse.result = 0 : i32, loopfuse.state = "['v']"}, tensor<2xf32> {loopfuse.result = 1 : i32, loopfuse.state = "['w'][0]"}, tensor<2xf32> {loopfuse.result = 2 : i32, loopfuse.state = "['w'][1]"}, tensor<2xf32> {loopfuse.result = 3 : i32, loopfuse.state = "['w'][2]"}, tensor<f32> {loopfuse.result = 4 : i32}) {
+  %0 = stablehlo.multiply %arg4, %arg0 : tensor<2xf32>
+  %1 = stablehlo.multiply %0, %arg1 : tensor<2xf32>
+  %2 = stablehlo.tanh %1 : tensor<2xf32>
+  %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %3 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %4 = stablehlo.subtract %3, %2 : tensor<2xf32>
+  %5 = stablehlo.add %0, %2 : tensor<2xf32>
+  %6 = stablehlo.multiply %5, %arg2 : tensor<2xf32>
+  %7 = stablehlo.sine %6 : tensor<2xf32>
+  %8 = stablehlo.cosine %6 : tensor<2xf32>
+  %9 = stablehlo.add %5, %7 : tensor<2xf32>
+  %10 = stablehlo.multiply %9, %arg3 : tensor<2xf32>
+  %11 = stablehlo.tanh %10 : tensor<2xf32>
+  %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %12 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %13 = stablehlo.subtract %12, %11 : tensor<2xf32>
+  %14 = stablehlo.add %9, %11 : tensor<2xf32>
+  %cst_1 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %15 = stablehlo.reduce(%14 init: %cst_1) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
+  %cst_2 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %16 = stablehlo.broadcast_in_dim %cst_2, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %17 = stablehlo.multiply %16, %13 : tensor<2xf32>
+  %18 = stablehlo.multiply %17, %11 : tensor<2xf32>
+  %19 = stablehlo.add %17, %18 : tensor<2xf32>
+  %20 = stablehlo.multiply %9, %19 : tensor<2xf32>
+  %21 = stablehlo.multiply %19, %arg3 : tensor<2xf32>
+  %22 = stablehlo.add %16, %21 : tensor<2xf32>
+  %23 = stablehlo.multiply %22, %8 : tensor<2xf32>
+  %24 = stablehlo.multiply %5, %23 : tensor<2xf32>
+  %25 = stablehlo.multiply %23, %arg2 : tensor<2xf32>
+  %26 = stablehlo.add %22, %25 : tensor<2xf32>
+  %27 = stablehlo.multiply %26, %4 : tensor<2xf32>
+  %28 = stablehlo.multiply %27, %2 : tensor<2xf32>
+  %29 = stablehlo.add %27, %28 : tensor<2xf32>
+  %30 = stablehlo.multiply %0, %29 : tensor<2xf32>
+  %31 = stablehlo.multiply %29, %arg1 : tensor<2xf32>
+  %32 = stablehlo.add %26, %31 : tensor<2xf32>
+  %33 = stablehlo.multiply %arg4, %32 : tensor<2xf32>
+  %cst_3 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %34 = stablehlo.broadcast_in_dim %cst_3, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %35 = stablehlo.multiply %34, %33 : tensor<2xf32>
+  %36 = stablehlo.subtract %arg0, %35 : tensor<2xf32>
+  %cst_4 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %37 = stablehlo.broadcast_in_dim %cst_4, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %38 = stablehlo.multiply %37, %30 : tensor<2xf32>
+  %39 = stablehlo.subtract %arg1, %38 : tensor<2xf32>
+  %cst_5 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %40 = stablehlo.broadcast_in_dim %cst_5, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %41 = stablehlo.multiply %40, %24 : tensor<2xf32>
+  %42 = stablehlo.subtract %arg2, %41 : tensor<2xf32>
+  %cst_6 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %43 = stablehlo.broadcast_in_dim %cst_6, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %44 = stablehlo.multiply %43, %20 : tensor<2xf32>
+  %45 = stablehlo.subtract %arg3, %44 : tensor<2xf32>
+  return %36, %39, %42, %45, %15 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<f32>
+}
+
+// -----
+
+// (c) A partial run: the last of four layers applies sin. Layers 0 .. 2 roll; layer 3 stays as it is,
+// after the forward loop (its forward ops) and before the backward loop (its backward ops and update).
+// CHECK-LABEL: module
+// CHECK-SAME: "loopfuse.report.roll-layers" = "rolled ['w'] [0:3]: 3 layers of 12 ops each{{.*}}; layer 3 left as it is: its ops differ from the others'"
+// CHECK: %[[FWD:[0-9]+]]:4 = stablehlo.while
+// CHECK: stablehlo.tanh
+// CHECK: %[[PRE:[0-9]+]] = stablehlo.multiply %[[FWD]]#1, %arg4
+// CHECK: stablehlo.sine %[[PRE]]
+// CHECK: stablehlo.subtract %arg4
+// CHECK: stablehlo.while
+// CHECK: stablehlo.tanh
+func.func public @main(%arg0: tensor<2xf32> {loopfuse.state = "['v']"}, %arg1: tensor<2xf32> {loopfuse.state = "['w'][0]"}, %arg2: tensor<2xf32> {loopfuse.state = "['w'][1]"}, %arg3: tensor<2xf32> {loopfuse.state = "['w'][2]"}, %arg4: tensor<2xf32> {loopfuse.state = "['w'][3]"}, %arg5: tensor<2xf32>) -> (tensor<2xf32> {loopfuse.result = 0 : i32, loopfuse.state = "['v']"}, tensor<2xf32> {loopfuse.result = 1 : i32, loopfuse.state = "['w'][0]"}, tensor<2xf32> {loopfuse.result = 2 : i32, loopfuse.state = "['w'][1]"}, tensor<2xf32> {loopfuse.result = 3 : i32, loopfuse.state = "['w'][2]"}, tensor<2xf32> {loopfuse.result = 4 : i32, loopfuse.state = "['w'][3]"}, tensor<f32> {loopfuse.result = 5 : i32}) {
+  %0 = stablehlo.multiply %arg5, %arg0 : tensor<2xf32>
+  %1 = stablehlo.multiply %0, %arg1 : tensor<2xf32>
+  %2 = stablehlo.tanh %1 : tensor<2xf32>
+  %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %3 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %4 = stablehlo.subtract %3, %2 : tensor<2xf32>
+  %5 = stablehlo.add %0, %2 : tensor<2xf32>
+  %6 = stablehlo.multiply %5, %arg2 : tensor<2xf32>
+  %7 = stablehlo.tanh %6 : tensor<2xf32>
+  %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %8 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %9 = stablehlo.subtract %8, %7 : tensor<2xf32>
+  %10 = stablehlo.add %5, %7 : tensor<2xf32>
+  %11 = stablehlo.multiply %10, %arg3 : tensor<2xf32>
+  %12 = stablehlo.tanh %11 : tensor<2xf32>
+  %cst_1 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %13 = stablehlo.broadcast_in_dim %cst_1, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %14 = stablehlo.subtract %13, %12 : tensor<2xf32>
+  %15 = stablehlo.add %10, %12 : tensor<2xf32>
+  %16 = stablehlo.multiply %15, %arg4 : tensor<2xf32>
+  %17 = stablehlo.sine %16 : tensor<2xf32>
+  %18 = stablehlo.cosine %16 : tensor<2xf32>
+  %19 = stablehlo.add %15, %17 : tensor<2xf32>
+  %cst_2 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %20 = stablehlo.reduce(%19 init: %cst_2) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
+  %cst_3 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %21 = stablehlo.broadcast_in_dim %cst_3, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %22 = stablehlo.multiply %21, %18 : tensor<2xf32>
+  %23 = stablehlo.multiply %15, %22 : tensor<2xf32>
+  %24 = stablehlo.multiply %22, %arg4 : tensor<2xf32>
+  %25 = stablehlo.add %21, %24 : tensor<2xf32>
+  %26 = stablehlo.multiply %25, %14 : tensor<2xf32>
+  %27 = stablehlo.multiply %26, %12 : tensor<2xf32>
+  %28 = stablehlo.add %26, %27 : tensor<2xf32>
+  %29 = stablehlo.multiply %10, %28 : tensor<2xf32>
+  %30 = stablehlo.multiply %28, %arg3 : tensor<2xf32>
+  %31 = stablehlo.add %25, %30 : tensor<2xf32>
+  %32 = stablehlo.multiply %31, %9 : tensor<2xf32>
+  %33 = stablehlo.multiply %32, %7 : tensor<2xf32>
+  %34 = stablehlo.add %32, %33 : tensor<2xf32>
+  %35 = stablehlo.multiply %5, %34 : tensor<2xf32>
+  %36 = stablehlo.multiply %34, %arg2 : tensor<2xf32>
+  %37 = stablehlo.add %31, %36 : tensor<2xf32>
+  %38 = stablehlo.multiply %37, %4 : tensor<2xf32>
+  %39 = stablehlo.multiply %38, %2 : tensor<2xf32>
+  %40 = stablehlo.add %38, %39 : tensor<2xf32>
+  %41 = stablehlo.multiply %0, %40 : tensor<2xf32>
+  %42 = stablehlo.multiply %40, %arg1 : tensor<2xf32>
+  %43 = stablehlo.add %37, %42 : tensor<2xf32>
+  %44 = stablehlo.multiply %arg5, %43 : tensor<2xf32>
+  %cst_4 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %45 = stablehlo.broadcast_in_dim %cst_4, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %46 = stablehlo.multiply %45, %44 : tensor<2xf32>
+  %47 = stablehlo.subtract %arg0, %46 : tensor<2xf32>
+  %cst_5 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %48 = stablehlo.broadcast_in_dim %cst_5, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %49 = stablehlo.multiply %48, %41 : tensor<2xf32>
+  %50 = stablehlo.subtract %arg1, %49 : tensor<2xf32>
+  %cst_6 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %51 = stablehlo.broadcast_in_dim %cst_6, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %52 = stablehlo.multiply %51, %35 : tensor<2xf32>
+  %53 = stablehlo.subtract %arg2, %52 : tensor<2xf32>
+  %cst_7 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %54 = stablehlo.broadcast_in_dim %cst_7, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %55 = stablehlo.multiply %54, %29 : tensor<2xf32>
+  %56 = stablehlo.subtract %arg3, %55 : tensor<2xf32>
+  %cst_8 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %57 = stablehlo.broadcast_in_dim %cst_8, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %58 = stablehlo.multiply %57, %23 : tensor<2xf32>
+  %59 = stablehlo.subtract %arg4, %58 : tensor<2xf32>
+  return %47, %50, %53, %56, %59, %20 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<f32>
+}

@@ -1,0 +1,218 @@
+"""roll-layers (``compile_step(..., memory_budget=b)``): repeated layers run as a forward and a backward
+loop over stacked leaves.
+
+The rolled program computes the same ops on the same values as the unrolled one: under the StableHLO
+reference interpreter the two are bitwise equal. XLA compiles the loop bodies to other last bits
+than the unrolled program (and than the hand-written stacked scan with ``jax.checkpoint``), so against
+``jax.jit`` the tests hold a stated tolerance: every state leaf within `RTOL` of its largest value plus
+`ATOL`. Adam divides a gradient that is zero but for rounding (a key bias's under softmax) by its
+own size, so such a parameter moves by the learning rate times rounding noise over Adam's epsilon,
+wherever the rounding differs (jax.jit and the hand-written scan differ there by as much); the tests
+that compare states use Adam with `EPS`, which keeps that noise at rounding size."""
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import loopfuse
+import transformer
+from ir_helpers import interpret
+from loopfuse.mlir_context import parse_module
+from problems import fresh
+
+RTOL, ATOL = 1e-5, 1e-6     # rolled against jax.jit, after a few steps: see the module docstring
+EPS = 1e-5                   # Adam's epsilon in the tests that compare states
+SMALL = dict(layers=4, width=32, heads=2, seq=16, batch=4, vocab=64)
+
+
+def leaves_close(a, b) -> None:
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        assert x.shape == y.shape
+        np.testing.assert_array_less(np.abs(x - y), RTOL * np.max(np.abs(y)) + ATOL)
+
+
+def run(call, state, batch, steps: int):
+    for _ in range(steps):
+        state, aux = call(state, batch)
+    return state, aux
+
+
+def rolled(step, **kw):
+    return loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, **kw)
+
+
+def test_rolled_equals_unrolled_in_the_reference_interpreter():
+    step, state, tokens = transformer.gpt(**transformer.TINY, onehot=True)   # see gpt(onehot=)
+    stages = rolled(step, donate=False).lower(state, tokens)
+    plain = loopfuse.compile_step(step, keep_aux=("loss",), donate=False).lower(state, tokens)
+    assert "stablehlo.while" in stages["final"] and "stablehlo.while" not in plain["final"]
+    args = [np.asarray(x) for x in jax.tree_util.tree_leaves((state, tokens))]
+    got = interpret(parse_module(stages["final"]), args)
+    expected = interpret(parse_module(plain["final"]), args)
+    assert len(got) == len(expected)
+    for x, y in zip(got, expected):
+        assert x.tobytes() == y.tobytes()
+
+
+def test_gpt_rolls_and_matches_jit():
+    step, state, tokens = transformer.gpt(**SMALL, opt=optax.adamw(3e-4, eps=EPS))
+    call = rolled(step)
+    report = call.compiled(fresh(state), tokens).reports["roll-layers"]
+    assert report.startswith("rolled [0]['blocks'], [1][0].mu['blocks'], [1][0].nu['blocks'] [0:4]: 4 layers")
+    assert "36 stacked leaves updated inside the backward loop" in report
+    expected = run(jax.jit(step), fresh(state), tokens, 3)
+    leaves_close(run(call, fresh(state), tokens, 3), expected)
+
+
+def test_packed_layers_roll_in_place_below_the_hand_written_scan():
+    step, state, tokens = transformer.gpt(**SMALL, opt=optax.adamw(3e-4, eps=EPS))
+    scan_step, scan_state, _ = transformer.gpt_scan(**SMALL, opt=optax.adamw(3e-4, eps=EPS))
+    call = rolled(step)
+    packed = loopfuse.pack(state, layers=True)
+    memory = {"rolled": call.memory_stats(packed, tokens).temp,
+              "scan": jax.jit(scan_step, donate_argnums=0).lower(scan_state, tokens).compile().memory_analysis().temp_size_in_bytes,
+              "jit": jax.jit(step, donate_argnums=0).lower(state, tokens).compile().memory_analysis().temp_size_in_bytes}
+    assert memory["rolled"] < memory["scan"] < memory["jit"], memory
+    new, aux = run(call, packed, tokens, 3)
+    leaves_close(transformer.stacked(new.unpack()), run(jax.jit(scan_step), fresh(scan_state), tokens, 3)[0])
+
+
+def test_memory_budget_trades_memory_for_recomputation():
+    step, state, tokens = transformer.gpt(**SMALL)
+    packed = loopfuse.pack(state, layers=True)
+    temp = {b: loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=b).memory_stats(packed, tokens).temp
+            for b in (0.0, 0.5)}
+    reports = {b: loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=b).compiled(packed, tokens).reports
+               for b in (0.0, 0.5, 1.0)}
+    assert temp[0.0] < temp[0.5]
+    assert "also saved per layer" in reports[0.5]["roll-layers"] and "also saved" not in reports[0.0]["roll-layers"]
+    assert "roll-layers" not in reports[1.0]          # 1.0: the step as traced, the pass does not run
+
+
+def test_update_after_a_global_norm_clip_runs_after_the_loop():
+    opt = optax.chain(optax.clip_by_global_norm(1e-3), optax.adam(1e-2, eps=EPS))
+    step, state, tokens = transformer.gpt(**transformer.TINY, opt=opt)
+    call = rolled(step)
+    report = call.compiled(fresh(state), tokens).reports["roll-layers"]
+    assert report.startswith("rolled") and "update runs after the backward loop" in report
+    leaves_close(run(call, fresh(state), tokens, 2), run(jax.jit(step), fresh(state), tokens, 2))
+
+
+def test_a_block_unlike_the_others_is_not_rolled():
+    step, state, tokens = transformer.gpt(**transformer.TINY)
+
+    def unlike(params, tokens):       # block 1's MLP has another activation: no two neighbours are alike
+        x = params["tok"][tokens[:, :-1]] + params["pos"]
+        for i, b in enumerate(params["blocks"]):
+            x = transformer.block(b, x, 2, act=jax.nn.relu if i == 1 else jax.nn.gelu)
+        return transformer._head(params, x, tokens)
+    opt = optax.adam(1e-2, eps=EPS)
+    fn = transformer._step(unlike, opt)
+    state = (state[0], opt.init(state[0]))
+    report = rolled(fn).compiled(fresh(state), tokens).reports["roll-layers"]
+    assert report.startswith("did not roll [0]['blocks']"), report
+    leaves_close(run(rolled(fn), fresh(state), tokens, 2), run(jax.jit(fn), fresh(state), tokens, 2))
+
+
+def test_a_partial_run_rolls_and_the_rest_stays():
+    params = transformer.params(layers=4, width=16, heads=2, seq=8, vocab=32)
+    params["blocks"].append(transformer.params(layers=1, width=16, heads=4, seq=8, vocab=32)["blocks"][0])
+    params["blocks"][-1]["up"] = jnp.zeros((16, 32))        # a narrower MLP: not the same shapes
+    params["blocks"][-1]["up_b"] = jnp.zeros(32)
+    params["blocks"][-1]["down"] = jnp.zeros((32, 16))
+
+    def loss(p, t):
+        x = p["tok"][t[:, :-1]] + p["pos"]
+        for i, b in enumerate(p["blocks"]):
+            x = transformer.block(b, x, 2 if i < 4 else 4)
+        return transformer._head(p, x, t)
+    opt = optax.adam(1e-2, eps=EPS)
+    fn, state, tokens = transformer._step(loss, opt), (params, opt.init(params)), transformer.tokens(8, 2, 32)
+    report = rolled(fn).compiled(fresh(state), tokens).reports["roll-layers"]
+    assert "[0:4]: 4 layers" in report, report
+    leaves_close(run(rolled(fn), fresh(state), tokens, 2), run(jax.jit(fn), fresh(state), tokens, 2))
+
+
+def test_flax_nnx_blocks_roll():
+    step, state, tokens = transformer.nnx_gpt(layers=3, width=16, heads=2, seq=8, vocab=32, batch=2,
+                                              opt=optax.adamw(3e-4, eps=EPS))
+    call = loopfuse.compile_step(step, memory_budget=0.0)
+    assert call.compiled(fresh(state), tokens).reports["roll-layers"].startswith("rolled [0]['blocks']")
+    leaves_close(run(call, fresh(state), tokens, 2), run(jax.jit(step), fresh(state), tokens, 2))
+
+
+class _Block(eqx.Module):
+    up: eqx.nn.Linear
+    down: eqx.nn.Linear
+
+    def __init__(self, key):
+        k1, k2 = jax.random.split(key)
+        self.up, self.down = eqx.nn.Linear(8, 16, key=k1), eqx.nn.Linear(16, 8, key=k2)
+
+    def __call__(self, x):
+        return x + self.down(jax.nn.gelu(self.up(x)))
+
+
+class _Net(eqx.Module):
+    layers: list
+
+    def __init__(self, n, key):
+        self.layers = [_Block(k) for k in jax.random.split(key, n)]
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_equinox_list_of_modules_rolls():
+    opt = optax.sgd(1e-2, momentum=0.9)
+    params = eqx.filter(_Net(3, jax.random.key(0)), eqx.is_array)
+
+    def loss(p, batch):
+        return jnp.mean((jax.vmap(p)(batch["x"]) - batch["y"]) ** 2)
+
+    def step(state, batch):
+        p, s = state
+        value, grads = jax.value_and_grad(loss)(p, batch)
+        updates, s = opt.update(grads, s, p)
+        return (optax.apply_updates(p, updates), s), {"loss": value}
+    batch = {"x": np.ones((4, 8), np.float32), "y": np.zeros((4, 8), np.float32)}
+    state = (params, opt.init(params))
+    call = loopfuse.compile_step(step, memory_budget=0.0)
+    assert call.compiled(fresh(state), batch).reports["roll-layers"].startswith(
+        "rolled [0].layers, [1][0].trace.layers [1:3]")   # layer 0 reads the data: no input gradient
+    leaves_close(run(call, fresh(state), batch, 2), run(jax.jit(step), fresh(state), batch, 2))
+
+
+def test_loop_and_minimize_take_the_budget():
+    step, state, tokens = transformer.gpt(**transformer.TINY, opt=optax.adamw(3e-4, eps=EPS))
+    loop = rolled(step).loop(3)
+    assert "rolled" in loop.compiled(fresh(state), tokens).reports["roll-layers"]
+    new, history = loop(fresh(state), tokens)
+    expected, aux = run(jax.jit(step), fresh(state), tokens, 3)
+    leaves_close(new, expected)
+    leaves_close(history["loss"][-1], aux["loss"])
+
+    params, _ = state
+    loss = lambda p, t: transformer._head(p, _forward(p, t), t)     # noqa: E731
+    sols = {b: loopfuse.minimize(loss, params, tokens, optax.adam(1e-2, eps=EPS), steps=4,
+                                 backend=loopfuse.CompiledLoop(steps=2, memory_budget=b)) for b in (None, 0.0)}
+    leaves_close(sols[0.0].params, sols[None].params)
+
+
+def _forward(p, t):
+    x = p["tok"][t[:, :-1]] + p["pos"]
+    for b in p["blocks"]:
+        x = transformer.block(b, x, transformer.TINY["heads"])
+    return x
+
+
+def test_bad_budget_is_refused():
+    with pytest.raises(ValueError, match=r"memory_budget must be in \[0, 1\], got 2"):
+        loopfuse.compile_step(lambda s, b: (s, {}), memory_budget=2)
+    with pytest.raises(TypeError, match=r"CompiledLoop\(memory_budget=...\) must be a number"):
+        loopfuse.CompiledLoop(memory_budget="all")

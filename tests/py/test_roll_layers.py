@@ -20,24 +20,33 @@ import loopfuse
 import transformer
 from ir_helpers import interpret
 from loopfuse.mlir_context import parse_module
-from problems import fresh
+from corpus import PROGRAMS
+from problems import assert_trees_equal, fresh
 
 RTOL, ATOL = 1e-5, 1e-6     # rolled against jax.jit, after a few steps: see the module docstring
 EPS = 1e-5                   # Adam's epsilon in the tests that compare states
 SMALL = dict(layers=4, width=32, heads=2, seq=16, batch=4, vocab=64)
 
 
-def leaves_close(a, b) -> None:
+def leaves_close(a, b, atol=ATOL) -> None:
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
         assert x.shape == y.shape
-        np.testing.assert_array_less(np.abs(x - y), RTOL * np.max(np.abs(y)) + ATOL)
+        np.testing.assert_array_less(np.abs(x - y), RTOL * np.max(np.abs(y)) + atol)
 
 
 def run(call, state, batch, steps: int):
     for _ in range(steps):
         state, aux = call(state, batch)
     return state, aux
+
+
+def run_losses(call, state, batch, steps: int) -> list:
+    out = []
+    for _ in range(steps):
+        state, aux = call(state, batch)
+        out.append(float(aux["loss"]))
+    return out
 
 
 def rolled(step, **kw):
@@ -216,3 +225,24 @@ def test_bad_budget_is_refused():
         loopfuse.compile_step(lambda s, b: (s, {}), memory_budget=2)
     with pytest.raises(TypeError, match=r"CompiledLoop\(memory_budget=...\) must be a number"):
         loopfuse.CompiledLoop(memory_budget="all")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_corpus_with_memory_budget_zero(name):
+    """The differential corpus at ``memory_budget=0.0``: a program that rolls (the transformer) within
+    the tolerance of jax.jit, one step and loop(K); every other one bitwise, the pass leaving it as traced."""
+    p = PROGRAMS[name]()
+    step = loopfuse.compile_step(p.fn, memory_budget=0.0)
+    report = step.compiled(fresh(p.state), p.batch).reports["roll-layers"]
+    got, expected = step(fresh(p.state), p.batch), jax.jit(p.fn)(fresh(p.state), p.batch)
+    looped = step.loop(3)(fresh(p.state), p.batch)
+    if report.startswith("rolled"):     # AdamW (lr 1e-2, eps 1e-8) moves a parameter whose gradient is
+        assert name == "transformer_adamw"     # rounding noise by up to lr (see the module docstring):
+        leaves_close(got, expected, atol=1e-2 * 1e-2)     # the state within 1% of lr, the loss within RTOL
+        losses = run_losses(jax.jit(p.fn), fresh(p.state), p.batch, 3)
+        np.testing.assert_allclose(looped[1]["loss"], losses, rtol=RTOL)
+    else:           # as traced: what the default loop computes, which test_corpus checks against its reference
+        assert report.startswith("no run of alike layers"), report
+        assert_trees_equal(got, expected)
+        assert_trees_equal(looped, loopfuse.compile_step(p.fn).loop(3)(fresh(p.state), p.batch))

@@ -8,7 +8,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from . import runtime
-from .passes._func import main_func, result_attrs
+from .passes.functions import main_func, result_attrs
 from .passes.vocabulary import RESULT, STEPS_RUN, STOPPED
 from .trace import Traced, is_key, wrap_keys
 

@@ -26,10 +26,8 @@ from jaxlib.mlir import ir
 from . import _jax_compat
 from .data import Dataset
 from .errors import AuxPathError, StateMismatchError
-from .passes._func import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
-from .passes.vocabulary import RESULT, STATE, STEP_INDEX, STOP, STOPPED, UNUSED
-
-TOKEN_PATH = "<effect token {}>"   # loopfuse.state of the N-th ordered-effect token
+from .passes.functions import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
+from .passes.vocabulary import RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
 
 
 def is_weak(x) -> bool:

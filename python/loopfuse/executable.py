@@ -8,9 +8,10 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from . import runtime
+from .leaves import is_key, raw, wrap_keys
 from .passes.functions import main_func, result_attrs
 from .passes.vocabulary import RESULT, STEPS_RUN, STOPPED
-from .trace import Traced, is_key, wrap_keys
+from .trace import Traced
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Executable:
         args = leaves + [np.int32(start)] * t.has_step_index + [stopped if isinstance(stopped, jax.Array)
                                                                 else np.bool_(stopped)] * t.stopped_arg
         for i in self.key_args:
-            args[i] = jax.random.key_data(args[i])
+            args[i] = raw(args[i])
         args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(args, self.arg_targets)]
         if self.donate and len(set(map(id, leaves))) < len(leaves):
             _unshare(args, leaves)

@@ -8,14 +8,14 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 import jax
-import numpy as np
 
 from . import cache as compile_cache, dispatch, packed, pipeline, runtime, stopping, validate, verify
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
+from .leaves import aval, is_deleted
 from .sharding import Placement
-from .trace import Traced, is_weak, trace
+from .trace import Traced, trace
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class Step:
             hash(static_key)
         except TypeError as e:
             raise TypeError(f"static keyword arguments must be hashable: {e}") from None
-        return (s_def, b_def, tuple(map(_aval, leaves)), static_key), leaves
+        return (s_def, b_def, tuple(map(aval, leaves)), static_key), leaves
 
     def _trace(self, state, batch, static) -> Traced:
         packed.check_not_nested(state)
@@ -134,7 +134,7 @@ class Step:
         replicated = 0
         if traced.arg_shardings is not None:
             for x, s in zip(jax.tree_util.tree_leaves(state), traced.arg_shardings):
-                a = _aval(x)
+                a = aval(x)
                 if s.is_fully_replicated and jax.numpy.issubdtype(a.dtype, jax.numpy.floating):
                     replicated += a.size * a.dtype.itemsize
         return runtime.program_options(traced.module, self._devices()[0].platform, replicated, self.options.xla_options)
@@ -294,7 +294,7 @@ class Step:
 
     def _run(self, state, batch, start, stopped: tuple, static):
         key, leaves = self._signature(state, batch, static)
-        if any(map(_deleted, leaves)):
+        if any(map(is_deleted, leaves)):
             _raise_donated(state, batch)
         executable = self._executable(key, state, batch, static)
         if key not in self._verified and verify.enabled(self.options.verify):
@@ -330,7 +330,7 @@ def _raise_donated(state, batch) -> None:
     """Raise DonatedArrayError naming the first leaf whose buffer an earlier donation deleted."""
     for what, tree in (("state", state), ("batch", batch)):
         for x in jax.tree_util.tree_leaves(tree):
-            if isinstance(x, jax.Array) and x.is_deleted():
+            if is_deleted(x):
                 path = next(jax.tree_util.keystr(p) for p, y in jax.tree_util.tree_flatten_with_path(tree)[0]
                             if y is x)
                 raise DonatedArrayError(
@@ -339,27 +339,10 @@ def _raise_donated(state, batch) -> None:
                     "donate=False to keep inputs alive")
 
 
-def _deleted(x) -> bool:
-    try:
-        return x.is_deleted()
-    except AttributeError:  # numpy arrays and Python scalars
-        return False
-
-
 def _promoted(key, leaves: tuple):
     """The signature `key` with the state `leaves` strongly typed (the state the loop returns)."""
     s_def, b_def, avals, static_key = key
     return s_def, b_def, tuple(a.update(weak_type=False) if i in leaves else a for i, a in enumerate(avals)), static_key
-
-
-def _aval(x):
-    """The abstract value of a leaf for the cache key (weak types included: they trace differently)."""
-    try:
-        return x.aval
-    except AttributeError:  # numpy arrays and Python scalars
-        weak = is_weak(x)
-        x = np.asarray(x)
-        return jax.core.ShapedArray(x.shape, jax.dtypes.canonicalize_dtype(x.dtype), weak_type=weak)
 
 
 def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,

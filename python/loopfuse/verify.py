@@ -26,7 +26,7 @@ import numpy as np
 from . import pipeline, settings, stopping
 from .data import Dataset
 from .errors import MiscompileError
-from .trace import aux_kept, dotted, is_key
+from .leaves import aux_kept, dotted_paths, raw
 
 VERIFY_ENV = "LOOPFUSE_VERIFY"
 
@@ -96,7 +96,7 @@ def _references(step, state, batch, start: int, static: dict) -> list:
         returned = _returned(aux, o.keep_aux)
         if stop is None:
             return new, returned
-        kept = {p: x for p, x in zip(_dotted_paths(returned), jax.tree_util.tree_leaves(returned))}
+        kept = {p: x for p, x in zip(dotted_paths(returned), jax.tree_util.tree_leaves(returned))}
         return new, returned, stop(new, aux, kept)
 
     def one(s, b, i):
@@ -147,11 +147,7 @@ def _returned(aux, keep_aux):
     """`aux` with the leaves a call does not keep (`keep_aux`) replaced by None."""
     flat, tree = jax.tree_util.tree_flatten(aux)
     return jax.tree_util.tree_unflatten(tree, [x if k else None for x, k in
-                                               zip(flat, aux_kept(_dotted_paths(aux), keep_aux))])
-
-
-def _dotted_paths(tree) -> list:
-    return [dotted(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+                                               zip(flat, aux_kept(dotted_paths(aux), keep_aux))])
 
 
 def _padded(rows: jax.Array, k: int) -> jax.Array:
@@ -179,7 +175,7 @@ def _difference(got, ref) -> tuple[str, float, float] | None:
 
 
 def _host(x) -> np.ndarray:
-    return np.asarray(jax.random.key_data(x) if is_key(x) else x)
+    return np.asarray(raw(x))
 
 
 def _describe(path: str, a: np.ndarray, b: np.ndarray) -> tuple[str, float, float]:

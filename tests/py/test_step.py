@@ -93,6 +93,17 @@ def test_lower_gives_every_stage():
     assert "tf.aliasing_output" in stages["final"] and "tf.aliasing_output" not in stages["00-traced"]
 
 
+def test_abstract_states_of_other_shapes_are_other_signatures():
+    """jax.ShapeDtypeStruct leaves are keyed by their shape, dtype and weak type (they were all one
+    signature: the second state got the first one's program and memory)."""
+    step = loopfuse.compile_step(lambda s, b: (s * b, {}))
+    small = step.memory_stats(jax.ShapeDtypeStruct((4,), jnp.float32), jnp.float32(2))
+    large = step.memory_stats(jax.ShapeDtypeStruct((400,), jnp.float32), jnp.float32(2))
+    assert (small.output, large.output, step.compile_count) == (16, 1600, 2)
+    step.memory_stats(jax.ShapeDtypeStruct((4,), jnp.float32, weak_type=True), jnp.float32(2))
+    assert step.compile_count == 3
+
+
 def test_alias_state_peak_memory_of_adam_8x1024_mlp_is_below_0_6x_jax_jit():
     fn, state, b = adam_mlp_8x1024()
     ours = loopfuse.compile_step(fn).memory_stats(state, b)

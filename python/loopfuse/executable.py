@@ -20,6 +20,7 @@ class Executable:
     (placed, keys as raw data, no buffer donated twice), pytrees out."""
 
     traced: Traced
+    module: ir.Module              # the final module (after the passes): what XLA compiled
     executable: Any
     results: list                  # flat output index of each executable result
     handlers: list                 # result handler of each executable result (makes the jax Array)
@@ -30,12 +31,12 @@ class Executable:
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
 
     @classmethod
-    def build(cls, traced: Traced, executable, leaves, placement, device, donate: bool,
+    def build(cls, traced: Traced, module: ir.Module, executable, leaves, placement, device, donate: bool,
               program: runtime.ProgramOptions, seconds) -> "Executable":
-        """The calling convention of `executable` compiled from `traced` for the flat input `leaves`:
-        which flat output each result is, where results land, where arguments must be."""
-        with traced.module.context:
-            main = main_func(traced.module.operation)
+        """The calling convention of `executable`, compiled from `traced` (its final `module`), for the
+        flat input `leaves`: which flat output each result is, where results land, where arguments must be."""
+        with module.context:
+            main = main_func(module.operation)
             tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
             results = [ir.IntegerAttr(a[RESULT]).value for a, _ in tagged]  # effect tokens have no RESULT
             specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else
@@ -53,7 +54,7 @@ class Executable:
         handlers = runtime.result_handlers(
             [(s, spec.dtype, spec.weak_type, sh) for spec, s, sh in zip(specs, shapes, out_shardings)])
         key_args = [i for i, x in enumerate(leaves) if is_key(x)]
-        return cls(traced, executable, results, handlers, arg_targets, key_args, donate, program, seconds)
+        return cls(traced, module, executable, results, handlers, arg_targets, key_args, donate, program, seconds)
 
     @property
     def xla_options(self) -> dict:

@@ -26,6 +26,7 @@ from . import _jax_compat
 from .data import Dataset
 from .errors import StateMismatchError
 from .leaves import aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, raw, wrap_keys
+from .mlir_context import copy_module
 from .passes.functions import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
 from .passes.vocabulary import RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
 
@@ -61,7 +62,7 @@ def _effects(lowered, module: ir.Module) -> Effects:
                    list(args["unordered_effects"]))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Traced:
     """A traced step: its tagged module and what is needed to map flat values back to pytrees."""
 
@@ -182,7 +183,7 @@ def _tag(lowered: ir.Module, state_paths, kept, has_step: bool, n_tokens: int, s
          stopped_arg: bool) -> ir.Module:
     """A tagged copy of jax's lowered module, in jax's context (jax's own module is left untouched)."""
     with lowered.context:
-        module = _copy(lowered)
+        module = copy_module(lowered)
         f = main_func(module.operation)
         args = arg_attrs(f)
         tokens = [TOKEN_PATH.format(t) for t in range(n_tokens)]
@@ -208,13 +209,3 @@ def _tag(lowered: ir.Module, state_paths, kept, has_step: bool, n_tokens: int, s
         set_result_attrs(f, results)
     return module
 
-
-def _copy(module: ir.Module) -> ir.Module:
-    """A deep copy of `module` in its own context (cloning in memory: no print and re-parse)."""
-    copy = ir.Module.create(module.operation.location)
-    attrs = module.operation.attributes
-    for name in attrs:
-        copy.operation.attributes[name] = attrs[name]
-    for op in module.body.operations:
-        copy.body.append(op.clone(ip=False))
-    return copy

@@ -73,6 +73,7 @@ def compile(traced: tracing.Traced, options: StepOptions, name: str, leaves: lis
 
 
 def fn_name(fn: Callable) -> str:
+    """The step function's name, as dumps, messages and the dispatcher give it."""
     return getattr(fn, "__name__", "step")
 
 

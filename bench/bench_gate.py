@@ -47,7 +47,7 @@ def main() -> None:
         fn, state, batch = programs[name]()[:3]
         step = loopfuse.compile_step(fn)
         ops = {}
-        for op in own_control_flow(step.compiled(state, batch).traced.module.operation):
+        for op in own_control_flow(step.compiled(state, batch).module.operation):
             ops[op.name] = ops.get(op.name, 0) + 1
         on = {k: OPTION in s.compiled(state, batch).xla_options for k, s in (("step", step), ("loop", step.loop(3)))}
         expected = jax.jit(fn)(fresh(state), batch)

@@ -1,13 +1,15 @@
 """One short run that checks loopfuse on the machine's first device: results, corpus, cache, memory,
 speed, packed state, shuffled Dataset.
 
-    python bench/gpu_check.py [--quick] [--sections results corpus ...] [--out bench/out/gpu_check]
+    python bench/gpu_check.py [--quick] [--sections results corpus ...] [--rounds 5] [--out bench/out] [--json PATH]
 
 Made for a lent GPU (jax 0.11+ with its CUDA plugin as preinstalled there, loopfuse installed from
 a wheel with --no-deps: bench/gpu_check.sh); it runs on any platform, and `--quick` shrinks every
 problem so the whole check takes seconds on a CPU (the suite runs it). It installs nothing.
-The environment (versions, devices, the route of each private jax API: `_jax_compat.status()`)
-comes first, then the sections named by --sections (default all), most important first:
+It measures and reports as every bench script does (bench/harness.py: arguments, interleaved rounds,
+the environment line, gpu_check.md and the JSON); the environment adds the platform, the devices and
+the route of each private jax API (`_jax_compat.status()`). Then the sections named by --sections
+(default all), most important first:
 
 - results: one step bitwise against jax.jit, `loop(K)` against the hand-written `lax.scan` of K
   steps in jax.jit; `until` stops at the step jax.jit's losses say, with the state of a scan of
@@ -23,8 +25,9 @@ comes first, then the sections named by --sections (default all), most important
   copy-insertion option (`xla_<platform>_copy_insertion_use_region_analysis`) on and off, whose
   results are compared bitwise.
 - speed: steps/s of jax.jit + donation per step, a hand-written `lax.scan` of K steps in one
-  donating jit, the loopfuse step and loopfuse `loop(K)`, each round running K steps per variant,
-  the order alternating round by round; medians, and ratios against jax.jit + donation.
+  donating jit, the loopfuse step and loopfuse `loop(K)`, each of --rounds interleaved rounds
+  (`harness.interleave`) running K steps per variant; medians, and the median per-round ratio to
+  jax.jit + donation (`harness.paired_ratio`).
   Problems: a tiny MLP, a 3-layer 4096-wide MLP and a 6-layer 512-wide GPT-style model (Adam).
 - pack: issue 23's figure (bench/bench_pack.py): Adam over N small leaves, loop(10), `PACK_VARIANTS`
   against the donated `lax.scan`: compile seconds (after a warm-up, median of `PACK`'s compile rounds),
@@ -35,9 +38,10 @@ comes first, then the sections named by --sections (default all), most important
   checks that the epoch loop of the shuffled Dataset (its order computed as on this platform) ends
   bitwise where the loop gathering the host-computed order does; the ratios are a report.
 
-Writes gpu_check.json and gpu_check.md into --out after every section (a run cut short keeps what
-it finished), prints each section's seconds as it ends and the markdown at the end; exits 1 when a
-check of results, corpus, cache, memory or shuffle fails or a section raises.
+Writes gpu_check.md and gpu_check.json (or --json) into --out as each section's results come in
+(a run cut short keeps what it finished: `harness.Report.save`), prints each section's markdown and
+seconds as it ends and the whole markdown at the end; exits 1 when a check of results, corpus, cache,
+memory or shuffle fails or a section raises.
 """
 import argparse
 import json
@@ -58,6 +62,7 @@ import optax
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests" / "py")]
 import bench_loop  # noqa: E402
+import harness  # noqa: E402
 from problems import assert_trees_equal, fresh as copied  # noqa: E402
 
 import loopfuse  # noqa: E402
@@ -223,20 +228,21 @@ def result_checks(results: list, name: str, step, runs: dict, params, batch, k: 
 
 # ---- 3. speed -----------------------------------------------------------------------------
 def speed(runs: dict, params, batch, k: int, rounds: int) -> dict:
-    """Per variant: median steps/s over rounds (K steps per variant and round) and the median
-    per-round ratio to jax.jit + donation."""
+    """Per variant: median steps/s over interleaved rounds (K steps per variant and round) and the
+    median per-round ratio to jax.jit + donation."""
     states = {v: jax.block_until_ready(f(fresh(params), batch)[0]) for v, (f, _) in runs.items()}  # warm up
-    rates: dict = {v: [] for v in runs}
-    for r in range(rounds):
-        for v in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
-            f, per_call = runs[v]
-            t0 = time.perf_counter()
+
+    def k_steps(v):
+        f, per_call = runs[v]
+
+        def run():
             for _ in range(k // per_call):
                 states[v], _ = f(states[v], batch)
-            jax.block_until_ready(states[v])
-            rates[v].append(k / (time.perf_counter() - t0))
-    return {v: {"steps_per_s": statistics.median(x),
-                "vs_jit": statistics.median(a / b for a, b in zip(x, rates[BASELINE]))} for v, x in rates.items()}
+            return states[v]
+        return lambda: k / harness.clocked(run)[0]
+    rates = harness.interleave({v: k_steps(v) for v in runs}, rounds)
+    return {v: {"steps_per_s": statistics.median(x), "vs_jit": harness.paired_ratio(x, rates[BASELINE])["ratio"]}
+            for v, x in rates.items()}
 
 
 # ---- 4. memory ----------------------------------------------------------------------------
@@ -382,69 +388,52 @@ def packed_state(leaves: int, rounds: int, calls: int, compile_rounds: int, k: i
     return {"k": k, "rounds": rounds, "calls": calls, **result}
 
 
-# ---- report -------------------------------------------------------------------------------
-def environment() -> dict:
-    import jaxlib
-    devices = jax.devices()
-    return {"python": sys.version.split()[0], "jax": jax.__version__, "jaxlib": jaxlib.__version__,
-            "loopfuse": loopfuse.__file__, "platform": devices[0].platform,
-            "devices": [d.device_kind for d in devices], "compat": _jax_compat.status()}
+# ---- report ----------------------------------------------------------------------------
+def heading(env: dict, k: int, quick: bool) -> str:
+    return (f"# loopfuse check on {env['platform']} ({', '.join(sorted(set(env['devices'])))})\n\n"
+            f"loopfuse {env['loopfuse_file']}; private jax APIs: {env['compat']}; K = {k}{' (--quick)' if quick else ''}.")
 
 
-def markdown(report: dict) -> str:
-    """The report's markdown: the sections it has so far."""
-    env, k = report["environment"], report["k"]
-    lines = [f"# loopfuse check on {env['platform']} ({', '.join(sorted(set(env['devices'])))})", "",
-             f"Python {env['python']}, jax {env['jax']}, jaxlib {env['jaxlib']}, loopfuse {env['loopfuse']}; "
-             f"private jax APIs: {env['compat']}; K = {k}{' (--quick)' if report['quick'] else ''}.", ""]
-    if "results" in report:
-        lines += ["## Results (bitwise against jax.jit)", "", "| problem | check | | detail |", "|---|---|---|---|"]
-        lines += [f"| {r['problem']} | {r['check']} | {'ok' if r['ok'] else '**FAILED**'} | {r['detail']} |"
-                  for r in report["results"]]
-        lines.append("")
-    if "corpus" in report:
-        c = report["corpus"]
-        lines += [f"## Differential corpus (bitwise against jax.jit, loop({c['k']}); each reference run twice)", "",
-                  "| program | check | | detail |", "|---|---|---|---|"]
-        lines += [f"| {r['program']} | {r['check']} | {'**FAILED**' if r['status'] == 'FAILED' else r['status']} | "
-                  f"{r['detail']} |" for r in c["rows"]]
-        lines += ["", "Seconds per program: " + ", ".join(f"{n} {t:.1f}" for n, t in c["seconds"].items()), ""]
-    if "cache" in report:
-        c = report["cache"]
-        lines += ["## Compile cache across two processes", "", f"{'ok' if c['ok'] else '**FAILED**'}: " + (
-            f"first calls {c['first_call_s'][0]:.2f} s then {c['first_call_s'][1]:.2f} s; XLA ran {c['xla_ran']}; "
-            f"same bits: {c['same_bits']}" if "xla_ran" in c else c["detail"]), ""]
-    if "memory" in report:
-        lines += [f"## Memory of loop({k}) (compiled, MiB)", "",
-                  "| problem | XLA options | arguments | outputs | aliased | temporaries | peak | results |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for name, m in report["memory"].items():
+def markdown(section: str, data, k: int, quick: bool) -> str:
+    """The markdown of one finished section's `data`."""
+    if section == "results":
+        return "\n".join(["## Results (bitwise against jax.jit)", "", "| problem | check | | detail |", "|---|---|---|---|"]
+                         + [f"| {r['problem']} | {r['check']} | {'ok' if r['ok'] else '**FAILED**'} | {r['detail']} |"
+                            for r in data])
+    if section == "corpus":
+        return "\n".join([f"## Differential corpus (bitwise against jax.jit, loop({data['k']}); each reference run twice)",
+                          "", "| program | check | | detail |", "|---|---|---|---|"]
+                         + [f"| {r['program']} | {r['check']} | {'**FAILED**' if r['status'] == 'FAILED' else r['status']} | "
+                            f"{r['detail']} |" for r in data["rows"]]
+                         + ["", "Seconds per program: " + ", ".join(f"{n} {t:.1f}" for n, t in data["seconds"].items())])
+    if section == "cache":
+        return "## Compile cache across two processes\n\n" + f"{'ok' if data['ok'] else '**FAILED**'}: " + (
+            f"first calls {data['first_call_s'][0]:.2f} s then {data['first_call_s'][1]:.2f} s; XLA ran {data['xla_ran']}; "
+            f"same bits: {data['same_bits']}" if "xla_ran" in data else data["detail"])
+    if section == "memory":
+        lines = [f"## Memory of loop({k}) (compiled, MiB)", "",
+                 "| problem | XLA options | arguments | outputs | aliased | temporaries | peak | results |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for name, m in data.items():
             for setting, r in m["rows"].items():
-                mib = [f"{r[f] / 2**20:,.2f}" for f in ("argument", "output", "alias", "temp", "peak")]
-                lines.append(f"| {name} | {setting} | " + " | ".join(mib) +
-                             f" | {'bitwise equal' if m['bitwise_equal'] else '**differ**'} |")
-        lines.append("")
-    if report.get("speed"):
-        lines += ["## Steps/s (median; ratio: median per-round ratio to jax.jit + donation)", ""]
-        variants = list(next(iter(report["speed"].values())))
-        lines += ["| problem | " + " | ".join(variants) + " |", "|---" * (len(variants) + 1) + "|"]
-        for name, row in report["speed"].items():
-            lines.append(f"| {name} | " + " | ".join(f"{row[v]['steps_per_s']:,.0f} ({row[v]['vs_jit']:.2f}x)"
-                                                      for v in variants) + " |")
-        lines.append("")
-    if "pack" in report:
+                lines.append(f"| {name} | {setting} | " + " | ".join(harness.mib(r[f]) for f in
+                                                                    ("argument", "output", "alias", "temp", "peak"))
+                             + f" | {'bitwise equal' if m['bitwise_equal'] else '**differ**'} |")
+        return "\n".join(lines)
+    if section == "speed":
+        variants = list(next(iter(data.values())))
+        return "\n".join(["## Steps/s (median; ratio: median per-round ratio to jax.jit + donation)", "",
+                          "| problem | " + " | ".join(variants) + " |", "|---" * (len(variants) + 1) + "|"]
+                         + [f"| {name} | " + " | ".join(f"{row[v]['steps_per_s']:,.0f} ({row[v]['vs_jit']:.2f}x)"
+                                                         for v in variants) + " |" for name, row in data.items()])
+    if section == "pack":
         import bench_pack
-        pk = report["pack"]
-        lines += [f"## Packed state (issue 23): Adam over {pk['leaves']} leaves, loop({pk['k']}); medians of "
-                  f"{pk['rounds']} interleaved rounds of {pk['calls']} calls (a report, no check)", "",
-                  *bench_pack.table([pk], [pk["k"]]), ""]
-    if "shuffle" in report:
-        sh = report["shuffle"]
-        lines += [f"## Shuffled Dataset (issue 23 item 4): bench_data {sh['size']!r}, {sh['rounds']} interleaved "
-                  f"round(s){' (a tenth of the examples)' if report['quick'] else ''}", "", *sh["lines"], ""]
-    for section, error in report["errors"].items():
-        lines += [f"## {section}: **raised**", "", "```", error, "```", ""]
-    return "\n".join(lines)
+        return "\n".join([f"## Packed state (issue 23): Adam over {data['leaves']} leaves, loop({data['k']}); medians of "
+                          f"{data['rounds']} interleaved rounds of {data['calls']} calls (a report, no check)", "",
+                          *bench_pack.table([data], [data["k"]])])
+    assert section == "shuffle", section
+    return "\n".join([f"## Shuffled Dataset (issue 23 item 4): bench_data {data['size']!r}, {data['rounds']} interleaved "
+                      f"round(s){' (a tenth of the examples)' if quick else ''}", "", *data["lines"]])
 
 
 def failures(report: dict) -> list[str]:
@@ -458,13 +447,19 @@ def failures(report: dict) -> list[str]:
 
 
 class Check:
-    """One run: the configuration, the report so far and the problems built (sections share their
-    executables)."""
+    """One run: the configuration, the report (`harness.Report`; its results are the JSON's sections)
+    and the problems built (sections share their executables)."""
 
-    def __init__(self, quick: bool, out: Path):
-        self.cfg, self.out, self.built = QUICK if quick else FULL, out, {}
-        self.report: dict = {"quick": quick, "k": self.cfg["k"], "environment": environment(), "errors": {},
-                             "seconds": {}}
+    def __init__(self, args: argparse.Namespace):
+        self.cfg, self.built = QUICK if args.quick else FULL, {}
+        self.rounds = QUICK["rounds"] if args.quick else args.rounds
+        self.out = harness.Report("gpu_check", args)
+        devices = jax.devices()
+        self.out.env.update(platform=devices[0].platform, devices=[d.device_kind for d in devices],
+                            compat=_jax_compat.status(), loopfuse_file=loopfuse.__file__)
+        self.report = self.out.results
+        self.report.update(quick=args.quick, k=self.cfg["k"], errors={}, seconds={})
+        self.out.section(heading(self.out.env, self.cfg["k"], args.quick))
 
     def problem(self, name: str):
         """(step, params, batch, variants) of a problem, built once."""
@@ -478,7 +473,7 @@ class Check:
         for i, name in enumerate(self.cfg["problems"]):
             step, params, batch, runs = self.problem(name)
             result_checks(self.report["results"], name, step, runs, params, batch, self.cfg["k"], tiny=i == 0)
-            self.write()
+            self.out.save()
 
     def corpus(self) -> None:
         import corpus
@@ -487,25 +482,25 @@ class Check:
             t0 = time.perf_counter()
             c["rows"] += corpus_program(name)
             c["seconds"][name] = time.perf_counter() - t0
-            self.write()
+            self.out.save()
 
     def cache(self) -> None:
         self.report["cache"] = compile_cache()
 
     def memory(self) -> None:
         self.report["memory"] = {}
-        k, platform = self.cfg["k"], self.report["environment"]["platform"]
+        k, platform = self.cfg["k"], self.out.env["platform"]
         for name in list(self.cfg["problems"])[-MEMORY_PROBLEMS:]:
             step, params, batch, runs = self.problem(name)
             self.report["memory"][name] = memory(step, runs[f"loopfuse loop({k})"][0], params, batch, k, platform)
-            self.write()
+            self.out.save()
 
     def speed(self) -> None:
         self.report["speed"] = {}
         for name in self.cfg["problems"]:
             step, params, batch, runs = self.problem(name)
-            self.report["speed"][name] = speed(runs, params, batch, self.cfg["k"], self.cfg["rounds"])
-            self.write()
+            self.report["speed"][name] = speed(runs, params, batch, self.cfg["k"], self.rounds)
+            self.out.save()
 
     def pack(self) -> None:
         self.report["pack"] = packed_state(**PACK["quick" if self.report["quick"] else "full"])
@@ -520,44 +515,37 @@ class Check:
                                   "bitwise": all(checks.values()), **checks, "results": results}
 
     def run(self, section: str) -> None:
-        """Run a section (an exception is recorded, the run goes on), then write what the report has."""
+        """Run a section (an exception is recorded, the run goes on), add its markdown, save the report."""
         t0 = time.perf_counter()
         try:
             getattr(self, section)()
+            self.out.section(markdown(section, self.report[section], self.cfg["k"], self.report["quick"]))
         except Exception:  # noqa: BLE001 (a timed device run reports what it can)
             self.report["errors"][section] = traceback.format_exc()[-3000:]
+            self.out.section(f"## {section}: **raised**\n\n```\n{self.report['errors'][section]}\n```")
         self.report["seconds"][section] = time.perf_counter() - t0
         print(f"gpu_check: {section} took {self.report['seconds'][section]:.1f} s"
               f"{' (raised)' if section in self.report['errors'] else ''}", flush=True)
-        self.write()
-
-    def write(self) -> str:
-        """Write gpu_check.json and .md with what the report has so far; return the markdown."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "gpu_check.json").write_text(json.dumps(self.report, indent=1))
-        text = markdown(self.report) + "\nSeconds: " + ", ".join(
-            f"{k} {v:.1f}" for k, v in self.report["seconds"].items()) + "\n"
-        (self.out / "gpu_check.md").write_text(text)
-        return text
+        self.out.save()
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="tiny problems, one round (a smoke test, not a measurement)")
+    ap = harness.parser(__doc__, rounds=FULL["rounds"])
     ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
                     help="the sections to run (default all), always in the order " + " ".join(SECTIONS))
-    ap.add_argument("--out", default="bench/out/gpu_check")
     ap.add_argument("--cache-child", help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.cache_child:
         cache_child(ns.cache_child)
         return 0
+    ns.json = ns.json or ns.out / "gpu_check.json"
     t0 = time.perf_counter()
-    run = Check(ns.quick, Path(ns.out))
+    run = Check(ns)
     for section in (s for s in SECTIONS if s in ns.sections):
         run.run(section)
     run.report["seconds"]["all"] = time.perf_counter() - t0
-    print(run.write(), flush=True)
+    run.out.section("Seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in run.report["seconds"].items()))
+    print(run.out.write(), flush=True)
     failed = failures(run.report)
     if failed:
         print(f"gpu_check: failed: {', '.join(failed)}", flush=True)

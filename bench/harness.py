@@ -16,7 +16,8 @@ Every script measures the same way:
   both sides of a ratio compiled in the same round, under the same load). No persistent
   compile cache, loopfuse's or jax's (`no_compile_cache`).
 * `Report` starts with the environment line (CPU, cores, load at start and end, versions, date,
-  git commit) and writes NAME.md (the markdown pasted into BENCHMARKS.md) and the JSON.
+  git commit) and writes NAME.md (the markdown pasted into BENCHMARKS.md) and the JSON: `save` as
+  results come in (a run cut short keeps them), `write` at the end.
 * Same configuration on both sides: `loopfuse_options` is the XLA options loopfuse compiled an
   executable with, and `jit` compiles the `jax.jit` reference with them (or without).
 
@@ -326,7 +327,9 @@ class Report:
                 f"loopfuse {e['loopfuse']} ({e['commit']}, dispatch {e['dispatch']}); {e['date']}"
                 + ("; **--quick: a smoke test, not a measurement**" if self.args.quick else ""))
 
-    def write(self) -> str:
+    def save(self) -> str:
+        """Write NAME.md (and the JSON) with what the report has so far (a run cut short keeps what
+        it saved); returns the markdown."""
         self.env.update(load_end=round(os.getloadavg()[0], 2), wall_s=time.perf_counter() - self.t0)
         text = self.env_line() + "\n\n" + "\n".join(self.sections)
         self.args.out.mkdir(parents=True, exist_ok=True)
@@ -335,6 +338,11 @@ class Report:
             self.args.json.parent.mkdir(parents=True, exist_ok=True)
             self.args.json.write_text(json.dumps(dict(environment=self.env, command=self.command, **self.results),
                                                  indent=2, default=str))
+        return text
+
+    def write(self) -> str:
+        """`save`, then print the environment line and where the markdown went."""
+        text = self.save()
         print(f"\n{self.env_line()}\nwrote {self.args.out / (self.name + '.md')}", flush=True)
         return text
 

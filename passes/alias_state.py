@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from ._func import arg_attrs, main_func, result_attrs, set_arg_attrs, string_attr
+from .functions import arg_attrs, main_func, result_attrs, set_arg_attrs, string_attr
 from .module_pass import ModulePass
 from .vocabulary import ALIAS, DONOR, STATE
 

@@ -34,7 +34,7 @@ Examples:
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from .wrap_loop import BODY
+from .vocabulary import BODY
 
 CONTROL_FLOW = ("stablehlo.while", "stablehlo.case", "stablehlo.if")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
-from ._func import has_side_effects
+from .dead_code import has_side_effects
 
 ARG = -1   # `Dataflow.owner` of a block argument
 

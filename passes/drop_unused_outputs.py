@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from ._func import (arg_attrs, erase_dead_ops, main_func, pure_callees, result_attrs, return_op, set_arg_attrs,
-                    set_signature)
+from .dead_code import erase_dead_ops, pure_callees
+from .functions import arg_attrs, last_op, main_func, result_attrs, set_arg_attrs, set_signature
 from .module_pass import ModulePass
 from .vocabulary import ALIAS, DONOR, UNUSED
 
@@ -31,7 +31,7 @@ class DropUnusedOutputs(ModulePass):
         keep = [j for j, a in enumerate(attrs) if UNUSED not in a]
         if len(keep) == len(attrs):
             return
-        values = list(return_op(f).operands)
+        values = list(last_op(f.body.blocks[0]).operands)
         set_signature(f, [values[j] for j in keep], [attrs[j] for j in keep])
         renumber = {old: new for new, old in enumerate(keep)}
         args = arg_attrs(f)

@@ -48,7 +48,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from ._concat import split_wide_concatenates
-from ._func import erase_dead_ops, main_func
+from .dead_code import erase_dead_ops
+from .functions import main_func
 from .matchers import producer, splat
 from .module_pass import ModulePass, option
 

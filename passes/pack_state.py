@@ -66,15 +66,13 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
 from ._concat import split_wide_concatenates
-from ._func import arg_attrs, erase_dead_ops, main_func
+from .dead_code import erase_dead_ops
+from .functions import arg_attrs, callee, last_op, main_func
 from .control_flow import is_wrap_loop
 from .flatten_update import Flattener, feeding, trees_of
 from .matchers import producer
 from .module_pass import ModulePass, option
-from .vocabulary import STATE
-from .wrap_loop import BODY
-
-SHARDINGS = ("sdy.sharding", "mhlo.sharding")
+from .vocabulary import BODY, SHARDINGS, STATE
 
 
 @dataclass(frozen=True)
@@ -105,7 +103,7 @@ class PackState(ModulePass):
         if groups:
             flattener = _pack(loop, groups)
             if self.flatten:
-                flattener.flatten(self.min_group, _last(flattener.block), trees, self.max_leaf_elements)
+                flattener.flatten(self.min_group, last_op(flattener.block), trees, self.max_leaf_elements)
             flattener.finish()
             split_wide_concatenates(flattener.block)
         _join_slices(main.body.blocks[0])
@@ -138,7 +136,7 @@ class _StepPacker(Flattener):
 
     def finish(self) -> None:
         block = self.block
-        ret = block.operations[len(block.operations) - 1].operation
+        ret = last_op(block)
         packed = {j for g in self.results for j in g}
         with ir.InsertionPoint(ret), ret.location:
             flats = [self.flat([ret.operands[j] for j in g], [_size(ret.operands[j]) for j in g], ret)
@@ -161,8 +159,8 @@ def _update_only(loop: ir.Operation, trees: list) -> dict[int, tuple]:
     to keep it."""
     body = loop.regions[1].blocks[0]
     call = _step_call(body)
-    entry = _callee(call).body.blocks[0]
-    tree_of = {op: tree for tree in feeding(trees, _last(entry)) for op in tree.nodes}
+    entry = callee(call).body.blocks[0]
+    tree_of = {op: tree for tree in feeding(trees, last_op(entry)) for op in tree.nodes}
     roles = {}
     for k, m in _operands(body, call).items():
         users = [u.owner.operation for u in entry.arguments[m].uses]
@@ -186,13 +184,9 @@ def _state_arg(main: func.FuncOp, value: ir.Value) -> int | None:
     return ir.BlockArgument(value).arg_number if isinstance(value, ir.BlockArgument) and value.owner == entry else None
 
 
-def _last(block: ir.Block) -> ir.Operation:
-    return block.operations[len(block.operations) - 1].operation
-
-
 def _step_entry(loop: ir.Operation) -> ir.Block:
     """The entry block of the step function the loop calls."""
-    return _callee(_step_call(loop.regions[1].blocks[0])).body.blocks[0]
+    return callee(_step_call(loop.regions[1].blocks[0])).body.blocks[0]
 
 
 def _step_call(body: ir.Block) -> func.CallOp:
@@ -230,7 +224,7 @@ def _pack(loop: ir.Operation, groups: list[list[int]]) -> _StepPacker:
 def _pack_step(body: ir.Block, groups: list[list[int]], n_carry: int) -> _StepPacker:
     """Make the body's call of the step take and return the flat buffers (the body's last arguments)."""
     call = _step_call(body)
-    ret = body.operations[len(body.operations) - 1]
+    ret = last_op(body)
     flat_args = list(body.arguments)[n_carry:]
     operand_of = _operands(body, call)
     for g in groups:
@@ -239,7 +233,7 @@ def _pack_step(body: ir.Block, groups: list[list[int]], n_carry: int) -> _StepPa
             assert ret.operands[k].owner == call.operation, "the body returns the step's new value of k"
     arg_groups = [[operand_of[k] for k in g] for g in groups]
     res_groups = [[ir.OpResult(ret.operands[k]).result_number for k in g] for g in groups]
-    step = _callee(call)
+    step = callee(call)
     packer = _StepPacker(step, res_groups)
     entry = step.body.blocks[0]
     step_flats = [entry.add_argument(v.type, step.location) for v in flat_args]
@@ -266,16 +260,6 @@ def _pack_step(body: ir.Block, groups: list[list[int]], n_carry: int) -> _StepPa
         _unpack(new_flats, res_groups, list(call.results))  # a packed result read elsewhere in the body
     call.erase()
     return packer
-
-
-def _callee(call: func.CallOp) -> func.FuncOp:
-    module = call.operation
-    while module.name != "builtin.module":
-        module = module.parent
-    for op in module.regions[0].blocks[0].operations:
-        if isinstance(op, func.FuncOp) and op.sym_name.value == call.callee.value:
-            return op
-    raise AssertionError(f"no function @{call.callee.value}")
 
 
 def _size(v: ir.Value) -> int:
@@ -317,9 +301,9 @@ def _split(main: func.FuncOp, loop: ir.Operation) -> ir.Operation:
     it the buffer is their concatenation (`_join_slices` then merges consecutive slices)."""
     cond, body = (loop.regions[r].blocks[0] for r in range(2))
     call = _step_call(body)
-    step = _callee(call)
+    step = callee(call)
     entry = step.body.blocks[0]
-    step_ret, body_ret = _last(entry), _last(body)
+    step_ret, body_ret = last_op(entry), last_op(body)
     splits = {}      # carry position -> (call operand index, call result index, [(piece type, slices, new value)])
     for k, m in _operands(body, call).items():
         pieces = _pieces(main, loop, cond, body, call, entry, step_ret, body_ret, k, m)

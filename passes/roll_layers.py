@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from ._func import arg_attrs, main_func, pure_callees, result_attrs, string_attr
+from .dead_code import pure_callees
+from .functions import arg_attrs, last_op, main_func, result_attrs, string_attr
 from .dataflow import ARG, Dataflow, common_subexpressions, tensor_bytes
 from .layer_roles import Carry, Internal, Invariant, Roles, Seed, analyze
 from .layer_runs import runs

@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
-from jaxlib.mlir._mlir_libs._mlir import rewrite
 from jaxlib.mlir.dialects import stablehlo
 
+from ._mlir_compat import rewrite
 from .matchers import producer, splat
 from .module_pass import ModulePass
 
@@ -168,7 +168,8 @@ class Simplify(ModulePass):
     summary = "Exact algebraic simplification (x*1, x+(-0.0), reshape/transpose/broadcast chains)"
 
     def apply(self, module_op: ir.Operation) -> None:
-        patterns = rewrite.RewritePatternSet()
+        api = rewrite()
+        patterns = api.RewritePatternSet()
         for root, fn in PATTERNS:
             patterns.add(root, fn)
-        rewrite.apply_patterns_and_fold_greedily(module_op, patterns.freeze())
+        api.apply_patterns_and_fold_greedily(module_op, patterns.freeze())

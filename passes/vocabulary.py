@@ -17,6 +17,14 @@ STOPPED = "loopfuse.stopped"        # result, unit (wrap-loop puts it after STEP
                                     # arg, unit: tensor<i1>, the loop starts with it as that flag (true: no step runs)
 ALIAS = "tf.aliasing_output"        # arg, i32 (read by XLA): result index this argument's buffer is reused for
 DONOR = "jax.buffer_donor"          # arg, bool (read by XLA): the buffer may be reused by any output
+SDY_SHARDING = "sdy.sharding"       # arg/result (written by jax, read by XLA): a leaf's Shardy sharding
+SHARDINGS = (SDY_SHARDING, "mhlo.sharding")  # arg/result: a leaf's sharding, Shardy's or GSPMD's
+
+# ---- values of attributes -------------------------------------------------------------------------
+TOKEN_PATH = "<effect token {}>"    # the STATE of the N-th ordered-effect token argument and result
+
+# ---- functions ----------------------------------------------------------------------------------
+BODY = "loopfuse_step"              # the private function wrap-loop moves the step into; its loop calls it
 
 # ---- attributes on the module -------------------------------------------------------------------
 REPORT_PREFIX = "loopfuse.report."  # + pass name, string: what the pass did (written to the dump as <pass>.txt)

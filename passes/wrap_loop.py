@@ -31,12 +31,9 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
-from ._func import arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
+from .functions import arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
 from .module_pass import ModulePass, PassError, option
-from .vocabulary import RESULT, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
-
-BODY = "loopfuse_step"
-SDY_SHARDING = "sdy.sharding"
+from .vocabulary import BODY, RESULT, SDY_SHARDING, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "compile_step": "step", "Step": "step", "StepOptions": "step",
+    "compile_step": "step", "Step": "step", "StepOptions": "options",
     "fit": "fitting", "FitResult": "fitting",
     "Dataset": "data", "pack": "packed", "PackedState": "packed",
     "MemoryStats": "runtime",
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from .pipeline import PipelineError
     from .runtime import MemoryStats
     from .solve import Solution, minimize
-    from .step import Step, StepOptions, compile_step
+    from .options import StepOptions
+    from .step import Step, compile_step
 
 
 def __getattr__(name: str):

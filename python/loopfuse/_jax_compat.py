@@ -11,6 +11,7 @@ its self-test, loopfuse warns once and takes the public route instead:
   jax's jaxpr dead-code elimination (`lower_pruned`)   the step lowered as traced (XLA may compile
                                                        a loop of it to other last bits than jax.jit)
 
+The pass library, which imports MLIR bindings only, keeps its own in ``passes/_mlir_compat.py``.
 ``LOOPFUSE_JAX_COMPAT=fallback`` forces the public routes (the tests run both). Public APIs are
 used directly where they exist: jax.extend.backend.get_compile_options (runtime) and
 jaxlib.mlir.dialects.stablehlo.eval_module (the tests' reference interpreter).

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from .errors import StateMismatchError
+from .leaves import dtype, key_impls, raw, wrap_keys
 from .packed import PackedState
 
 
@@ -33,7 +34,7 @@ def _leaf_specs(tree) -> list:
     """[path, shape, dtype] of each leaf (dtypes canonical, as a step traces them)."""
     specs = []
     for path, x in jax.tree_util.tree_leaves_with_path(tree):
-        specs.append([jax.tree_util.keystr(path), list(np.shape(x)), str(x.dtype if _is_key(x) else _dtype(x))])
+        specs.append([jax.tree_util.keystr(path), list(np.shape(x)), str(dtype(x))])
     return specs
 
 
@@ -47,15 +48,6 @@ def _state_specs(state) -> list:
     return [[f"{path} (.buffers[{b}] at {at})", list(shape), str(state.layout.buffer_dtypes[b])] if b is not None
             else [f"{path} (.kept[{at}])", *_leaf_specs(state.kept[at])[0][1:]]
             for path, shape, (b, at) in zip(paths, state.layout.shapes, state.layout.places)]
-
-
-def _dtype(x):
-    """The dtype a step traces `x` as (float64 host arrays are float32 without jax_enable_x64)."""
-    return jax.dtypes.canonicalize_dtype(x.dtype if hasattr(x, "dtype") else np.result_type(x))
-
-
-def _is_key(x) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 class Checkpoints:
@@ -99,8 +91,7 @@ class Checkpoints:
         if saved_paths:
             items["history"] = ocp.args.StandardRestore()
         restored = self._manager.restore(self._saved, args=ocp.args.Composite(**items))
-        state = [jax.random.wrap_key_data(r, impl=jax.random.key_impl(x)) if _is_key(x) else r
-                 for x, r in zip(leaves, restored["state"])]
+        state = wrap_keys(restored["state"], key_impls(leaves))
         history = [np.asarray(h) for h in restored["history"]] if saved_paths else []
         return meta["steps"], jax.tree_util.tree_unflatten(treedef, state), history, meta["stopped"]
 
@@ -132,10 +123,9 @@ class Checkpoints:
     @staticmethod
     def _abstract(x):
         """Where and how to restore a leaf like `x`: its shape, dtype and sharding (typed keys as key data)."""
-        if _is_key(x):
-            x = jax.random.key_data(x)
+        x = raw(x)
         sharding = x.sharding if isinstance(x, jax.Array) else jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        return jax.ShapeDtypeStruct(np.shape(x), _dtype(x), sharding=sharding)
+        return jax.ShapeDtypeStruct(np.shape(x), dtype(x), sharding=sharding)
 
     def save(self, steps: int, state, history: Any, stopped: str | None = None, wait: bool = False) -> None:
         """Save the checkpoint of step `steps`; `history` is the aux history of steps ``0..steps``;
@@ -147,7 +137,7 @@ class Checkpoints:
         if steps == self._saved:
             return
         ocp = self._ocp
-        leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree_util.tree_leaves(state)]
+        leaves = [raw(x) for x in jax.tree_util.tree_leaves(state)]
         history_leaves = jax.tree_util.tree_leaves(history)
         meta = {"steps": steps, "stopped": stopped, "state": _state_specs(state),
                 "history": [[p, s[1:], d] for p, s, d in _leaf_specs(history)]}

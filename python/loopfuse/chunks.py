@@ -24,7 +24,7 @@ from . import validate
 from .checkpoint import Checkpoints
 from .errors import FitError
 from .step import Step
-from .trace import dotted
+from .leaves import dotted
 
 CHAIN_SECONDS = 0.05    # the device time of the chunks a chained run keeps queued, at most (past two)
 _STEP_SECONDS: "weakref.WeakKeyDictionary[Step, float]" = weakref.WeakKeyDictionary()  # of a step's last chained run

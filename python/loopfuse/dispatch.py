@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from . import _jax_compat
+from .leaves import dtype, is_deleted
 
 
 def dispatcher(name: str, python, cache_miss, static_argnames=()):
@@ -49,15 +50,15 @@ def refused(tree) -> bool:
     a leaf whose buffer an earlier call donated, or one array passed as two leaves (it cannot be
     donated twice)."""
     leaves = jax.tree_util.tree_leaves(tree)
-    return len(set(map(id, leaves))) < len(leaves) or any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves)
+    return len(set(map(id, leaves))) < len(leaves) or any(map(is_deleted, leaves))
 
 
 def _bool_scalar(x) -> bool:
-    return np.shape(x) == () and jax.numpy.result_type(x) == np.bool_
+    return np.shape(x) == () and dtype(x) == np.bool_
 
 
 def _int32_scalar(x) -> bool:
     try:
-        return np.shape(x) == () and jax.dtypes.canonicalize_dtype(jax.numpy.result_type(x)) == np.int32
+        return np.shape(x) == () and dtype(x) == np.int32
     except TypeError:
         return False

@@ -8,10 +8,11 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from . import runtime
-from .passes._func import main_func, result_attrs
+from .leaves import is_key, raw, wrap_keys
+from .passes.functions import main_func, result_attrs
 from .passes.module_pass import reports
 from .passes.vocabulary import RESULT, STEPS_RUN, STOPPED
-from .trace import Traced, is_key, wrap_keys
+from .trace import Traced
 
 
 @dataclass
@@ -20,6 +21,7 @@ class Executable:
     (placed, keys as raw data, no buffer donated twice), pytrees out."""
 
     traced: Traced
+    module: ir.Module              # the final module (after the passes): what XLA compiled
     executable: Any
     results: list                  # flat output index of each executable result
     handlers: list                 # result handler of each executable result (makes the jax Array)
@@ -30,12 +32,12 @@ class Executable:
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
 
     @classmethod
-    def build(cls, traced: Traced, executable, leaves, placement, device, donate: bool,
+    def build(cls, traced: Traced, module: ir.Module, executable, leaves, placement, device, donate: bool,
               program: runtime.ProgramOptions, seconds) -> "Executable":
-        """The calling convention of `executable` compiled from `traced` for the flat input `leaves`:
-        which flat output each result is, where results land, where arguments must be."""
-        with traced.module.context:
-            main = main_func(traced.module.operation)
+        """The calling convention of `executable`, compiled from `traced` (its final `module`), for the
+        flat input `leaves`: which flat output each result is, where results land, where arguments must be."""
+        with module.context:
+            main = main_func(module.operation)
             tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
             results = [ir.IntegerAttr(a[RESULT]).value for a, _ in tagged]  # effect tokens have no RESULT
             specs = [jax.ShapeDtypeStruct((), np.int32) if STEPS_RUN in a else
@@ -53,7 +55,7 @@ class Executable:
         handlers = runtime.result_handlers(
             [(s, spec.dtype, spec.weak_type, sh) for spec, s, sh in zip(specs, shapes, out_shardings)])
         key_args = [i for i, x in enumerate(leaves) if is_key(x)]
-        return cls(traced, executable, results, handlers, arg_targets, key_args, donate, program, seconds)
+        return cls(traced, module, executable, results, handlers, arg_targets, key_args, donate, program, seconds)
 
     @property
     def xla_options(self) -> dict:
@@ -64,7 +66,7 @@ class Executable:
     def reports(self) -> dict[str, str]:
         """What the passes that report did (pass name -> text), e.g. ``reports["roll-layers"]``: which
         layers rolled, what is saved and recomputed, why a run did not roll."""
-        return reports(self.traced.module.operation)
+        return reports(self.module.operation)
 
     @property
     def memory(self) -> runtime.MemoryStats:
@@ -82,7 +84,7 @@ class Executable:
         args = leaves + [np.int32(start)] * t.has_step_index + [stopped if isinstance(stopped, jax.Array)
                                                                 else np.bool_(stopped)] * t.stopped_arg
         for i in self.key_args:
-            args[i] = jax.random.key_data(args[i])
+            args[i] = raw(args[i])
         args = [x if getattr(x, "sharding", None) is t else _place(x, t) for x, t in zip(args, self.arg_targets)]
         if self.donate and len(set(map(id, leaves))) < len(leaves):
             _unshare(args, leaves)

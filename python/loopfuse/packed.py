@@ -39,7 +39,7 @@ from jax import lax
 
 from .passes.layer_runs import runs
 from .passes.pack_state import PackState
-from .trace import check_same_state, is_key, is_weak
+from .leaves import check_same_state, is_key, is_weak
 
 MAX_LEAF_ELEMENTS = PackState.max_leaf_elements
 

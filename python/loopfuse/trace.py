@@ -20,76 +20,15 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxlib.mlir import ir
 
 from . import _jax_compat
 from .data import Dataset
-from .errors import AuxPathError, StateMismatchError
-from .passes._func import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
-from .passes.vocabulary import PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, UNUSED
-
-TOKEN_PATH = "<effect token {}>"   # loopfuse.state of the N-th ordered-effect token
-
-
-def is_weak(x) -> bool:
-    """Whether jax.jit traces `x` as a weakly typed value (Python scalars, `jnp.asarray(0.1)`)."""
-    aval = getattr(x, "aval", None)
-    return aval.weak_type if aval is not None else type(x) in (int, float, complex)
-
-
-def leaf_spec(x) -> jax.ShapeDtypeStruct:
-    """The abstract value of one leaf, weak type included (typed PRNG keys travel as their raw uint32 data)."""
-    if isinstance(x, jax.ShapeDtypeStruct):
-        return x
-    weak = is_weak(x)
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-        x = np.asarray(x)
-    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return jax.ShapeDtypeStruct(jax.random.key_data(x).shape, jnp.uint32)
-    return jax.ShapeDtypeStruct(np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype), weak_type=weak)
-
-
-def _input_spec(what: str, path, x) -> jax.ShapeDtypeStruct:
-    """leaf_spec of an input leaf, or a StateMismatchError naming the leaf that is no array."""
-    try:
-        spec = leaf_spec(x)
-        ok = jnp.issubdtype(spec.dtype, jnp.number) or jnp.issubdtype(spec.dtype, jnp.bool_)
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise StateMismatchError(f"{what} leaf {jax.tree_util.keystr(path)} is {type(x).__name__} "
-                                 f"{x!r:.60}, not a numeric array or scalar")
-    return spec
-
-
-def _under(path: str, k: str) -> bool:
-    return path == k or path.startswith(k + ".") or path.startswith(k + "[")
-
-
-def aux_kept(aux_paths: list, keep_aux) -> list:
-    """Per aux leaf: whether `keep_aux` asks for it; an entry naming no aux leaf is an AuxPathError."""
-    if keep_aux is None:
-        return [True] * len(aux_paths)
-    unknown = [k for k in keep_aux if not any(_under(p, k) for p in aux_paths)]
-    if unknown:
-        raise AuxPathError(f"keep_aux names {', '.join(map(repr, unknown))}, which is no aux leaf or subtree; "
-                           f"the step's aux leaves are {aux_paths}")
-    return [any(_under(p, k) for k in keep_aux) for p in aux_paths]
-
-
-def dotted(path) -> str:
-    """A key path as `a.b[0]` (the form `keep_aux` entries use)."""
-    out = ""
-    for k in path:
-        if isinstance(k, jax.tree_util.DictKey):
-            out += ("." if out else "") + str(k.key)
-        elif isinstance(k, jax.tree_util.GetAttrKey):
-            out += ("." if out else "") + k.name
-        else:
-            out += f"[{getattr(k, 'idx', k)}]"
-    return out
-
+from .errors import StateMismatchError
+from .leaves import aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, raw, wrap_keys
+from .mlir_context import copy_module
+from .passes.functions import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
+from .passes.vocabulary import PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
 
 @dataclass
 class Effects:
@@ -123,7 +62,7 @@ def _effects(lowered, module: ir.Module) -> Effects:
                    list(args["unordered_effects"]))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Traced:
     """A traced step: its tagged module and what is needed to map flat values back to pytrees."""
 
@@ -176,7 +115,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         aux_leaves, aux_def = jax.tree_util.tree_flatten_with_path(aux)
         out_info["aux_def"], out_info["aux_paths"] = aux_def, [dotted(p) for p, _ in aux_leaves]
         out_info["aux_keys"] = key_impls(x for _, x in aux_leaves)
-        outs = _raw(jax.tree_util.tree_leaves(new_state)), _raw(x for _, x in aux_leaves)
+        outs = [raw(x) for x in jax.tree_util.tree_leaves(new_state)], [raw(x) for _, x in aux_leaves]
         out_info["weak"] = [is_weak(x) for x in jax.tree_util.tree_leaves(outs)]  # lowered.out_info drops it
         if stop is None:
             return outs
@@ -185,8 +124,8 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         out_info["weak"].append(False)
         return *outs, stop(new_state, aux, returned)
 
-    state_specs = [_input_spec("state", p, x) for p, x in state_leaves]
-    specs = state_specs + [_input_spec("batch", p, x) for p, x in batch_leaves]
+    state_specs = [input_spec("state", p, x) for p, x in state_leaves]
+    specs = state_specs + [input_spec("batch", p, x) for p, x in batch_leaves]
     if has_step:
         specs.append(jax.ShapeDtypeStruct((), jnp.int32))
     stopped_arg = stopped_arg and stop is not None
@@ -234,26 +173,6 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
                   stop is not None, promoted, stopped_arg)
 
 
-def _raw(leaves) -> list:
-    return [jax.random.key_data(x) if is_key(x) else x for x in leaves]
-
-
-def is_key(x) -> bool:
-    """Whether `x` is a typed PRNG key array (it crosses the executable boundary as raw data)."""
-    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def key_impls(leaves) -> list:
-    """Per leaf: its PRNG key implementation if it is a typed key, else None."""
-    return [jax.random.key_impl(x) if is_key(x) else None for x in leaves]
-
-
-def wrap_keys(raw, impls) -> list:
-    """Raw uint32 key data back to typed keys where `impls` (see `key_impls`) names an implementation
-    (None, an aux leaf the caller did not keep, stays None)."""
-    return [a if impl is None or a is None else jax.random.wrap_key_data(a, impl=impl) for a, impl in zip(raw, impls)]
-
-
 def _split_output(out):
     if not (isinstance(out, tuple) and len(out) == 2):
         raise StateMismatchError(
@@ -262,31 +181,11 @@ def _split_output(out):
     return out
 
 
-def check_same_state(state, new_state) -> None:
-    """new_state must have state's tree structure, shapes and dtypes; name the first leaf that differs."""
-    old, old_def = jax.tree_util.tree_flatten_with_path(state)
-    new, new_def = jax.tree_util.tree_flatten_with_path(new_state)
-    if old_def != new_def:  # type: ignore[operator]  # jax's PyTreeDef names an unstubbed jaxlib class
-        old_paths = {jax.tree_util.keystr(p) for p, _ in old}
-        new_paths = {jax.tree_util.keystr(p) for p, _ in new}
-        missing, extra = sorted(old_paths - new_paths), sorted(new_paths - old_paths)
-        raise StateMismatchError(
-            "the new state's pytree structure differs from the input state's: "
-            + (f"missing leaves {missing} " if missing else "") + (f"extra leaves {extra} " if extra else "")
-            + f"(input {old_def}, output {new_def})")
-    for (path, a), (_, b) in zip(old, new):
-        sa, sb = leaf_spec(a), leaf_spec(b)
-        if sa.shape != sb.shape or sa.dtype != sb.dtype:
-            raise StateMismatchError(
-                f"state leaf {jax.tree_util.keystr(path) or '(the whole state)'} enters the step as {sa.dtype}{list(sa.shape)} "
-                f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
-
-
-def _tag(lowered: ir.Module, state_paths, aux_kept, has_step: bool, n_tokens: int, stops: bool,
+def _tag(lowered: ir.Module, state_paths, kept, has_step: bool, n_tokens: int, stops: bool,
          stopped_arg: bool, packed_paths: list | None = None) -> ir.Module:
     """A tagged copy of jax's lowered module, in jax's context (jax's own module is left untouched)."""
     with lowered.context:
-        module = _copy(lowered)
+        module = copy_module(lowered)
         f = main_func(module.operation)
         args = arg_attrs(f)
         tokens = [TOKEN_PATH.format(t) for t in range(n_tokens)]
@@ -310,18 +209,8 @@ def _tag(lowered: ir.Module, state_paths, aux_kept, has_step: bool, n_tokens: in
                 attrs[STATE] = ir.StringAttr.get(state_paths[j])
             elif stops and j == len(results) - n_tokens - 1:
                 attrs[STOP] = ir.UnitAttr.get()
-            elif not aux_kept[j - len(state_paths)]:
+            elif not kept[j - len(state_paths)]:
                 attrs[UNUSED] = ir.UnitAttr.get()
         set_result_attrs(f, results)
     return module
 
-
-def _copy(module: ir.Module) -> ir.Module:
-    """A deep copy of `module` in its own context (cloning in memory: no print and re-parse)."""
-    copy = ir.Module.create(module.operation.location)
-    attrs = module.operation.attributes
-    for name in attrs:
-        copy.operation.attributes[name] = attrs[name]
-    for op in module.body.operations:
-        copy.body.append(op.clone(ip=False))
-    return copy

@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import pipeline, settings, stopping
+from . import compiler, pipeline, settings, stopping
 from .data import Dataset
 from .errors import MiscompileError
-from .trace import aux_kept, dotted, is_key
+from .leaves import aux_kept, dotted_paths, raw
 
 VERIFY_ENV = "LOOPFUSE_VERIFY"
 
@@ -36,23 +36,21 @@ def enabled(explicit: bool | None) -> bool:
     return settings.flag(explicit, VERIFY_ENV)
 
 
-def check(step, executable, state, batch, start: int, static: dict) -> None:
-    """Raise `MiscompileError` unless `executable` (of `step`) computes what the reference does on
-    copies of ``(state, batch)``."""
+def check(fn, options, executable, state, batch, start: int, static: dict) -> None:
+    """Raise `MiscompileError` unless `executable` (of `fn` under `options`) computes what the reference
+    does on copies of ``(state, batch)``."""
     got = _run(executable, state, batch, start)
-    references = _references(step, state, batch, start, static)
+    references = _references(fn, options, state, batch, start, static)
     if _matches(got, references):
         return
-    options = step.options
     culprits = [what for what, variant in _variants(options, executable)
-                if _matches(_run(type(step)(step.fn, variant).served_executable(state, batch, static), state, batch,
-                                 start), references)]
+                if _matches(_run(compiler.build(fn, variant, state, batch, static), state, batch, start), references)]
     difference = _difference(got, references[0])
     assert difference is not None   # no reference matched
     path, max_abs, max_rel = difference
-    passes = pipeline.pipeline_string(pipeline.build(options.passes, steps=options.steps, donate=options.donate))
+    passes = pipeline.pipeline_string(options.pipeline())
     raise MiscompileError(
-        f"loopfuse's executable for {getattr(step.fn, '__name__', 'the step')} computes other values than jax.jit "
+        f"loopfuse's executable for {compiler.fn_name(fn)} computes other values than jax.jit "
         f"of the same function: {path} differs by up to {max_abs:.3g} (relative {max_rel:.3g}). "
         f"Passes: {passes}; XLA options: {executable.xla_options or 'none'}. "
         + (f"Removing {' or '.join(culprits)} makes it equal to jax.jit." if culprits else
@@ -80,34 +78,33 @@ def _select(batch, i):
     return batch.batch(i) if isinstance(batch, Dataset) else batch
 
 
-def _references(step, state, batch, start: int, static: dict) -> list:
-    """The outputs `step` must equal, as its executable returns them: one step of ``jax.jit(fn)``
-    returning the aux leaves the call keeps (XLA may fuse a program that returns more, gradients
+def _references(fn, o, state, batch, start: int, static: dict) -> list:
+    """The outputs the executable of `fn` under options `o` must equal, as it returns them: one step
+    of ``jax.jit(fn)`` returning the aux leaves the call keeps (XLA may fuse a program that returns more, gradients
     say, to other last bits); for a loop, K such steps (and, without a stop, their jitted scan).
     With a stop, the K steps are taken twice: the stop computed inside the jitted step, and K calls
     of ``jax.jit(fn)`` itself with the stop evaluated on their outputs (with jaxlib 0.12 the extra
     output can change the step's last bits, and with them where an `until` stops); and jax.jit of
     the same steps as one ``lax.while_loop`` (which XLA, like the scan, may compile to other last
     bits than a lone step: an Adam MLP stopping on a params leaf, 1 ulp)."""
-    o = step.options
     stop = stopping.flag(o.until, o.stop_on_nonfinite)
 
     def outputs(new, aux):
         returned = _returned(aux, o.keep_aux)
         if stop is None:
             return new, returned
-        kept = {p: x for p, x in zip(_dotted_paths(returned), jax.tree_util.tree_leaves(returned))}
+        kept = {p: x for p, x in zip(dotted_paths(returned), jax.tree_util.tree_leaves(returned))}
         return new, returned, stop(new, aux, kept)
 
     def one(s, b, i):
-        return outputs(*step.fn(s, _select(b, i), **static))
+        return outputs(*fn(s, _select(b, i), **static))
 
     jitted = jax.jit(one)
     if o.steps is None:
         return [jitted(_copy(state), batch, np.int32(start))]
     if stop is not None:
-        fn = jax.jit(lambda s, b, i: step.fn(s, _select(b, i), **static))
-        return [_steps(run, state, batch, start, o.steps) for run in (jitted, lambda s, b, i: outputs(*fn(s, b, i)))] + [
+        plain = jax.jit(lambda s, b, i: fn(s, _select(b, i), **static))
+        return [_steps(run, state, batch, start, o.steps) for run in (jitted, lambda s, b, i: outputs(*plain(s, b, i)))] + [
             _while_loop(one, state, batch, start, o.steps)]
     s, history, _, _ = _steps(jitted, state, batch, start, o.steps)
     scan = jax.jit(lambda s, b: jax.lax.scan(lambda s, i: one(s, b, i), s,
@@ -147,11 +144,7 @@ def _returned(aux, keep_aux):
     """`aux` with the leaves a call does not keep (`keep_aux`) replaced by None."""
     flat, tree = jax.tree_util.tree_flatten(aux)
     return jax.tree_util.tree_unflatten(tree, [x if k else None for x, k in
-                                               zip(flat, aux_kept(_dotted_paths(aux), keep_aux))])
-
-
-def _dotted_paths(tree) -> list:
-    return [dotted(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+                                               zip(flat, aux_kept(dotted_paths(aux), keep_aux))])
 
 
 def _padded(rows: jax.Array, k: int) -> jax.Array:
@@ -179,7 +172,7 @@ def _difference(got, ref) -> tuple[str, float, float] | None:
 
 
 def _host(x) -> np.ndarray:
-    return np.asarray(jax.random.key_data(x) if is_key(x) else x)
+    return np.asarray(raw(x))
 
 
 def _describe(path: str, a: np.ndarray, b: np.ndarray) -> tuple[str, float, float]:
@@ -204,4 +197,4 @@ def _variants(options, executable) -> list[tuple[str, Any]]:
     user = dict(options.xla_options or {})
     out += [(f"the XLA option {name}", replace(options, xla_options={**user, name: None}))
             for name in executable.xla_options]
-    return [(what, replace(v, verify=False, dump_ir=None, cache_dir=None)) for what, v in out]
+    return [(what, replace(v, dump_ir=None, cache_dir=None)) for what, v in out]

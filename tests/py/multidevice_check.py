@@ -24,7 +24,8 @@ from jaxlib.mlir import ir  # noqa: E402
 import loopfuse  # noqa: E402
 from loopfuse import Dataset, compile_step  # noqa: E402
 from loopfuse.mlir_context import parse_module  # noqa: E402
-from loopfuse.passes._func import arg_attrs, main_func, result_attrs  # noqa: E402
+from loopfuse.passes.functions import arg_attrs, main_func, result_attrs  # noqa: E402
+from loopfuse.passes.vocabulary import SDY_SHARDING  # noqa: E402
 
 K = 4
 OPT = optax.adam(1e-2)
@@ -135,7 +136,7 @@ def signature(text: str) -> dict:
         def describe(attrs, types):
             return [{"state": ir.StringAttr(a["loopfuse.state"]).value if "loopfuse.state" in a else None,
                      "step_index": "loopfuse.step_index" in a,
-                     "sharding": str(a["sdy.sharding"]) if "sdy.sharding" in a else None,
+                     "sharding": str(a[SDY_SHARDING]) if SDY_SHARDING in a else None,
                      "type": str(t)} for a, t in zip(attrs, types)]
 
         return {"args": describe(arg_attrs(f), f.type.inputs),

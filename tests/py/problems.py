@@ -1,7 +1,12 @@
-"""Small training problems shared by the tests (an MLP regression with any optax optimizer) and the
-tree comparisons they assert with: `assert_trees_equal` (bitwise) and `assert_trees_close`; and
-`progress_bar_updates`, what a tqdm bar showed."""
+"""Small training problems shared by the tests (an MLP regression with any optax optimizer, a
+least-squares fit for `minimize`, a slow step to interrupt) and the tree comparisons they assert with:
+`assert_trees_equal` (bitwise) and `assert_trees_close`; `interrupted_runs`, runs a real SIGINT ends;
+and `progress_bar_updates`, what a tqdm bar showed."""
+import os
 import re
+import signal
+import threading
+import time
 from typing import NamedTuple
 
 import jax
@@ -9,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import loopfuse
 from loopfuse import MemoryStats
 
 
@@ -57,6 +63,61 @@ def init_state(opt, params=None):
     return params, opt.init(params)
 
 
+def lsq_data(n=64, d=3, seed=0):
+    """(x, y) of a linear regression with 3 features and an offset of 0.5."""
+    kx, kw = jax.random.split(jax.random.key(seed))
+    x = jax.random.normal(kx, (n, d))
+    return x, x @ jax.random.normal(kw, (d,)) + 0.5
+
+
+def lsq_loss(p, batch):
+    x, y = batch
+    return jnp.mean((x @ p["w"] + p["b"] - y) ** 2)
+
+
+LSQ_PARAMS = {"w": jnp.zeros(3), "b": jnp.zeros(())}
+
+
+def between(losses, n):
+    """A threshold that the loss of step n (1-based) is the first to go below, with a wide margin."""
+    return float(losses[n - 2] + losses[n - 1]) / 2
+
+
+def slow_step(state, batch):
+    """A few ms per step, so that a chunk is in flight most of the time."""
+    w, x = state
+    for _ in range(4):
+        x = jnp.tanh(x @ w + batch)
+    return (w, x), {"s": jnp.sum(x)}
+
+
+def slow_state():
+    rng = np.random.default_rng(0)
+    return (jnp.asarray(rng.normal(size=(128, 128)).astype(np.float32) / 12), jnp.ones((128, 128), jnp.float32))
+
+
+def interrupted_runs(run, rounds: int, seed: int):
+    """``run(10**4, state)`` from a fresh `slow_state` `rounds` times, each with a real SIGINT (os.kill
+    from a timer thread) at a random moment within the time of 60 steps: yields each FitResult (one
+    that landed before the first chunk ran is a result of 0 steps with the state passed in). Needs
+    SIGINT to raise KeyboardInterrupt (the `sigint_raises` fixture)."""
+    run(60, slow_state())              # compiles
+    t0 = time.perf_counter()
+    run(60, slow_state())
+    window = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    for _ in range(rounds):
+        state = slow_state()
+        timer = threading.Timer(rng.uniform(0, window), os.kill, (os.getpid(), signal.SIGINT))
+        try:
+            timer.start()
+            result = run(10**4, state)
+        except KeyboardInterrupt:      # landed before the first chunk ran: then nothing may be consumed
+            result = loopfuse.FitResult(state, None, 0, "interrupted")
+        timer.join()
+        yield result
+
+
 def fresh(tree):
     """A deep device copy (so a donating call cannot consume the original)."""
     return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
@@ -76,12 +137,13 @@ def assert_trees_equal(a, b):
 
 
 def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
-    """`a` and `b` have the same tree structure and leaves equal within `rtol`/`atol`."""
-    la, ta = jax.tree_util.tree_flatten(a)
+    """`a` and `b` have the same tree structure and leaves equal within `rtol`/`atol` (a failure names the leaf)."""
+    la, ta = jax.tree_util.tree_flatten_with_path(a)
     lb, tb = jax.tree_util.tree_flatten(b)
     assert ta == tb, f"tree structures differ: {ta} vs {tb}"
-    for x, y in zip(la, lb):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+    for (path, x), y in zip(la, lb):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol,
+                                   err_msg=jax.tree_util.keystr(path))
 
 
 def adam_mlp_8x1024(with_grads: bool = False):

@@ -8,24 +8,12 @@ import pytest
 from loopfuse import Dataset
 from loopfuse.backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
 from loopfuse.solve import Solution, minimize
-from problems import progress_bar_updates
+from problems import lsq_data, lsq_loss, progress_bar_updates
 
 REVERSE = [GradOnly(), CompiledStep(), CompiledLoop(steps=16)]
 BACKENDS = REVERSE + [GradOnly(Forward()), CompiledStep(Forward()), CompiledLoop(Forward(), steps=8)]
 IDS = ["grad-only", "step", "loop16", "grad-only-fwd", "step-fwd", "loop8-fwd"]
 TOL = dict(rtol=1e-4, atol=1e-5)
-
-
-def _data(n=64, d=3, seed=0):
-    kx, kw = jax.random.split(jax.random.key(seed))
-    x = jax.random.normal(kx, (n, d))
-    y = x @ jax.random.normal(kw, (d,)) + 0.5
-    return x, y
-
-
-def lsq_loss(p, batch):
-    x, y = batch
-    return jnp.mean((x @ p["w"] + p["b"] - y) ** 2)
 
 
 def mlp_loss(p, batch):
@@ -61,7 +49,7 @@ def _assert_agree(solutions):
 
 
 def test_least_squares_sgd_all_backends_agree():
-    data, params = _data(), _lsq_params()
+    data, params = lsq_data(), _lsq_params()
     solutions = _solve_all(lsq_loss, params, data, optax.sgd(0.1), 44)  # loops of 16 + 16 + 12, 8 * 5 + 4
     _assert_agree(solutions)
     history = solutions[0].loss_history
@@ -70,13 +58,13 @@ def test_least_squares_sgd_all_backends_agree():
 
 
 def test_mlp_adam_all_backends_agree():
-    solutions = _solve_all(mlp_loss, _mlp_params(), _data(), optax.adam(1e-2), 32)
+    solutions = _solve_all(mlp_loss, _mlp_params(), lsq_data(), optax.adam(1e-2), 32)
     _assert_agree(solutions)
     assert solutions[0].loss_history[-1] < 0.5 * solutions[0].loss_history[0]
 
 
 def test_mlp_adam_dataset_all_backends_agree():
-    x, y = _data(n=96)
+    x, y = lsq_data(n=96)
     data = Dataset((x, y), batch_size=32, key=jax.random.key(2))  # 3 batches per epoch, reshuffled
     solutions = _solve_all(mlp_loss, _mlp_params(), data, optax.adam(1e-2), 32, backends=REVERSE)
     _assert_agree(solutions)
@@ -95,7 +83,7 @@ def test_data_none_loss_of_params_only(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
 def test_callers_params_and_batch_stay_alive(backend):
-    params, data = _lsq_params(), _data()
+    params, data = _lsq_params(), lsq_data()
     minimize(lsq_loss, params, data, optax.sgd(0.1), steps=3, backend=backend)
     for leaf in jax.tree_util.tree_leaves((params, data)):
         assert not leaf.is_deleted()
@@ -103,7 +91,7 @@ def test_callers_params_and_batch_stay_alive(backend):
 
 
 def test_progress_bar_counts_steps_and_shows_each_chunks_last_loss(capsys):
-    s = minimize(lsq_loss, _lsq_params(), _data(), optax.sgd(0.1), steps=10, backend=CompiledLoop(steps=4),
+    s = minimize(lsq_loss, _lsq_params(), lsq_data(), optax.sgd(0.1), steps=10, backend=CompiledLoop(steps=4),
                  progress=True)
     h = s.loss_history
     assert progress_bar_updates(capsys.readouterr().err, 10) == [
@@ -143,7 +131,7 @@ def test_compile_options_only_set_keywords():
 def test_non_scalar_loss_is_a_clear_error(backend):
     per_example = lambda p, batch: (batch[0] @ p["w"] - batch[1]) ** 2
     with pytest.raises(ValueError, match="must return a real scalar.*float32\\[64\\].*jnp.mean"):
-        minimize(per_example, _lsq_params(), _data(), optax.sgd(0.1), steps=2, backend=backend)
+        minimize(per_example, _lsq_params(), lsq_data(), optax.sgd(0.1), steps=2, backend=backend)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -157,4 +145,4 @@ def test_non_scalar_loss_is_a_clear_error(backend):
 ])
 def test_minimize_validation(kwargs, error, match):
     with pytest.raises(error, match=match):
-        minimize(lsq_loss, _lsq_params(), _data(), **kwargs)
+        minimize(lsq_loss, _lsq_params(), lsq_data(), **kwargs)

@@ -55,7 +55,7 @@ elif mode == "store":      # write one entry many times, starting when the go fi
     (where / f"ready-{sys.argv[4]}").touch()
     while not (where / "go").exists():
         time.sleep(0.01)
-    print(all(entry.store(ex.executable, ex.traced.module) for _ in range(20)))
+    print(all(entry.store(ex.executable, ex.module) for _ in range(20)))
 elif mode == "mesh":       # one program on several device sets and shardings (4 CPU devices)
     import jax.numpy as jnp
     params = {"w": jnp.ones((512, 512)), "b": jnp.zeros((512,))}   # w is 1 MiB: "params" splits it
@@ -113,7 +113,7 @@ def test_hit_skips_passes_and_xla_and_keeps_the_layout(tmp_path):
     hit, out_hit = compiled(tmp_path, keep_aux=("loss",))
     assert "xla" in miss.seconds and "drop-unused-outputs" in miss.seconds
     assert set(hit.seconds) == {"trace", "cache"}
-    assert hit.results == miss.results and str(hit.traced.module) == str(miss.traced.module)
+    assert hit.results == miss.results and str(hit.module) == str(miss.module)
     assert_trees_equal(out_hit, out_miss)
     assert jax.tree_util.tree_leaves(out_hit[1]["grads"]) == []
 

@@ -17,9 +17,8 @@ import loopfuse
 from loopfuse.backends import CompiledLoop
 from loopfuse.chunks import LoopChunks, drive
 from loopfuse.solve import minimize
-from problems import assert_trees_equal, batch, fresh, init_state, train_step
-from test_fit import _slow_state, _slow_step, interrupted_runs, sigint_raises  # noqa: F401  (sigint_raises: a fixture)
-from test_until_drivers import PARAMS, _between, _data, lsq_loss
+from problems import (LSQ_PARAMS, assert_trees_equal, batch, between, fresh, init_state, interrupted_runs, lsq_data,
+                      lsq_loss, slow_state, slow_step, train_step)
 
 
 def _loop(k=4, **kwargs):
@@ -65,16 +64,16 @@ def dispatched(monkeypatch):
 
 
 def test_a_stop_in_chunk_3_of_20_equals_the_plain_run_and_the_next_chunk_runs_no_step(dispatched):
-    losses = minimize(lsq_loss, PARAMS, _data(), optax.sgd(0.1), 40, backend=CompiledLoop(steps=8),
+    losses = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), optax.sgd(0.1), 40, backend=CompiledLoop(steps=8),
                       stop_on_nonfinite=False).loss_history
-    threshold = _between(losses, 21)               # step 21: the 5th of chunk 3
+    threshold = between(losses, 21)               # step 21: the 5th of chunk 3
     backend = CompiledLoop(steps=8)
-    s = minimize(lsq_loss, PARAMS, _data(), optax.sgd(0.1), 160, backend=backend,
+    s = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), optax.sgd(0.1), 160, backend=backend,
                  until=lambda params, loss: loss < threshold)
     assert (s.steps, s.retcode, s.loss_history.shape) == (21, "converged", (21,))
     assert dispatched[:3] == [(0, 8, False, 8), (8, 8, True, 8), (16, 8, True, 5)]
     assert dispatched[3:] and all(chained and ran == 0 for _, _, chained, ran in dispatched[3:])
-    plain = minimize(lsq_loss, PARAMS, _data(), optax.sgd(0.1), 21, backend=backend, stop_on_nonfinite=False)
+    plain = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), optax.sgd(0.1), 21, backend=backend, stop_on_nonfinite=False)
     assert_trees_equal(s.params, plain.params)
     np.testing.assert_array_equal(s.loss_history, plain.loss_history)
 
@@ -83,10 +82,10 @@ def test_chunks_in_flight_are_bounded_by_chain_seconds(dispatched, monkeypatch):
     """With no time to queue, two chunks are in flight: one chunk runs (no step) after the stop."""
     import loopfuse.chunks
     monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", 0.0)
-    losses = minimize(lsq_loss, PARAMS, _data(), optax.sgd(0.1), 40, backend=CompiledLoop(steps=8),
+    losses = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), optax.sgd(0.1), 40, backend=CompiledLoop(steps=8),
                       stop_on_nonfinite=False).loss_history
-    threshold = _between(losses, 21)
-    s = minimize(lsq_loss, PARAMS, _data(), optax.sgd(0.1), 160, backend=CompiledLoop(steps=8),
+    threshold = between(losses, 21)
+    s = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), optax.sgd(0.1), 160, backend=CompiledLoop(steps=8),
                  until=lambda params, loss: loss < threshold)
     assert s.steps == 21 and dispatched == [(0, 8, False, 8), (8, 8, True, 8), (16, 8, True, 5), (24, 8, True, 0)]
 
@@ -112,7 +111,7 @@ def test_repeated_chained_solves_build_no_further_executable():
     from loopfuse.solve import _cached_program, _flag
     backend, opt, until = CompiledLoop(steps=8), optax.sgd(0.1), (lambda params, loss: loss < 0.0)
     for steps in (40, 40, 16):
-        minimize(lsq_loss, PARAMS, _data(), opt, steps, backend=backend, until=until)
+        minimize(lsq_loss, LSQ_PARAMS, lsq_data(), opt, steps, backend=backend, until=until)
     _, program = _cached_program(lsq_loss, True, opt, backend, until)
     assert program.loop(8, until=_flag, stop_on_nonfinite=True).compile_count == 1
 
@@ -120,17 +119,17 @@ def test_repeated_chained_solves_build_no_further_executable():
 def test_sigint_during_chained_chunks_returns_a_live_state_equal_to_the_plain_run(sigint_raises):
     """Two chunks are in flight: the interrupted result counts the steps of both, and its state is
     the plain run's of that many steps."""
-    step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
+    step, bias = loopfuse.compile_step(slow_step), jnp.float32(0.01)
     never = lambda state, aux: aux["s"] < -1e30
     run = lambda n, state: drive(LoopChunks(step, bias, never, True), state, n, chunk=5, pipelined=True)
-    plain = lambda n: loopfuse.fit(step, _slow_state(), bias, n, chunk=5, progress=False).state
+    plain = lambda n: loopfuse.fit(step, slow_state(), bias, n, chunk=5, progress=False).state
     refs: dict = {}
     for result in interrupted_runs(run, 12, seed=2):
         assert result.interrupted and result.steps % 5 == 0
         assert result.steps == 0 or result.history["s"].shape == (result.steps,)
         assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
         if result.steps not in refs:
-            refs[result.steps] = plain(result.steps) if result.steps else _slow_state()
+            refs[result.steps] = plain(result.steps) if result.steps else slow_state()
         assert_trees_equal(result.state, refs[result.steps])
 
 
@@ -147,7 +146,7 @@ def test_minimize_ctrl_c_raises_and_leaves_the_callers_params(sigint_raises, mon
     monkeypatch.setattr(LoopChunks, "run", sending)
     params = {"w": jnp.ones(3), "b": jnp.zeros(())}
     with pytest.raises(KeyboardInterrupt):
-        minimize(lsq_loss, params, _data(), optax.sgd(0.1), 80, backend=CompiledLoop(steps=8))
+        minimize(lsq_loss, params, lsq_data(), optax.sgd(0.1), 80, backend=CompiledLoop(steps=8))
     assert calls == [False, True]      # held while the chunk was dispatched, delivered after it
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(params))
 
@@ -155,9 +154,9 @@ def test_minimize_ctrl_c_raises_and_leaves_the_callers_params(sigint_raises, mon
 def test_a_chained_solve_over_a_dataset_stops_where_the_host_check_stops(dispatched):
     """The step index and the stopped flag are both arguments of a chained loop: each chunk sees its
     global steps' batches; GradOnly, which checks on the host after every step, is the reference."""
-    x, y = _data(n=48)
+    x, y = lsq_data(n=48)
     ds = loopfuse.Dataset((x, y), batch_size=8, key=jax.random.key(3))
-    run = lambda backend, steps: minimize(lsq_loss, PARAMS, ds, optax.sgd(0.05), steps, backend=backend,
+    run = lambda backend, steps: minimize(lsq_loss, LSQ_PARAMS, ds, optax.sgd(0.05), steps, backend=backend,
                                           until=lambda params, loss: loss < threshold)
     threshold = -1.0
     losses = run(loopfuse.GradOnly(), 40).loss_history

@@ -85,3 +85,45 @@ def test_the_installed_jax_is_inside_the_tested_bounds_of_pyproject():
     for name, version in (("jax", jax.__version__), ("jaxlib", jaxlib.__version__)):
         assert any(s.operator == "<" for s in requirements[name].specifier), f"{name} has no upper bound"
         assert requirements[name].specifier.contains(version), f"{name} {version} outside {requirements[name]}"
+
+
+# ---- passes/_mlir_compat: the MLIR Python APIs jaxlib does not publish ---------------------------
+SIMPLIFIABLE = """
+func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %one = stablehlo.constant dense<1.0> : tensor<2xf32>
+  %0 = stablehlo.multiply %x, %one : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}"""
+
+
+@pytest.fixture
+def rewrite_routes(monkeypatch):
+    """Set the routes `_mlir_compat.rewrite` tries (forgetting the one found, before and after)."""
+    from loopfuse.passes import _mlir_compat
+    _mlir_compat._rewrite.cache_clear()
+    yield lambda *routes: monkeypatch.setattr(_mlir_compat, "REWRITE_ROUTES", routes)
+    _mlir_compat._rewrite.cache_clear()
+
+
+def test_the_mlir_rewrite_api_passes_its_self_test(rewrite_routes):
+    from loopfuse.passes import _mlir_compat
+    api = _mlir_compat.rewrite()
+    assert api.__name__ in _mlir_compat.REWRITE_ROUTES and callable(api.apply_patterns_and_fold_greedily)
+
+
+def test_a_route_that_fails_its_self_test_gives_way_to_the_next(rewrite_routes):
+    from loopfuse.passes import _mlir_compat
+    rewrite_routes("json", _mlir_compat.REWRITE_ROUTES[-1])     # a module without the API, then the real one
+    api, failures = _mlir_compat._rewrite()
+    assert api.__name__ == _mlir_compat.REWRITE_ROUTES[-1]
+    assert failures == ("json: AttributeError: module 'json' has no attribute 'RewritePatternSet'",)
+
+
+def test_without_the_rewrite_api_simplify_fails_naming_it(rewrite_routes):
+    from loopfuse.mlir_context import parse_module
+    from loopfuse.pass_manager import PassFailure, run_pass
+    from loopfuse.passes import Simplify
+    rewrite_routes("jaxlib.mlir.no_such_rewrite")
+    with pytest.raises(PassFailure, match="MLIR's Python rewrite API .* is not usable in this jaxlib: "
+                                          "jaxlib.mlir.no_such_rewrite: ModuleNotFoundError"):
+        run_pass(parse_module(SIMPLIFIABLE), Simplify())

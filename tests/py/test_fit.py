@@ -1,8 +1,6 @@
 """fit: chunked device loops, callbacks, progress, interrupt and exception safety."""
 import os
 import signal
-import threading
-import time
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +9,8 @@ import optax
 import pytest
 
 import loopfuse
-from problems import assert_trees_close, assert_trees_equal, batch, fresh, init_state, progress_bar_updates, train_step
+from problems import (assert_trees_close, assert_trees_equal, batch, fresh, init_state, interrupted_runs,
+                      progress_bar_updates, slow_state, slow_step, train_step)
 
 
 def _step(opt):
@@ -123,73 +122,30 @@ def test_an_exception_before_any_chunk_completes_is_raised_as_is_and_consumes_no
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
 
 
-def _slow_step(state, batch):
-    """A few ms per step, so that a chunk is in flight most of the time."""
-    w, x = state
-    for _ in range(4):
-        x = jnp.tanh(x @ w + batch)
-    return (w, x), {"s": jnp.sum(x)}
-
-
-def _slow_state():
-    rng = np.random.default_rng(0)
-    return (jnp.asarray(rng.normal(size=(128, 128)).astype(np.float32) / 12), jnp.ones((128, 128), jnp.float32))
-
-
-@pytest.fixture
-def sigint_raises():
-    """SIGINT raising KeyboardInterrupt, whatever this process inherited (a shell starts a background
-    job with SIGINT ignored, and Python then leaves it ignored)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 @pytest.mark.parametrize("handler, retcode", [(signal.default_int_handler, "interrupted"), (signal.SIG_IGN, "max_steps")])
 def test_sigint_between_chunks_interrupts_unless_the_process_ignores_it(handler, retcode):
     """The SIGINT is sent by the callback after chunk 2, so it surely lands during the run."""
-    step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
+    step, bias = loopfuse.compile_step(slow_step), jnp.float32(0.01)
     kill = lambda done, aux: done == 10 and os.kill(os.getpid(), signal.SIGINT)
     previous = signal.signal(signal.SIGINT, handler)
     try:
-        result = loopfuse.fit(step, _slow_state(), bias, 50, chunk=5, progress=False, callback=kill)
+        result = loopfuse.fit(step, slow_state(), bias, 50, chunk=5, progress=False, callback=kill)
     finally:
         signal.signal(signal.SIGINT, previous)
     assert (result.retcode, result.steps) == (retcode, 10 if retcode == "interrupted" else 50)
     assert signal.getsignal(signal.SIGINT) is previous
 
 
-def interrupted_runs(run, rounds: int, seed: int):
-    """``run(10**4, state)`` from a fresh `_slow_state` `rounds` times, each with a real SIGINT (os.kill
-    from a timer thread) at a random moment within the time of 60 steps: yields each FitResult (one
-    that landed before the first chunk ran is a result of 0 steps with the state passed in)."""
-    run(60, _slow_state())             # compiles
-    t0 = time.perf_counter()
-    run(60, _slow_state())
-    window = time.perf_counter() - t0
-    rng = np.random.default_rng(seed)
-    for _ in range(rounds):
-        state = _slow_state()
-        timer = threading.Timer(rng.uniform(0, window), os.kill, (os.getpid(), signal.SIGINT))
-        try:
-            timer.start()
-            result = run(10**4, state)
-        except KeyboardInterrupt:      # landed before the first chunk ran: then nothing may be consumed
-            result = loopfuse.FitResult(state, None, 0, "interrupted")
-        timer.join()
-        yield result
-
-
 def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted_fit(sigint_raises):
     """A real SIGINT mostly lands while a chunk runs in XLA."""
-    step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
+    step, bias = loopfuse.compile_step(slow_step), jnp.float32(0.01)
     run = lambda n, state: loopfuse.fit(step, state, bias, n, chunk=5, progress=False)
     refs: dict = {}
     for result in interrupted_runs(run, 25, seed=1):
         assert result.interrupted and result.steps % 5 == 0
         assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
         if result.steps not in refs:
-            refs[result.steps] = run(result.steps, _slow_state()).state if result.steps else _slow_state()
+            refs[result.steps] = run(result.steps, slow_state()).state if result.steps else slow_state()
         assert_trees_equal(result.state, refs[result.steps])
 
 

@@ -9,7 +9,7 @@ from jaxlib.mlir import ir
 
 import loopfuse
 from loopfuse import runtime
-from loopfuse.passes._func import arg_attrs, main_func, result_attrs, string_attr
+from loopfuse.passes.functions import arg_attrs, main_func, result_attrs, string_attr
 from loopfuse.passes.vocabulary import ALIAS, STATE
 from loopfuse.pass_manager import run_pass
 from loopfuse.passes import AliasState, DropUnusedOutputs, WrapLoop

@@ -9,15 +9,15 @@ from jaxlib.mlir import ir
 from loopfuse.mlir_context import parse_module
 from loopfuse.pass_manager import run_pass
 from loopfuse.passes import Simplify
+from loopfuse.passes.functions import main_func
 from ir_helpers import interpret, op_counts
 from problems import assert_trees_equal
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
 
 
-
 def _random_inputs(module: ir.Module, rng: np.random.Generator) -> list[np.ndarray]:
-    main = next(op for op in module.body.operations if op.sym_name.value == "main")
+    main = main_func(module.operation)
     return [_random(t.shape, DTYPES[str(t.element_type)], rng) for t in main.type.inputs]
 
 

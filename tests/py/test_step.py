@@ -93,6 +93,37 @@ def test_lower_gives_every_stage():
     assert "tf.aliasing_output" in stages["final"] and "tf.aliasing_output" not in stages["00-traced"]
 
 
+def test_compiling_leaves_the_traced_stage_as_traced():
+    """The executable keeps its trace (what jax gave) apart from its final module (what XLA compiled)."""
+    opt = optax.sgd(0.1)
+    ex = loopfuse.compile_step(train_step(opt)).loop(3).compiled(init_state(opt), batch())
+    assert "stablehlo.while" not in str(ex.traced.module) and "tf.aliasing_output" not in str(ex.traced.module)
+    assert "func.func private @loopfuse_step" in str(ex.module) and "tf.aliasing_output" in str(ex.module)
+
+
+def test_abstract_states_of_other_shapes_are_other_signatures():
+    """jax.ShapeDtypeStruct leaves are keyed by their shape, dtype and weak type (they were all one
+    signature: the second state got the first one's program and memory)."""
+    step = loopfuse.compile_step(lambda s, b: (s * b, {}))
+    small = step.memory_stats(jax.ShapeDtypeStruct((4,), jnp.float32), jnp.float32(2))
+    large = step.memory_stats(jax.ShapeDtypeStruct((400,), jnp.float32), jnp.float32(2))
+    assert (small.output, large.output, step.compile_count) == (16, 1600, 2)
+    step.memory_stats(jax.ShapeDtypeStruct((4,), jnp.float32, weak_type=True), jnp.float32(2))
+    assert step.compile_count == 3
+
+
+def test_compile_step_takes_the_step_options_and_their_defaults():
+    """compile_step's keywords are StepOptions' fields (documented there), with the same defaults;
+    `Step.loop` sets the loop's."""
+    import dataclasses
+    import inspect
+    params = dict(list(inspect.signature(loopfuse.compile_step).parameters.items())[1:])
+    fields = {f.name: f.default for f in dataclasses.fields(loopfuse.StepOptions) if f.init}
+    assert {name: p.default for name, p in params.items()} == {
+        name: d for name, d in fields.items() if name not in ("until", "stop_on_nonfinite")}
+    assert all(f"{name}:" in loopfuse.StepOptions.__doc__ for name in fields)
+
+
 def test_alias_state_peak_memory_of_adam_8x1024_mlp_is_below_0_6x_jax_jit():
     fn, state, b = adam_mlp_8x1024()
     ours = loopfuse.compile_step(fn).memory_stats(state, b)

@@ -13,28 +13,14 @@ import loopfuse
 from loopfuse.errors import AuxPathError
 from loopfuse.backends import CompiledLoop, CompiledStep, GradOnly
 from loopfuse.solve import minimize
-from problems import assert_trees_equal, batch, fresh, init_state, train_step
+from problems import LSQ_PARAMS, assert_trees_equal, batch, between, fresh, init_state, lsq_data, lsq_loss, train_step
 
 BACKENDS = [GradOnly(), CompiledStep(), CompiledLoop(steps=8)]
 IDS = ["grad-only", "step", "loop8"]
 
 
-def _data(n=64, d=3, seed=0):
-    kx, kw = jax.random.split(jax.random.key(seed))
-    x = jax.random.normal(kx, (n, d))
-    return x, x @ jax.random.normal(kw, (d,)) + 0.5
-
-
-def lsq_loss(p, batch):
-    x, y = batch
-    return jnp.mean((x @ p["w"] + p["b"] - y) ** 2)
-
-
-PARAMS = {"w": jnp.zeros(3), "b": jnp.zeros(())}
-
-
 def _solve(steps, backend, lr=0.1, **kwargs):
-    return minimize(lsq_loss, PARAMS, _data(), optax.sgd(lr), steps, backend=backend, **kwargs)
+    return minimize(lsq_loss, LSQ_PARAMS, lsq_data(), optax.sgd(lr), steps, backend=backend, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +31,10 @@ def losses():
     return history
 
 
-def _between(losses, n):
-    """A threshold that the loss of step n (1-based) is the first to go below, with a wide margin."""
-    return float(losses[n - 2] + losses[n - 1]) / 2
-
-
 # ---- minimize --------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
 def test_minimize_converging_mid_chunk_stops_there_on_every_backend(backend, losses):
-    threshold = _between(losses, 13)                          # step 13: the 5th of CompiledLoop's 2nd chunk
+    threshold = between(losses, 13)                          # step 13: the 5th of CompiledLoop's 2nd chunk
     s = _solve(40, backend, until=lambda params, loss: loss < threshold)
     assert s.steps == 13 and s.retcode == "converged" and s.loss_history.shape == (13,)
     np.testing.assert_allclose(s.loss_history, losses[:13], rtol=1e-5)
@@ -63,14 +44,14 @@ def test_minimize_converging_mid_chunk_stops_there_on_every_backend(backend, los
 
 
 def test_minimize_converging_on_the_last_step_of_a_chunk_runs_no_further_chunk(losses):
-    threshold = _between(losses, 12)                          # the end of the 3rd loop of 4 steps
+    threshold = between(losses, 12)                          # the end of the 3rd loop of 4 steps
     s = _solve(40, CompiledLoop(steps=4), until=lambda params, loss: loss < threshold)
     assert s.steps == 12 and s.retcode == "converged" and s.loss_history.shape == (12,)
 
 
 def test_minimize_until_sees_the_params_before_the_update(losses):
-    threshold = _between(losses, 13)
-    s = _solve(40, CompiledLoop(steps=8), until=lambda params, loss: lsq_loss(params, _data()) < threshold)
+    threshold = between(losses, 13)
+    s = _solve(40, CompiledLoop(steps=8), until=lambda params, loss: lsq_loss(params, lsq_data()) < threshold)
     assert s.steps == 13 and s.retcode == "converged"
 
 
@@ -108,7 +89,7 @@ def test_minimize_a_bad_until_is_a_type_error_naming_what_it_returned(backend, u
     with pytest.raises(TypeError, match=f"until must return a scalar bool, it returned {returned}; .*"
                                         r"until=lambda params, loss: loss < 1e-6"):
         _solve(4, backend, until=until)
-    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(PARAMS))
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(LSQ_PARAMS))
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -14,7 +14,7 @@ from jaxlib.mlir.dialects import stablehlo
 import loopfuse
 from loopfuse import verify
 from loopfuse.passes import ModulePass
-from loopfuse.passes._func import main_func, return_op
+from loopfuse.passes.functions import last_op, main_func
 from problems import assert_trees_equal, batch, fresh, init_state, train_step
 
 OPTION = "xla_cpu_copy_insertion_use_region_analysis"
@@ -28,7 +28,7 @@ class NegateFirstResult(ModulePass):
     summary = "wrong on purpose (tests only)"
 
     def apply(self, module_op) -> None:
-        ret = return_op(main_func(module_op))
+        ret = last_op(main_func(module_op).body.blocks[0])
         with ir.InsertionPoint(ret), ret.location:
             ret.operands[0] = stablehlo.NegOp(ret.operands[0]).result
 

@@ -17,7 +17,7 @@ import pytest
 
 import loopfuse
 from loopfuse import Dataset, compile_step
-from problems import assert_trees_equal
+from problems import assert_trees_close, assert_trees_equal
 
 K = 5
 RTOL, ATOL = 1e-5, 1e-6
@@ -87,15 +87,6 @@ def data(n: int = 16):
     x = jax.random.normal(jax.random.key(1), (n, 4))
     y = jnp.sin(x[:, :2]) + 0.1 * jax.random.normal(jax.random.key(2), (n, 2))
     return np.asarray(x), np.asarray(y)
-
-
-def assert_trees_close(actual, expected, rtol=RTOL, atol=ATOL):
-    a_leaves, a_def = jax.tree_util.tree_flatten_with_path(actual)
-    e_leaves, e_def = jax.tree_util.tree_flatten(expected)
-    assert a_def == jax.tree_util.tree_structure(expected), (a_def, e_def)
-    for (path, a), e in zip(a_leaves, e_leaves):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=rtol, atol=atol,
-                                   err_msg=jax.tree_util.keystr(path))
 
 
 def run_jit(step, state, batches):

@@ -1,0 +1,60 @@
+"""Which ops have effects, and erasing the ops whose results nobody reads (shared by the passes)."""
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func, sdy, stablehlo
+
+from .functions import module_functions
+
+_EFFECTFUL = (
+    func.ReturnOp, stablehlo.ReturnOp, stablehlo.CustomCallOp, stablehlo.SendOp, stablehlo.RecvOp,
+    stablehlo.OutfeedOp, stablehlo.InfeedOp, stablehlo.AfterAllOp, stablehlo.AllReduceOp,
+    stablehlo.AllGatherOp, stablehlo.AllToAllOp, stablehlo.CollectivePermuteOp,
+    stablehlo.ReduceScatterOp, stablehlo.RngBitGeneratorOp, sdy.ShardingConstraintOp)
+_PURE_DIALECTS = ("stablehlo", "chlo")  # apart from _EFFECTFUL, their ops only compute their results
+
+
+def has_side_effects(op: ir.Operation, pure_callees=frozenset()) -> bool:
+    """Conservative: ops that must survive even when their results are unused."""
+    view = op.opview
+    if isinstance(view, func.CallOp):
+        return view.callee.value not in pure_callees
+    return isinstance(view, _EFFECTFUL) or op.name.split(".", 1)[0] not in _PURE_DIALECTS
+
+
+def pure_callees(module_op: ir.Operation) -> frozenset:
+    """Names of private functions whose bodies (regions included) contain no effectful op."""
+    pure = set()
+    for f in module_functions(module_op):
+        if f.sym_name.value == "main":
+            continue
+        effectful = []
+
+        def visit(op):
+            if not isinstance(op.opview, (func.FuncOp, func.ReturnOp)) and has_side_effects(op.operation):
+                effectful.append(op.name)
+                return ir.WalkResult.INTERRUPT
+            return ir.WalkResult.ADVANCE
+
+        f.operation.walk(visit)
+        if not effectful:
+            pure.add(f.sym_name.value)
+    return frozenset(pure)
+
+
+def is_dead(op: ir.Operation, pure=frozenset()) -> bool:
+    """No result of `op` is used and erasing it has no effect (see `has_side_effects`)."""
+    return not any(True for r in op.results for _ in r.uses) and not has_side_effects(op, pure)
+
+
+def erase_dead_ops(block: ir.Block, pure=frozenset()) -> int:
+    """Erase side-effect-free ops whose results are unused, back to front; returns how many.
+
+    `pure` names callees whose `func.call`s count as side-effect free (see `pure_callees`).
+    """
+    erased = 0
+    for view in reversed(list(block.operations)):
+        op = view.operation
+        if not is_dead(op, pure):
+            continue
+        op.erase()
+        erased += 1
+    return erased

@@ -1,0 +1,87 @@
+"""The functions of a module and the blocks of their bodies: finding a function (by symbol, the one
+a call calls, ``@main``), a block's last op, and a function's argument and result attributes and
+signature. Shared by the passes and by loopfuse's tracer and runtime (no rewriting logic here)."""
+from collections.abc import Iterator
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func
+
+from .module_pass import PassError
+
+
+def module_functions(module_op: ir.Operation) -> Iterator[func.FuncOp]:
+    """The `func.func`s of a module, in order."""
+    return (op for op in module_op.regions[0].blocks[0].operations if isinstance(op, func.FuncOp))
+
+
+def function(module_op: ir.Operation, name: str) -> func.FuncOp:
+    """The function `@name` of a module (a PassError when it has none)."""
+    for f in module_functions(module_op):
+        if f.sym_name.value == name:
+            return f
+    raise PassError(module_op, f"module has no func.func @{name}")
+
+
+def main_func(module_op: ir.Operation) -> func.FuncOp:
+    """The public entry function `@main` of a module."""
+    return function(module_op, "main")
+
+
+def callee(call: func.CallOp) -> func.FuncOp:
+    """The function `call` calls, in the module that holds the call."""
+    module = call.operation
+    while module.name != "builtin.module":
+        module = module.parent
+    return function(module, call.callee.value)
+
+
+def last_op(block: ir.Block) -> ir.Operation:
+    """The last op of `block` (its terminator: a function body's return)."""
+    ops = block.operations
+    return ops[len(ops) - 1].operation
+
+
+def _dicts(array_attr, n: int) -> list[dict]:
+    if array_attr is None:
+        return [{} for _ in range(n)]
+    # DictAttr iterates by __len__/__getitem__; its stub declares no __iter__
+    return [{a.name: a.attr for a in ir.DictAttr(d)} for d in array_attr]  # type: ignore[attr-defined]
+
+
+def arg_attrs(f: func.FuncOp) -> list[dict]:
+    """Per-argument attribute dicts (name -> Attribute)."""
+    return _dicts(f.arg_attrs if "arg_attrs" in f.attributes else None, len(f.type.inputs))
+
+
+def result_attrs(f: func.FuncOp) -> list[dict]:
+    """Per-result attribute dicts (name -> Attribute)."""
+    return _dicts(f.result_attrs if "res_attrs" in f.attributes else None, len(f.type.results))
+
+
+def _array(dicts: list[dict]) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
+
+
+def set_arg_attrs(f: func.FuncOp, dicts: list[dict]) -> None:
+    f.arg_attrs = _array(dicts)
+
+
+def set_result_attrs(f: func.FuncOp, dicts: list[dict]) -> None:
+    f.result_attrs = _array(dicts)
+
+
+def set_signature(f: func.FuncOp, results: list[ir.Value], attrs: list[dict]) -> None:
+    """Make `f` return `results` with result attributes `attrs`, updating the function type."""
+    ret = last_op(f.body.blocks[0])
+    with ir.InsertionPoint(ret), ret.location:
+        func.ReturnOp(results)
+    ret.erase()
+    f.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get(list(f.type.inputs), [v.type for v in results]))
+    set_result_attrs(f, attrs)
+
+
+def string_attr(d: dict, name: str) -> str | None:
+    """The value of a string attribute in an attr dict, or None."""
+    a = d.get(name)
+    return ir.StringAttr(a).value if a is not None else None

@@ -100,8 +100,8 @@ def _signature(op: ir.Operation, captured: list, outer: dict | None = None) -> t
             for a in block.arguments:
                 local[a] = len(local)
             body = []
-            for inner in block.operations:
-                inner = inner.operation
+            for view in block.operations:
+                inner = view.operation
                 refs = []
                 for v in inner.operands:
                     if v in local:

@@ -256,7 +256,7 @@ def _min_cut(capacity: dict, source: int, sink: int) -> set:
         out.setdefault(a, []).append(b)
     flow = dict.fromkeys(capacity, 0)
     while True:
-        parent = {source: None}
+        parent: dict[int, int | None] = {source: None}
         queue = deque([source])
         while queue and sink not in parent:
             a = queue.popleft()

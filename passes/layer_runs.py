@@ -81,8 +81,8 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
                    and shape(indices[stop]) == shape(indices[start])):
                 stop += 1
             if stop - start >= min_length:
-                key = (indices[start], indices[stop - 1] + 1, shape(indices[start]))
-                found.setdefault(key, {})[prefix] = [layers[i] for i in indices[start:stop]]
+                span = (indices[start], indices[stop - 1] + 1, shape(indices[start]))
+                found.setdefault(span, {})[prefix] = [layers[i] for i in indices[start:stop]]
             start = stop
     out = [Run(start, stop, families) for (start, stop, _), families in found.items()]
     return sorted(out, key=lambda r: (-r.length * len(r.families), r.start))

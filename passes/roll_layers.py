@@ -132,7 +132,7 @@ def state_leaves(g: Dataflow, main: func.FuncOp) -> list[tuple[int, str]]:
             out.append((a, path))
             continue
         held = [ir.StringAttr(p).value for p in ir.ArrayAttr(attrs[PACKED])]
-        pieces = sorted((_bounds(g.ops[op]), op) for op, _ in g.users[a] if _bounds(g.ops[op]) is not None)
+        pieces = sorted((bounds, op) for op, _ in g.users[a] if (bounds := _bounds(g.ops[op])) is not None)
         if len(pieces) != len(held) or [lo for (lo, _), _ in pieces] != [0, *[hi for (_, hi), _ in pieces[:-1]]]:
             continue         # not sliced leaf by leaf: no leaf to name
         for (_, op), path in zip(pieces, held):
@@ -173,10 +173,13 @@ def _bounds(op: ir.Operation) -> tuple[int, int] | None:
     """(start, limit) of a 1-D unit-stride ``stablehlo.slice``, else None."""
     if op.name != "stablehlo.slice" or ir.RankedTensorType(op.operands[0].type).rank != 1:
         return None
-    view = op.opview
-    if list(view.strides) != [1]:
+    if _i64s(op, "strides") != [1]:
         return None
-    return view.start_indices[0], view.limit_indices[0]
+    return _i64s(op, "start_indices")[0], _i64s(op, "limit_indices")[0]
+
+
+def _i64s(op: ir.Operation, name: str) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(op.attributes[name]))
 
 
 def join_rows(block: ir.Block) -> None:
@@ -191,12 +194,12 @@ def join_rows(block: ir.Block) -> None:
         for v in op.operands:
             while isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape":
                 v = v.owner.operands[0]
-            piece = v.owner if isinstance(v, ir.OpResult) else None
+            piece = v.owner.operation if isinstance(v, ir.OpResult) else None
             if piece is None or piece.name != "stablehlo.slice":
                 break
             t = ir.RankedTensorType(piece.operands[0].type)
-            start, limit = list(piece.opview.start_indices), list(piece.opview.limit_indices)
-            if (source is not None and piece.operands[0] != source) or list(piece.opview.strides) != [1] * t.rank \
+            start, limit = _i64s(piece, "start_indices"), _i64s(piece, "limit_indices")
+            if (source is not None and piece.operands[0] != source) or _i64s(piece, "strides") != [1] * t.rank \
                     or start[1:] != [0] * (t.rank - 1) or limit[1:] != list(t.shape[1:]) or limit[0] != start[0] + 1:
                 break
             source = piece.operands[0]
@@ -450,7 +453,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
             *[history(value_type(*key)) for key in f_hist], *[stacked[s] for s in seeds_read]]
     n_c, n_h = len(plan.carries), len(f_hist)
     forward = _while(b, init, L)
-    body, bb = forward.regions[1].blocks[0], None
+    body = forward.regions[1].blocks[0]
     bb = Builder.at_end(body, first.location)
     i = body.arguments[0]
     env: dict = {}
@@ -491,7 +494,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
         for l in layers:
             v = final_carry[key] if l == L - 1 and key in final_carry else b.static_row(saved_hist[key], l)
             # (a value read only at the last layer, where it is carried out, has no history)
-            g.values[roles.value(g, *key, l)].replace_all_uses_with(v)
+            g.values[roles.value(g, key[0], key[1], l)].replace_all_uses_with(v)
 
     for n in sorted(o for o, where in plan.outside.items() if where == MID):
         g.ops[n].move_before(ret)
@@ -561,7 +564,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
                 v = final_bcarry[key]
             else:
                 v = b.static_row(b_hist[key], l)
-            g.values[roles.value(g, *key, l)].replace_all_uses_with(v)
+            g.values[roles.value(g, key[0], key[1], l)].replace_all_uses_with(v)
 
     for n in sorted(o for o, where in plan.outside.items() if where == POST and o != len(g.ops) - 1):
         g.ops[n].move_before(ret)
@@ -584,6 +587,7 @@ def _stacked(b: Builder, g: Dataflow, values: list) -> ir.Value:
         if bounds != (l * size, (l + 1) * size) or source not in (None, g.operands[op][0]):
             return b.stack([g.values[v] for v in values])
         source = g.operands[op][0]
+    assert source is not None
     whole = g.values[source]
     if ir.RankedTensorType(whole.type).shape != [len(values) * size]:
         return b.stack([g.values[v] for v in values])

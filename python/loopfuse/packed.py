@@ -243,7 +243,7 @@ def _mirrors(treedef) -> list:
     return part
 
 
-def _packable(x, max_leaf_elements: int) -> bool:
+def _packable(x, max_leaf_elements: float) -> bool:
     if not hasattr(x, "dtype") or is_key(x) or is_weak(x) or not 0 < math.prod(np.shape(x)) <= max_leaf_elements:
         return False
     sharding = getattr(x, "sharding", None)

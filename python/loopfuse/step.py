@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from . import cache as compile_cache, dispatch, packed, pipeline, runtime, stopping, validate, verify
+from . import cache as compile_cache, dispatch, memory_report, packed, pipeline, runtime, stopping, validate, verify
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
@@ -233,6 +233,29 @@ class Step:
     def memory_stats(self, state, batch, *, start: int = 0, **static) -> runtime.MemoryStats:
         """Argument/output/alias/temp bytes of the compiled executable for this signature."""
         return self.compiled(state, batch, start=start, **static).memory
+
+    def memory_report(self, state, batch, *, start: int = 0, top: int = 10, **static) -> memory_report.MemoryReport:
+        """Where this signature's peak memory comes from: the `top` largest buffers live at the peak of
+        its compiled program, each with the line of your code that made it, and the live bytes over
+        the program's schedule (see `memory_report`). With `dump_ir`, the program's dump folder also
+        gets ``memory-report.txt`` and ``memory-timeline.svg``.
+
+        Compiles the program once more, apart from the executable calls run (neither is changed nor
+        cached, `compile_count` stays); nothing runs, so the state is never consumed.
+        """
+        top = validate.steps(top, "top")
+        step = self._for(state)
+        batch = step._serve(batch, start)
+        traced = step._trace(state, batch, static)
+        program, shardy = step._program(traced, state), runtime.uses_shardy(traced.module)
+        specs = pipeline.build(step.options.passes, steps=step.options.steps, donate=step.options.donate)
+        dump = step._dump_folder(traced, specs)
+        pipeline.lower(traced.module, specs, dump=dump)
+        report = memory_report.compile_report(traced.module, step._devices(), program, shardy=shardy,
+                                              host_callbacks=traced.effects.host_callbacks, batch=batch, top=top)
+        if dump is not None:
+            memory_report.write(report, dump)
+        return report
 
     def _serve(self, batch, start: int = 0):
         """A `Dataset` as the executable takes it (`Dataset.served`); other batches as they are."""

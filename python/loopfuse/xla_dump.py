@@ -9,8 +9,8 @@ Three files per module, named ``module_NNNN.<name>.<platform>_after_optimization
 - ``-live-range.txt``: the schedule (the while bodies flattened into it) and each buffer's first
   and last position in it.
 
-Formats as jaxlib 0.10.2 writes them (XLA's ``HloModule::ToString``, ``BufferAssignment::ToString``
-and ``HloLiveRange::ToString``); lines of another form are skipped.
+Formats as jaxlib 0.10.2 and 0.12 write them on CPU (XLA's ``HloModule::ToString``,
+``BufferAssignment::ToString`` and ``HloLiveRange::ToString``); lines of another form are skipped.
 """
 import re
 from dataclasses import dataclass

@@ -11,12 +11,13 @@ _EXPORTS = {
     "compile_step": "step", "Step": "step", "StepOptions": "options",
     "fit": "fitting", "FitResult": "fitting",
     "Dataset": "data", "pack": "packed", "PackedState": "packed",
-    "MemoryStats": "runtime",
+    "MemoryStats": "runtime", "MemoryReport": "memory_report",
     "minimize": "solve", "Solution": "solve", "gtol": "convergence", "ftol": "convergence",
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
     "Forward": "backends",
     "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
-    "MiscompileError": "errors", "AuxPathError": "errors", "PipelineError": "pipeline", "CacheWarning": "cache",
+    "MiscompileError": "errors", "AuxPathError": "errors", "MemoryReportError": "errors",
+    "PipelineError": "pipeline", "CacheWarning": "cache",
 }
 __all__ = list(_EXPORTS)
 
@@ -26,7 +27,9 @@ if TYPE_CHECKING:
     from .cache import CacheWarning
     from .data import Dataset
     from .packed import PackedState, pack
-    from .errors import AuxPathError, DonatedArrayError, FitError, LoopfuseError, MiscompileError, StateMismatchError
+    from .errors import (AuxPathError, DonatedArrayError, FitError, LoopfuseError, MemoryReportError, MiscompileError,
+                         StateMismatchError)
+    from .memory_report import MemoryReport
     from .fitting import FitResult, fit
     from .pipeline import PipelineError
     from .runtime import MemoryStats

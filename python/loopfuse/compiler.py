@@ -39,7 +39,7 @@ def compile(traced: tracing.Traced, options: StepOptions, name: str, leaves: lis
     run the passes (on a copy of ``traced.module``: `traced` stays as traced) and XLA, and store it.
     `leaves`: the flat state and batch leaves it is compiled for; `seconds`: the time so far, by stage."""
     devices = options.program_devices
-    program = _program_options(traced, options, leaves[:len(traced.state_paths)])
+    program = program_options(traced, options, leaves[:len(traced.state_paths)])
     xla = runtime.compile_options(devices, program.values, shardy=runtime.uses_shardy(traced.module))
     specs = options.pipeline()
     seconds = dict(seconds)
@@ -84,7 +84,7 @@ def dump_folder(name: str, options: StepOptions, traced: tracing.Traced, specs) 
         root, name, traced.module, specs, (options.device, options.devices, options.xla_options))
 
 
-def _program_options(traced: tracing.Traced, options: StepOptions, state_leaves: list) -> runtime.ProgramOptions:
+def program_options(traced: tracing.Traced, options: StepOptions, state_leaves: list) -> runtime.ProgramOptions:
     """The XLA options of `traced`'s program (`runtime.program_options`), given the bytes of
     floating-point state it replicates over a mesh."""
     replicated = 0

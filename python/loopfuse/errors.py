@@ -21,6 +21,10 @@ class AuxPathError(LoopfuseError, ValueError):
     """A `keep_aux` entry names no leaf or subtree of the step's aux."""
 
 
+class MemoryReportError(LoopfuseError, RuntimeError):
+    """XLA did not write the buffer assignment or live ranges that `Step.memory_report` reads."""
+
+
 class MiscompileError(LoopfuseError, AssertionError):
     """A verified executable (``compile_step(..., verify=True)``) computed other values than
     ``jax.jit`` of the same function.

@@ -8,11 +8,12 @@ from typing import Any, Callable, Mapping
 
 import jax
 
-from . import compiler, dispatch, packed, pipeline, validate, verify
+from . import compiler, dispatch, memory_report, packed, pipeline, runtime, validate, verify
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
 from .leaves import aval, is_deleted
+from .mlir_context import copy_module
 from .options import StepOptions
 from .runtime import MemoryStats
 from .sharding import Placement
@@ -136,6 +137,31 @@ class Step:
     def memory_stats(self, state, batch, *, start: int = 0, **static) -> MemoryStats:
         """Argument/output/alias/temp bytes of the compiled executable for this signature."""
         return self.compiled(state, batch, start=start, **static).memory
+
+    def memory_report(self, state, batch, *, start: int = 0, top: int = 10, **static) -> memory_report.MemoryReport:
+        """Where this signature's peak memory comes from: the `top` largest buffers live at the peak of
+        its compiled program, each with the line of your code that made it, and the live bytes over
+        the program's schedule (see `memory_report`). With `dump_ir`, the program's dump folder also
+        gets ``memory-report.txt`` and ``memory-timeline.svg``.
+
+        Compiles the program once more, apart from the executable calls run (neither is changed nor
+        cached, `compile_count` stays); nothing runs, so the state is never consumed.
+        """
+        top = validate.steps(top, "top")
+        step = self._for(state)
+        o = step.options
+        batch = step._serve(batch, start)
+        traced = compiler.trace(step.fn, o, state, batch, static)
+        program = compiler.program_options(traced, o, jax.tree_util.tree_leaves(state))
+        specs = o.pipeline()
+        dump = compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs)
+        module = copy_module(traced.module)
+        pipeline.lower(module, specs, dump=dump)
+        report = memory_report.compile_report(module, o.program_devices, program, shardy=runtime.uses_shardy(module),
+                                              host_callbacks=traced.effects.host_callbacks, batch=batch, top=top)
+        if dump is not None:
+            memory_report.write(report, dump)
+        return report
 
     def _serve(self, batch, start: int = 0):
         """A `Dataset` as the executable takes it (`Dataset.served`); other batches as they are."""

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 # public name -> the module that defines it
 _EXPORTS = {
     "compile_step": "step", "Step": "step", "StepOptions": "step",
-    "fit": "fitting", "FitResult": "fitting",
+    "fit": "fitting", "FitResult": "results",
     "Dataset": "data", "pack": "packed", "PackedState": "packed",
     "MemoryStats": "runtime",
-    "minimize": "solve", "Solution": "solve", "gtol": "convergence", "ftol": "convergence",
+    "minimize": "solve", "Solution": "results", "gtol": "convergence", "ftol": "convergence",
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
     "Forward": "backends",
     "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
@@ -27,10 +27,11 @@ if TYPE_CHECKING:
     from .data import Dataset
     from .packed import PackedState, pack
     from .errors import AuxPathError, DonatedArrayError, FitError, LoopfuseError, MiscompileError, StateMismatchError
-    from .fitting import FitResult, fit
+    from .fitting import fit
     from .pipeline import PipelineError
     from .runtime import MemoryStats
-    from .solve import Solution, minimize
+    from .results import FitResult, Solution
+    from .solve import minimize
     from .step import Step, StepOptions, compile_step
 
 

@@ -13,7 +13,6 @@ import threading
 import time
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
@@ -23,38 +22,13 @@ import numpy as np
 from . import validate
 from .checkpoint import Checkpoints
 from .errors import FitError
+from .results import FitResult
 from .step import Step
 from .trace import dotted
 
 CHAIN_SECONDS = 0.05    # the device time of the chunks a chained run keeps queued, at most (past two)
 _STEP_SECONDS: "weakref.WeakKeyDictionary[Step, float]" = weakref.WeakKeyDictionary()  # of a step's last chained run
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
-
-
-@dataclass
-class FitResult:
-    """The last complete state, the aux history of the steps that ran (leading axis: step).
-
-    steps:        steps the state has taken (resumed ones included); the history has as many rows.
-    retcode:      why the run ended: "max_steps" (all num_steps ran), "until" (the `until` predicate
-                  was true after the last step), "non_finite" (the last step's floating aux held a
-                  NaN or Inf, with ``stop_on_nonfinite=True``), "interrupted" (KeyboardInterrupt,
-                  Ctrl-C), or "error" (in ``FitError.result``: an exception after a chunk completed).
-                  A run resumed from the checkpoint of a run that "until" or "non_finite" ended keeps
-                  that retcode and runs no step.
-    resumed_from: the checkpoint's step count the run resumed from (0 for a fresh start).
-    """
-
-    state: Any
-    history: Any
-    steps: int
-    retcode: str = "max_steps"
-    resumed_from: int = 0
-
-    @property
-    def interrupted(self) -> bool:
-        """Stopped early by KeyboardInterrupt (Ctrl-C)."""
-        return self.retcode == "interrupted"
 
 
 class Stop(NamedTuple):

@@ -5,8 +5,9 @@ from typing import Any, Callable
 
 from . import stopping, validate
 from .checkpoint import Checkpoints
-from .chunks import FitResult, LoopChunks, check_checkpoint_options, drive
+from .chunks import LoopChunks, check_checkpoint_options, drive
 from .data import Dataset
+from .results import FitResult
 from .step import Step
 
 

@@ -3,7 +3,6 @@ import functools
 import inspect
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import jax
@@ -16,35 +15,10 @@ from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
+from .results import Solution
 from .step import Step, compile_step
 
 RETCODES = {"until": "converged", "max_steps": "max_steps", "non_finite": "non_finite"}   # the driver's: minimize's
-
-
-@dataclass(frozen=True, eq=False)
-class Solution:
-    """What `minimize` found.
-
-    params:           the parameters after the last step.
-    loss_history:     float array [steps]; entry i is the loss at step i, before that step's update.
-    steps:            the steps run (resumed ones included): `steps` of `minimize`, or fewer if it stopped.
-    retcode:          why it stopped: "converged" (`until` was true), "non_finite" (the loss of the last
-                      step was NaN or Inf, with ``stop_on_nonfinite``) or "max_steps" (it ran all `steps`).
-    steps_per_second: steps / wall time of the solve loop: from the first step's dispatch until the
-                      final params are ready and the loss history is on the host, with every executable
-                      already built (see compile_seconds).
-    compile_seconds:  wall time before the loop spent building executables (for GradOnly: one
-                      discarded warm-up step, which compiles the derivative and the eager ops).
-    backend:          the backend that ran it.
-    """
-
-    params: Any
-    loss_history: np.ndarray
-    steps: int
-    retcode: str
-    steps_per_second: float
-    compile_seconds: float
-    backend: Backend
 
 
 def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransformation = optax.adam(1e-3),

@@ -41,7 +41,9 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     until: ``until(params, loss) -> scalar bool`` on each step's params and loss, before its update
     (the loss that `loss_history` records): the solve ends after the first step where it is true
     (``retcode="converged"``; that step's update is applied). CompiledLoop evaluates it inside the
-    device loop, the other backends after every step; all stop at the same step. A predicate that
+    device loop, the other backends after every step: CompiledStep and CompiledLoop compute bitwise the
+    same steps and stop at the same one, GradOnly rounds its eager update otherwise and may stop at
+    another (see `backends`). A predicate that
     takes the keyword ``grad`` also gets the gradient at `params`, one that takes ``previous_loss``
     the loss of the step before (+inf at the first; it is then carried in the state). Ready-made:
     `loopfuse.gtol` (gradient norm) and `loopfuse.ftol` (loss change), see `convergence`.

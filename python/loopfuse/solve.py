@@ -169,8 +169,9 @@ def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.Grad
         if until is None:
             return new_state, {"loss": value}
         known = {"grad": grads, "previous_loss": previous[0] if previous else None}
-        flag = until(params, value, **{k: known[k] for k in wanted})
-        return new_state, {"loss": value, "converged": stopping.predicate(flag, "until=lambda params, loss: loss < 1e-6")}
+        flag = stopping.predicate(until(params, value, **{k: known[k] for k in wanted}),
+                                  "until=lambda params, loss: loss < 1e-6")
+        return new_state, {"loss": value, "converged": flag}
     return update
 
 

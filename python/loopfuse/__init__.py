@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 # public name -> the module that defines it
 _EXPORTS = {
     "compile_step": "step", "Step": "step", "StepOptions": "options",
-    "fit": "fitting", "FitResult": "fitting",
+    "fit": "fitting", "FitResult": "results",
     "Dataset": "data", "pack": "packed", "PackedState": "packed",
     "MemoryStats": "runtime", "MemoryReport": "memory_report",
-    "minimize": "solve", "Solution": "solve", "gtol": "convergence", "ftol": "convergence",
+    "minimize": "solve", "Solution": "results", "gtol": "convergence", "ftol": "convergence",
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
     "Forward": "backends",
     "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
@@ -30,10 +30,11 @@ if TYPE_CHECKING:
     from .errors import (AuxPathError, DonatedArrayError, FitError, LoopfuseError, MemoryReportError, MiscompileError,
                          StateMismatchError)
     from .memory_report import MemoryReport
-    from .fitting import FitResult, fit
+    from .fitting import fit
     from .pipeline import PipelineError
     from .runtime import MemoryStats
-    from .solve import Solution, minimize
+    from .results import FitResult, Solution
+    from .solve import minimize
     from .options import StepOptions
     from .step import Step, compile_step
 

@@ -10,6 +10,13 @@ how much of the optimization runs compiled:
                   call per step.
 * `CompiledLoop`: the whole inner loop through ``compile_step(...).loop(steps)``, one call per
                   chunk of `steps` steps.
+
+What each computes bit for bit (its reference): `CompiledStep`, ``jax.jit`` of the whole step called
+once per step; `CompiledLoop`, those steps in device loops, as measured bitwise what `CompiledStep`
+computes, a stop at the same step (XLA may compile a step inside a loop to other last bits);
+`GradOnly`, ``jax.jit`` of the derivative with the update run eagerly, which XLA rounds otherwise:
+it agrees with the others to rounding, which an ill-conditioned solve (an L-BFGS line search, a
+`gtol` stop) carries to other trial points and another stopping step (README, "Backends as a choice").
 """
 from dataclasses import dataclass
 from typing import Any, Callable

@@ -2,18 +2,15 @@
 
 Between chunks it advances the progress bar, collects the aux history, calls the callback and
 saves checkpoints. A chunk that can stop early (``until=``, ``stop_on_nonfinite=``) ends the run
-after the step that asked it to. The state is never lost: SIGINT is held while a chunk runs and
-delivered once its result is bound (Ctrl-C stops after the chunk in flight, or the chunks queued
-by a chained run, see `drive`); an exception after a chunk completed is raised as `FitError`
-carrying the state reached.
+after the step that asked it to. The state is never lost: SIGINT is held while a chunk is
+dispatched or read back and delivered once its result is bound (Ctrl-C stops after the chunks in
+flight: the one running and those queued behind it, about `CHAIN_SECONDS` of steps, see `_Run`);
+an exception after a chunk completed is raised as `FitError` carrying the state reached.
 """
 import math
-import signal
-import threading
 import time
 import weakref
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections import deque
 from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
@@ -23,38 +20,14 @@ import numpy as np
 from . import validate
 from .checkpoint import Checkpoints
 from .errors import FitError
+from .results import FitResult
+from .sigint import SigintHold
 from .step import Step
 from .leaves import dotted
 
-CHAIN_SECONDS = 0.05    # the device time of the chunks a chained run keeps queued, at most (past two)
-_STEP_SECONDS: "weakref.WeakKeyDictionary[Step, float]" = weakref.WeakKeyDictionary()  # of a step's last chained run
+CHAIN_SECONDS = 0.05    # the device time of the chunks a run keeps queued behind the one running, at most
+_STEP_SECONDS: "weakref.WeakKeyDictionary[Step, float]" = weakref.WeakKeyDictionary()  # of a step's last queued run
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
-
-
-@dataclass
-class FitResult:
-    """The last complete state, the aux history of the steps that ran (leading axis: step).
-
-    steps:        steps the state has taken (resumed ones included); the history has as many rows.
-    retcode:      why the run ended: "max_steps" (all num_steps ran), "until" (the `until` predicate
-                  was true after the last step), "non_finite" (the last step's floating aux held a
-                  NaN or Inf, with ``stop_on_nonfinite=True``), "interrupted" (KeyboardInterrupt,
-                  Ctrl-C), or "error" (in ``FitError.result``: an exception after a chunk completed).
-                  A run resumed from the checkpoint of a run that "until" or "non_finite" ended keeps
-                  that retcode and runs no step.
-    resumed_from: the checkpoint's step count the run resumed from (0 for a fresh start).
-    """
-
-    state: Any
-    history: Any
-    steps: int
-    retcode: str = "max_steps"
-    resumed_from: int = 0
-
-    @property
-    def interrupted(self) -> bool:
-        """Stopped early by KeyboardInterrupt (Ctrl-C)."""
-        return self.retcode == "interrupted"
 
 
 class Stop(NamedTuple):
@@ -110,18 +83,12 @@ class LoopChunks:
 
     def __init__(self, step: Step, batch, until: Callable | None = None, stop_on_nonfinite: bool = False):
         self.step, self.batch, self.until, self.stop_on_nonfinite = step, batch, until, stop_on_nonfinite
-        self._prepared: dict = {}     # k -> aux structure (a run's state keeps its signature)
-        self._loops: dict = {}        # k -> its Step
 
     def loop(self, k: int) -> Step:
-        if k not in self._loops:
-            self._loops[k] = self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
-        return self._loops[k]
+        return self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
 
     def prepare(self, state, k: int, start: int = 0):
-        if k not in self._prepared:
-            self._prepared[k] = aux_structure(self.loop(k), state, self.batch, start)
-        return self._prepared[k]
+        return aux_structure(self.loop(k), state, self.batch, start)
 
     def run(self, state, start: int, k: int, after=None):
         loop = self.loop(k)
@@ -140,117 +107,187 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
     and at the end (also an early one, recording why the run ended); chunk boundaries depend only on
     the global step, so a resumed run makes the same calls as an uninterrupted one.
 
-    Each chunk is waited for and its aux history moved to the host, so Ctrl-C stops after the chunk
-    in flight; `pipelined` dispatches chunks without waiting (throughput for one-step chunks), the
-    history staying on the device until the end, where a Ctrl-C may then land outside the driver.
-    Pipelined chunks that can stop early are chained (`Chunks.chains`, without checkpoints or a
-    callback): the next one is dispatched before the previous one's stop is read and runs no step
-    if it stopped. As many are in flight as take about `CHAIN_SECONDS` (at least two), by the wall
-    time per step of the last chained run of the same step, or else of the first chunk (two are in
-    flight until it is read back), so a Ctrl-C stops after those. At the end the last one's flag (a
-    stop keeps it true) tells whether any stopped, and only then is each one's stop read. Otherwise
-    chunks that can stop early are waited for: the next one runs only if they did not stop.
+    Chunks are queued on the device (`_Run`), each read back in turn: its aux history moved to the
+    host, then the bar and the callback see it. A Ctrl-C stops after the chunks in flight. With a
+    `callback`, each chunk is read back and seen by it before the next is dispatched (a callback
+    that raises stops the run there). `pipelined` (throughput for one-step chunks) leaves the
+    history of a chunk that cannot stop on the device until the end, without waiting for it, where a
+    Ctrl-C may then land outside the driver.
     """
-    done = planned = resumed_from = 0     # done: steps whose chunk was read back; planned: dispatched
-    history, retcode, bar = [], "max_steps", None    # history: the flat aux leaves of each chunk
-    in_flight: list = []                  # (k, aux, stop, dispatch time) of chunks not yet read back
-    chained = pipelined and checkpoints is None and callback is None and chunks.chains
-    depth, timed, ran_all = 1 + chained, not chained, False    # timed: depth set from a duration
-    step = getattr(chunks, "step", None) if chained else None
-    if step is not None and step in _STEP_SECONDS:
-        depth, timed = max(2, math.ceil(CHAIN_SECONDS / (_STEP_SECONDS[step] * chunk))), True
-    sigint = _SigintHold()
-
-    def read_back() -> Any:
-        """Take the oldest chunk in flight into done, retcode and the history (and a checkpoint);
-        its aux history, on the host unless pipelined and unable to stop."""
-        nonlocal done, retcode, depth, timed
-        k, aux, stop, dispatched = in_flight.pop(0)
-        if ran_all:                       # the last chunk in flight did not stop, so no chunk did
-            stop = None
-        if not pipelined or stop is not None:
-            jax.block_until_ready(state if not in_flight else aux)
-            if not timed:
-                depth, timed = max(2, math.ceil(CHAIN_SECONDS / (time.perf_counter() - dispatched))), True
-            aux = jax.tree_util.tree_map(np.asarray, aux)
-        ran = k if stop is None else int(stop.steps)
-        if stop is not None:
-            aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
-            if retcode not in STOPS:
-                retcode = _why_stopped(aux, stop.stopped, ran, chunks.stop_on_nonfinite) or retcode
-            elif ran:                     # chained after a stop, it must have run no step
-                raise RuntimeError(f"a chunk chained after a stop ran {ran} steps: its loop ignored the "
-                                   "stopped flag it was given (wrap-loop's loopfuse.stopped argument)")
-        done += ran
-        history.append(jax.tree_util.tree_leaves(aux))
-        ended = done == num_steps or retcode in STOPS
-        if checkpoints is not None and (every is not None and done % every == 0 or ended):
-            checkpoints.save(done, state, _stack(aux_def, history), retcode if retcode in STOPS else None,
-                             wait=ended)
-        return aux, ran
-
+    run = _Run(chunks, state, num_steps, chunk, every, checkpoints, pipelined, queued=callback is None)
+    sigint, bar = SigintHold(), None
     try:
         sigint.install()
-        if checkpoints is not None:
-            checkpoints.check(state, num_steps)
-        first = _next_chunk(0, num_steps, chunk, every)
-        aux_def, prepared = chunks.prepare(state, first), {first}   # prepared: chunk sizes whose call is built
-        if checkpoints is not None:
-            restored = checkpoints.restore(state, _paths(aux_def))
-            if restored is not None:
-                resumed_from, state, leaves, stopped = restored
-                done = planned = resumed_from
-                history.append(leaves)
-                retcode = stopped or retcode
-        bar = progress_bar(num_steps, done) if progress else None
-        started = time.perf_counter()
-        while in_flight or planned < num_steps and retcode not in STOPS:
-            dispatch = planned < num_steps and retcode not in STOPS and len(in_flight) < depth
-            if dispatch:
-                k = _next_chunk(planned, num_steps, chunk, every)
-                if k not in prepared:          # compiling stays interruptible: nothing is donated yet
-                    chunks.prepare(state, k, planned)
-                    prepared.add(k)
+        run.start()
+        bar = progress_bar(num_steps, run.done) if progress else None
+        while run.in_flight or not run.planned_all:
+            k = run.next_chunk()
+            if k is not None:
+                run.prepare(k)               # compiling stays interruptible: nothing is donated yet
             with sigint.hold():
-                if dispatch:
-                    previous = in_flight[-1][2] if in_flight else None
-                    t = time.perf_counter()
-                    state, aux, stop = chunks.run(state, planned, k, previous and previous.stopped)
-                    in_flight.append((k, aux, stop, t))
-                    planned += k
-                    if len(in_flight) < depth and planned < num_steps:
-                        continue               # read the oldest chunk back once the next one is queued
-                if chained and planned == num_steps and not ran_all and in_flight[-1][2] is not None:
-                    ran_all = not bool(in_flight[-1][2].stopped)
-                aux, ran = read_back()
-            if bar is not None or callback is not None:
-                aux = jax.tree_util.tree_map(np.asarray, aux)
-            if bar is not None:
-                bar.update(ran)
-                _postfix(bar, aux)
-            if callback is not None:
-                callback(done, aux)
+                if k is not None:
+                    run.dispatch(k)
+                    if run.next_chunk() is not None:
+                        continue             # read the oldest chunk back once the queue is full
+                read = run.read_back()
+            if read is not None and (bar is not None or callback is not None):
+                aux, ran = jax.tree_util.tree_map(np.asarray, read[0]), read[1]
+                if bar is not None:
+                    bar.update(ran)
+                    _postfix(bar, aux)
+                if callback is not None:
+                    callback(run.done, aux)
     except KeyboardInterrupt:
-        retcode = "interrupted"
-        while in_flight:                   # the state is the last chunk's: count the steps it holds
-            read_back()
+        run.retcode = "interrupted"
+        run.drain()                          # the state is the last chunk's: count the steps it holds
     except Exception as e:
-        if done == resumed_from and not in_flight:   # nothing ran: the caller's state is untouched
+        if run.done == run.resumed_from and not run.in_flight:   # nothing ran: the caller's state is untouched
             raise
-        while in_flight:
-            read_back()
-        result = FitResult(state, _stack(aux_def, history), done, "error", resumed_from)
-        raise FitError(f"stopped by {type(e).__name__} after {done} of {num_steps} steps: {e}; FitError.result "
-                       f"holds the state, steps and aux history after step {done}", result) from e
+        run.drain()
+        raise FitError(f"stopped by {type(e).__name__} after {run.done} of {num_steps} steps: {e}; FitError.result "
+                       f"holds the state, steps and aux history after step {run.done}", run.result("error")) from e
     finally:
         sigint.restore()
         if bar is not None:
             bar.close()
         if checkpoints is not None:
             checkpoints.close()
-    if step is not None and done > resumed_from:
-        _STEP_SECONDS[step] = (time.perf_counter() - started) / (done - resumed_from)
-    return FitResult(state, _stack(aux_def, history) if history else None, done, retcode, resumed_from)
+    return run.result()
+
+
+class _InFlight(NamedTuple):
+    """A chunk dispatched and not yet read back."""
+
+    k: int
+    aux: Any
+    stop: Stop | None
+    dispatched: float         # time.perf_counter() at its dispatch
+    saves: bool               # a checkpoint of its state is due: nothing is dispatched before it is read back
+
+
+class _Run:
+    """One `drive` run: the state of the last chunk dispatched, the chunks in flight (dispatched, not yet
+    read back; oldest first) and what the chunks read back add up to (steps done, retcode, history).
+
+    `queued`: while one chunk runs, the next ones are queued, as many as take about `CHAIN_SECONDS`
+    (pipelined: at least one), by the wall time per step of the step's last queued run, or else of the
+    first chunk (read back alone: with `pipelined`, two are in flight until then). A chunk that can
+    stop early is then chained (`Chunks.chains`): dispatched with the previous one's stop flag, it runs
+    no step if that one stopped. Otherwise one chunk is in flight, a chunk that can stop read back
+    before the next runs. A chunk whose checkpoint is due is read back before the next is dispatched
+    (the next would consume its state).
+    """
+
+    def __init__(self, chunks: Chunks, state, num_steps: int, chunk: int, every: int | None,
+                 checkpoints: Checkpoints | None, pipelined: bool, queued: bool):
+        self.chunks, self.state, self.num_steps, self.chunk, self.every = chunks, state, num_steps, chunk, every
+        self.checkpoints, self.pipelined, self.queued = checkpoints, pipelined, queued and chunks.chains
+        self.done = self.planned = self.resumed_from = 0    # done: steps read back; planned: dispatched
+        self.retcode = "max_steps"
+        self.history: list[list] = []                       # the flat aux leaves of each chunk read back
+        self.in_flight: deque[_InFlight] = deque()
+        self.prepared: set[int] = set()                     # chunk sizes whose call is built
+        self.aux_def: Any = None
+        self.ran_all = False          # the last chunk's flag read false: no chunk in flight stopped
+        self.started = 0.0            # time.perf_counter() once the run started (after a restore)
+        self.step = getattr(chunks, "step", None) if self.queued else None
+        self.depth, self.timed = (1 + pipelined, False) if self.queued else (1, True)
+        if self.step is not None and self.step in _STEP_SECONDS:
+            self._set_depth(_STEP_SECONDS[self.step] * chunk)
+
+    @property
+    def planned_all(self) -> bool:
+        """No chunk is left to dispatch: all steps are, or a step ended the run."""
+        return self.planned == self.num_steps or self.retcode in STOPS
+
+    def start(self) -> None:
+        """Build the first chunk's call; with checkpoints, restore the latest one (steps, state, history)."""
+        if self.checkpoints is not None:
+            self.checkpoints.check(self.state, self.num_steps)
+        self.prepare(_next_chunk(0, self.num_steps, self.chunk, self.every))
+        if self.checkpoints is not None:
+            restored = self.checkpoints.restore(self.state, _paths(self.aux_def))
+            if restored is not None:
+                self.resumed_from, self.state, leaves, stopped = restored
+                self.done = self.planned = self.resumed_from
+                self.history.append(leaves)
+                self.retcode = stopped or self.retcode
+        self.started = time.perf_counter()
+
+    def next_chunk(self) -> int | None:
+        """The size of the chunk to dispatch now, or None: read the oldest one back first."""
+        if self.planned_all or len(self.in_flight) >= self.depth or self.in_flight and self.in_flight[-1].saves:
+            return None
+        return _next_chunk(self.planned, self.num_steps, self.chunk, self.every)
+
+    def prepare(self, k: int) -> None:
+        """Build the call of a chunk of `k` steps (once per size; the first one's gives the aux structure)."""
+        if k not in self.prepared:
+            aux_def = self.chunks.prepare(self.state, k, self.planned)
+            if self.aux_def is None:
+                self.aux_def = aux_def
+            self.prepared.add(k)
+
+    def dispatch(self, k: int) -> None:
+        """Run the next chunk of `k` steps (chained after the last one in flight)."""
+        previous = self.in_flight[-1].stop if self.in_flight else None
+        t = time.perf_counter()
+        self.state, aux, stop = self.chunks.run(self.state, self.planned, k, previous and previous.stopped)
+        self.planned += k
+        self.in_flight.append(_InFlight(k, aux, stop, t, self._checkpoint_due(self.planned)))
+
+    def read_back(self) -> tuple[Any, int] | None:
+        """Take the oldest chunk in flight into the steps done, the retcode and the history (and save the
+        checkpoint due after it): ``(its aux history, steps it ran)``, or None for a chunk chained after
+        the stop (it ran no step). The history is on the host unless pipelined and unable to stop."""
+        if self.pipelined and self.planned == self.num_steps and not self.ran_all and self.in_flight[-1].stop is not None:
+            self.ran_all = not bool(self.in_flight[-1].stop.stopped)    # a stop keeps the flag true
+        k, aux, stop, dispatched, _ = self.in_flight.popleft()
+        if self.ran_all:
+            stop = None
+        if not self.pipelined or stop is not None:
+            outputs = jax.tree_util.tree_leaves((aux, stop))
+            jax.block_until_ready(outputs if outputs and self.in_flight else self.state)
+            if not self.timed:
+                self._set_depth(time.perf_counter() - dispatched)
+            aux = jax.tree_util.tree_map(np.asarray, aux)
+        ran = k if stop is None else int(stop.steps)
+        if self.retcode in STOPS:
+            if ran:
+                raise RuntimeError(f"a chunk chained after a stop ran {ran} steps: its loop ignored the "
+                                   "stopped flag it was given (wrap-loop's loopfuse.stopped argument)")
+            return None
+        if stop is not None:
+            aux = jax.tree_util.tree_map(lambda h: h[:ran], aux)
+            self.retcode = _why_stopped(aux, stop.stopped, ran, self.chunks.stop_on_nonfinite) or self.retcode
+        self.done += ran
+        self.history.append(jax.tree_util.tree_leaves(aux))
+        ended = self.done == self.num_steps or self.retcode in STOPS
+        if self.checkpoints is not None and (ended or self._checkpoint_due(self.done)):
+            self.checkpoints.save(self.done, self.state, _stack(self.aux_def, self.history),
+                                  self.retcode if self.retcode in STOPS else None, wait=ended)
+        return aux, ran
+
+    def drain(self) -> None:
+        """Read back every chunk still in flight."""
+        while self.in_flight:
+            self.read_back()
+
+    def result(self, retcode: str | None = None) -> FitResult:
+        """The run's result (with `retcode`: that one, for a FitError's); records the step's time per step."""
+        ran = self.done - self.resumed_from
+        if self.step is not None and ran and retcode is None:
+            _STEP_SECONDS[self.step] = (time.perf_counter() - self.started) / ran
+        history = _stack(self.aux_def, self.history) if self.history else None
+        return FitResult(self.state, history, self.done, retcode or self.retcode, self.resumed_from)
+
+    def _checkpoint_due(self, steps: int) -> bool:
+        """Whether a checkpoint is due after `steps` steps: every `every` steps and at the end."""
+        return self.checkpoints is not None and (steps == self.num_steps or self.every is not None and steps % self.every == 0)
+
+    def _set_depth(self, chunk_seconds: float) -> None:
+        self.depth = 1 + max(self.pipelined, math.floor(CHAIN_SECONDS / max(chunk_seconds, 1e-9)))
+        self.timed = True
 
 
 def _why_stopped(aux, stopped, n: int, nonfinite: bool) -> str | None:
@@ -291,49 +328,6 @@ def _stack(aux_def, history: list) -> Any:
     still on the device copied to the host together)."""
     history = jax.device_get(history)
     return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*history)])
-
-
-class _SigintHold:
-    """SIGINT held inside `hold()` blocks and delivered at their end; outside them, as before.
-
-    Installed for the whole run (in the main thread, which alone receives signals, and only over a
-    Python-level handler): a signal outside a block goes straight to the handler that was installed.
-    """
-
-    def __init__(self):
-        self.holding, self.pending, self.previous = False, False, None
-
-    def install(self) -> None:
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not None:
-            self.previous = signal.signal(signal.SIGINT, self._handle)
-
-    def restore(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-
-    def _handle(self, signum, frame):
-        if self.holding:
-            self.pending = True
-        else:
-            self._deliver(frame)
-
-    def _deliver(self, frame):
-        self.pending = False
-        if callable(self.previous):
-            self.previous(signal.SIGINT, frame)
-        elif self.previous == signal.SIG_DFL:  # the default action: the process ends
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            signal.raise_signal(signal.SIGINT)
-
-    @contextmanager
-    def hold(self):
-        self.holding = True
-        try:
-            yield
-        finally:
-            self.holding = False
-            if self.pending:
-                self._deliver(None)
 
 
 def progress_bar(total: int, initial: int = 0):

@@ -1,8 +1,5 @@
 """Errors loopfuse raises; each names the leaf, shape, pass or line at fault."""
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .chunks import FitResult
+from .results import FitResult
 
 
 class LoopfuseError(Exception):
@@ -48,6 +45,6 @@ class FitError(LoopfuseError, RuntimeError):
     state, step count and aux history of the chunks that completed before it.
     """
 
-    def __init__(self, message: str, result: "FitResult"):
+    def __init__(self, message: str, result: FitResult):
         super().__init__(message)
         self.result = result

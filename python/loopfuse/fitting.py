@@ -5,8 +5,9 @@ from typing import Any, Callable
 
 from . import stopping, validate
 from .checkpoint import Checkpoints
-from .chunks import FitResult, LoopChunks, check_checkpoint_options, drive
+from .chunks import LoopChunks, check_checkpoint_options, drive
 from .data import Dataset
+from .results import FitResult
 from .step import Step
 
 
@@ -16,10 +17,13 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
         checkpoint_every: int | None = None, keep: int | None = 3) -> FitResult:
     """Run `num_steps` updates of `step` as device loops of at most `chunk` steps.
 
-    Between chunks a tqdm bar advances and ``callback(steps_done, history_chunk)`` sees that
-    chunk's aux history (host numpy). On KeyboardInterrupt (Ctrl-C) the chunk in flight finishes
-    and its state is returned with ``retcode="interrupted"``; any other exception after a chunk
-    completed is raised as `FitError` from it, with ``.result`` holding the state reached
+    Chunks are queued on the device: while one runs, the next ones are dispatched (as many as take
+    about ``chunks.CHAIN_SECONDS``, by the first chunk's time), and each is read back in turn: a tqdm
+    bar advances and ``callback(steps_done, history_chunk)`` sees its aux history (host numpy). With
+    a callback, each chunk is seen by it before the next is dispatched; a chunk whose checkpoint is
+    due is saved before the next is. On KeyboardInterrupt (Ctrl-C) the chunks in flight finish and
+    the last one's state is returned with ``retcode="interrupted"``; any other exception after a
+    chunk completed is raised as `FitError` from it, with ``.result`` holding the state reached
     (``.result.retcode == "error"``).
 
     until:            ``until(new_state, aux) -> scalar bool``, evaluated inside the device loop after

@@ -37,7 +37,7 @@ from jaxlib.mlir import ir
 
 from . import memory_timeline, runtime, xla_dump
 from .errors import MemoryReportError
-from .passes._func import arg_attrs, main_func
+from .passes.functions import arg_attrs, main_func
 from .passes.vocabulary import STATE, STEP_INDEX, STOPPED
 from .pipeline import write_atomic
 

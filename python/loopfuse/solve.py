@@ -3,7 +3,6 @@ import functools
 import inspect
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import jax
@@ -16,35 +15,10 @@ from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
+from .results import Solution
 from .step import Step, compile_step
 
 RETCODES = {"until": "converged", "max_steps": "max_steps", "non_finite": "non_finite"}   # the driver's: minimize's
-
-
-@dataclass(frozen=True, eq=False)
-class Solution:
-    """What `minimize` found.
-
-    params:           the parameters after the last step.
-    loss_history:     float array [steps]; entry i is the loss at step i, before that step's update.
-    steps:            the steps run (resumed ones included): `steps` of `minimize`, or fewer if it stopped.
-    retcode:          why it stopped: "converged" (`until` was true), "non_finite" (the loss of the last
-                      step was NaN or Inf, with ``stop_on_nonfinite``) or "max_steps" (it ran all `steps`).
-    steps_per_second: steps / wall time of the solve loop: from the first step's dispatch until the
-                      final params are ready and the loss history is on the host, with every executable
-                      already built (see compile_seconds).
-    compile_seconds:  wall time before the loop spent building executables (for GradOnly: one
-                      discarded warm-up step, which compiles the derivative and the eager ops).
-    backend:          the backend that ran it.
-    """
-
-    params: Any
-    loss_history: np.ndarray
-    steps: int
-    retcode: str
-    steps_per_second: float
-    compile_seconds: float
-    backend: Backend
 
 
 def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransformation = optax.adam(1e-3),
@@ -67,7 +41,9 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     until: ``until(params, loss) -> scalar bool`` on each step's params and loss, before its update
     (the loss that `loss_history` records): the solve ends after the first step where it is true
     (``retcode="converged"``; that step's update is applied). CompiledLoop evaluates it inside the
-    device loop, the other backends after every step; all stop at the same step. A predicate that
+    device loop, the other backends after every step: CompiledStep and CompiledLoop compute bitwise the
+    same steps and stop at the same one, GradOnly rounds its eager update otherwise and may stop at
+    another (see `backends`). A predicate that
     takes the keyword ``grad`` also gets the gradient at `params`, one that takes ``previous_loss``
     the loss of the step before (+inf at the first; it is then carried in the state). Ready-made:
     `loopfuse.gtol` (gradient norm) and `loopfuse.ftol` (loss change), see `convergence`.
@@ -103,10 +79,11 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         first = data.batch(np.int32(0)) if isinstance(data, Dataset) else batch
         state += (jnp.full((), jnp.inf, jax.eval_shape(_objective(loss, data is not None), params, first).dtype),)
     if isinstance(backend, GradOnly):
-        runner: _Eager | _Compiled = _Eager(program, batch, until is not None, stop_on_nonfinite)
+        runner: _Eager | _Stepped | _Loop = _Eager(program, batch, stop_on_nonfinite)
     else:
         assert isinstance(program, Step)
-        runner = _Compiled(program, backend, batch, until is not None, stop_on_nonfinite)
+        runner = (_Loop(program, backend.steps, batch, until is not None, stop_on_nonfinite)
+                  if isinstance(backend, CompiledLoop) else _Stepped(program, batch, stop_on_nonfinite))
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
     runner.compile(state, chunk_sizes(0, steps, chunk, every))
@@ -144,8 +121,8 @@ def _build_program(loss, has_data, optimizer, backend, until):
     if isinstance(backend, GradOnly):
         return init, _update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True)
     update = _update(value_and_grad, objective, optimizer, until)
-    if isinstance(backend, CompiledLoop):
-        return init, compile_step(update, **backend.compile_options())
+    if isinstance(backend, CompiledLoop):    # the `until` flag is computed for the loop's stop, never returned
+        return init, compile_step(update, keep_aux=("loss",), **backend.compile_options())
     return init, compile_step(_with_step_axis(update), **backend.compile_options())
 
 
@@ -163,7 +140,8 @@ def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.Grad
     """The step every backend runs: ``(state, batch) -> (new state, {"loss": loss})``, the state being
     ``(params, opt_state)``, plus the loss of the step before when `until` takes ``previous_loss``.
     An update that takes ``value``/``grad``/``value_fn`` (`_OPTIMIZER_KEYWORDS`) gets them; with `until`,
-    the aux is ``({"loss": loss}, until(params, loss, ...))`` (the flag of `LoopChunks`).
+    the aux also holds ``"converged": until(params, loss, ...)``, the flag of the params before the update
+    (a loop stops on it through `_flag`, the host backends read it after each step).
     `jit_line_search` (GradOnly's eager step): an update that takes ``value_fn`` evaluates the loss (a
     line search), so it runs as one `jax.jit` with the batch as an argument; eagerly, jax would compile
     its while loop again at every step, as the loop body is a new closure each time."""
@@ -188,12 +166,12 @@ def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.Grad
                             f"passes {', '.join(_OPTIMIZER_KEYWORDS)} (the loss of this step's batch) to an "
                             "update that takes them") from None
         new_state = (optax.apply_updates(params, updates), opt_state, *([value] if previous else []))
-        aux = {"loss": value}
         if until is None:
-            return new_state, aux
+            return new_state, {"loss": value}
         known = {"grad": grads, "previous_loss": previous[0] if previous else None}
-        flag = until(params, value, **{k: known[k] for k in wanted})
-        return new_state, (aux, stopping.predicate(flag, "until=lambda params, loss: loss < 1e-6"))
+        flag = stopping.predicate(until(params, value, **{k: known[k] for k in wanted}),
+                                  "until=lambda params, loss: loss < 1e-6")
+        return new_state, {"loss": value, "converged": flag}
     return update
 
 
@@ -217,69 +195,73 @@ def _keywords(fn: Callable, offered: tuple) -> tuple:
     return tuple(p.name for p in params if p.name in offered and p.kind is not p.POSITIONAL_ONLY)
 
 
+_HISTORY = jax.tree_util.tree_structure({"loss": 0})    # the aux history of a host-checked runner
+
+
 class _Eager:
     """GradOnly: a jitted derivative inside an eager Python step, one step per `run`."""
 
     chunk, chains = 1, False
 
-    def __init__(self, update: Callable, batch, flagged: bool, stop_on_nonfinite: bool):
-        self.update, self.batch, self.flagged, self.stop_on_nonfinite = update, batch, flagged, stop_on_nonfinite
+    def __init__(self, update: Callable, batch, stop_on_nonfinite: bool):
+        self.update, self.batch, self.stop_on_nonfinite = update, batch, stop_on_nonfinite
 
     def compile(self, state, sizes) -> None:
         self.run(state, 0, 1)  # compiles the derivative and warms up the eager ops; nothing is donated
 
     def prepare(self, state, k: int, start: int = 0):
-        return jax.tree_util.tree_structure({"loss": 0})  # what `update` returns
+        return _HISTORY
 
     def run(self, state, start: int, k: int, after=None):
         batch = self.batch.batch(np.int32(start)) if isinstance(self.batch, Dataset) else self.batch
         new_state, aux = self.update(state, batch)
-        return new_state, *_one_step(jax.tree_util.tree_map(lambda x: x[None], aux), self)
+        return new_state, *_one_step(jax.tree_util.tree_map(lambda x: x[None], aux), self.stop_on_nonfinite)
 
 
-class _Compiled(LoopChunks):
-    """CompiledLoop (device loops of `backend.steps` steps) or CompiledStep (one step per call) of `step`;
-    a `flagged` step's aux is ``(aux, until flag)`` (minimize's `until` sees the params before the update,
-    so the step computes it), which ends a loop through `_flag`."""
+class _Stepped:
+    """CompiledStep: one call of the compiled `step` per step."""
 
-    def __init__(self, step: Step, backend: CompiledStep | CompiledLoop, batch, flagged: bool,
-                 stop_on_nonfinite: bool):
-        self.loops, self.flagged = isinstance(backend, CompiledLoop), flagged
-        self.chunk = backend.steps if isinstance(backend, CompiledLoop) else 1
-        self.chains = self.loops
+    chunk, chains = 1, False
+
+    def __init__(self, step: Step, batch, stop_on_nonfinite: bool):
+        self.step, self.batch, self.stop_on_nonfinite = step, batch, stop_on_nonfinite
+
+    def compile(self, state, sizes) -> None:
+        self.step.compiled(state, self.batch)
+
+    def prepare(self, state, k: int, start: int = 0):
+        return _HISTORY
+
+    def run(self, state, start: int, k: int, after=None):
+        state, aux = self.step(state, self.batch, start=start)
+        return state, *_one_step(aux, self.stop_on_nonfinite)
+
+
+class _Loop(LoopChunks):
+    """CompiledLoop: device loops of `steps` steps of `step`, each ending after a step whose `until` flag
+    (with `flagged`) is true: the loop's own stop, which `_flag` reads from the step's aux inside it."""
+
+    def __init__(self, step: Step, steps: int, batch, flagged: bool, stop_on_nonfinite: bool):
         super().__init__(step, batch, _flag if flagged else None, stop_on_nonfinite)
+        self.chunk = steps
 
     def compile(self, state, sizes) -> None:
         for k in sizes:
             self.prepare(state, k)
 
-    def loop(self, k: int):
-        return super().loop(k) if self.loops else self.step
 
-    def prepare(self, state, k: int, start: int = 0):
-        structure = super().prepare(state, k, start)
-        return structure.children()[0] if self.flagged else structure
-
-    def run(self, state, start: int, k: int, after=None):
-        if self.loops:
-            state, aux, stop = super().run(state, start, k, after)
-            return state, aux[0] if self.flagged else aux, stop
-        state, aux = self.step(state, self.batch, start=start)
-        return state, *_one_step(aux, self)
+def _flag(new_state, aux):
+    """The `until` of minimize's loops: the flag the step computed on the params before its update, an aux
+    leaf the loop does not return (its step keeps only the loss, see `stopping`)."""
+    return aux["converged"]
 
 
-def _flag(state, aux):
-    """The `until` of a flagged step's loop: its aux is ``(aux, flag)``."""
-    return aux[1]
-
-
-def _one_step(aux, runner) -> tuple:
-    """``(aux history, Stop or None)`` of a one-step chunk from the step's aux with a [1] step axis
-    (``(aux, flag)`` for a `runner` that is flagged): the host checks each step."""
-    aux, flags = aux if runner.flagged else (aux, None)
-    if not (runner.flagged or runner.stop_on_nonfinite):
+def _one_step(aux: dict, stop_on_nonfinite: bool) -> tuple:
+    """``(aux history, Stop or None)`` of a one-step chunk from the step's aux with a [1] step axis: the
+    host checks each step, reading the step's `until` flag ("converged") when it has one."""
+    if "converged" not in aux and not stop_on_nonfinite:
         return aux, None
-    return aux, Stop(1, flags is not None and flags[0])
+    return {"loss": aux["loss"]}, Stop(1, "converged" in aux and aux["converged"][0])
 
 
 def _with_step_axis(update: Callable) -> Callable:

@@ -4,6 +4,11 @@ The step traced for such a loop computes one more output, a scalar bool (true = 
 step), tagged ``loopfuse.stop``; the ``wrap-loop`` pass carries it and ends the loop after the
 first step where it is true, and the call returns the number of steps run and whether the stop
 ended the loop (true also when the K-th step asked to) as third and fourth values.
+
+`until` sees the step's whole aux, also the leaves that ``keep_aux`` leaves out: a flag the step
+computes itself (on values before its update, as `minimize`'s ``until(params, loss, grad=...)``)
+is such a leaf, and ``until=lambda state, aux: aux["flag"]`` stops on it. The leaf is computed
+once, for the stop, and never returned (``drop-unused-outputs``).
 """
 import functools
 import operator

@@ -1,6 +1,7 @@
 """fit/minimize checkpoints (orbax): resume bitwise, refuse another program's, survive SIGKILL."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import optax
 import pytest
 
 import loopfuse
+import loopfuse.chunks
 from checkpoint_child import CHUNK, EVERY, fit, problem, raw, until_ten
 from loopfuse.backends import CompiledLoop, CompiledStep, GradOnly
 
@@ -71,6 +73,20 @@ def test_an_interrupted_or_failed_fit_resumes_from_its_last_checkpoint(step, who
     resumed = fit(tmp_path, 24, step)
     assert resumed.resumed_from == 8
     _assert_bitwise(resumed.state, whole.state)
+
+
+def test_a_queued_fit_saves_each_checkpoint_from_its_own_state(step, whole, tmp_path, monkeypatch):
+    """Chunks are queued on the device, but a chunk whose checkpoint is due is read back before the next
+    one consumes its state: resumed from a checkpoint before the last, the run ends bitwise as a whole."""
+    monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", 60.0)     # queue all the chunks it may
+    fit(tmp_path, 24, step, keep=None)
+    assert _steps(tmp_path) == [4, 8, 12, 16, 20, 24]
+    for later in (16, 20, 24):
+        shutil.rmtree(tmp_path / str(later))
+    resumed = fit(tmp_path, 24, step)
+    assert resumed.resumed_from == 12
+    _assert_bitwise(resumed.state, whole.state)
+    np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])
 
 
 def _snapshot(directory) -> dict:

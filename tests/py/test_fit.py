@@ -9,6 +9,8 @@ import optax
 import pytest
 
 import loopfuse
+import loopfuse.chunks
+from loopfuse.chunks import LoopChunks, _Run
 from problems import (assert_trees_close, assert_trees_equal, batch, fresh, init_state, interrupted_runs,
                       progress_bar_updates, slow_state, slow_step, train_step)
 
@@ -147,6 +149,60 @@ def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted
         if result.steps not in refs:
             refs[result.steps] = run(result.steps, slow_state()).state if result.steps else slow_state()
         assert_trees_equal(result.state, refs[result.steps])
+
+
+def test_sigint_with_a_deep_queue_returns_a_live_state_equal_to_an_uninterrupted_fit(sigint_raises, monkeypatch):
+    """Chunks queued for up to a second behind the one running: a Ctrl-C stops after all of them."""
+    monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", 1.0)
+    step, bias = loopfuse.compile_step(_slow_step), jnp.float32(0.01)
+    run = lambda n, state: loopfuse.fit(step, state, bias, n, chunk=5, progress=False)
+    refs: dict = {}
+    for result in interrupted_runs(run, 8, seed=3):
+        assert result.interrupted and result.steps % 5 == 0
+        assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
+        if result.steps not in refs:
+            refs[result.steps] = run(result.steps, _slow_state()).state if result.steps else _slow_state()
+        assert_trees_equal(result.state, refs[result.steps])
+
+
+@pytest.fixture
+def chunk_events(monkeypatch):
+    """("dispatch", first step) and ("read", steps done) of every chunk a fit runs, in order."""
+    seen = []
+    run, read_back = LoopChunks.run, _Run.read_back
+
+    def dispatching(self, state, start, k, after=None):
+        seen.append(("dispatch", start))
+        return run(self, state, start, k, after)
+
+    def reading(self):
+        out = read_back(self)
+        seen.append(("read", self.done))
+        return out
+    monkeypatch.setattr(LoopChunks, "run", dispatching)
+    monkeypatch.setattr(_Run, "read_back", reading)
+    return seen
+
+
+@pytest.mark.parametrize("chain_seconds, callback, queued", [(60.0, False, True), (0.0, False, False), (60.0, True, False)],
+                         ids=["queued", "chunks-longer-than-chain-seconds", "callback"])
+def test_fit_queues_chunks_behind_the_one_running(chunk_events, monkeypatch, chain_seconds, callback, queued):
+    """The first chunk runs alone (its time sizes the queue); then as many as take CHAIN_SECONDS are
+    queued behind the one running, and read back in order. A chunk longer than that is alone in flight;
+    a callback sees each chunk before the next is dispatched. The results are the same."""
+    monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", chain_seconds)
+    opt = optax.adam(1e-2)
+    seen = []
+    result = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 40, chunk=5, progress=True,
+                          callback=(lambda done, aux: seen.append(done)) if callback else None)
+    starts, ends = range(5, 40, 5), range(10, 45, 5)
+    after_first = ([("dispatch", s) for s in starts] + [("read", d) for d in ends] if queued else
+                   [e for s, d in zip(starts, ends) for e in (("dispatch", s), ("read", d))])
+    assert chunk_events == [("dispatch", 0), ("read", 5)] + after_first
+    assert seen == ([5, *ends] if callback else [])
+    reference = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 40, chunk=5, progress=False,
+                             callback=lambda done, aux: None)
+    assert_trees_equal((result.state, result.history), (reference.state, reference.history))
 
 
 def test_a_second_fit_reuses_the_compiled_loops():

@@ -117,6 +117,29 @@ def test_until_reads_the_new_state_with_a_dataset_and_start():
     np.testing.assert_array_equal(np.asarray(aux["first"])[:3], [16, 0, 8])  # batches 2, 0, 1 of 3
 
 
+def test_a_flag_the_step_computes_is_an_aux_leaf_it_does_not_return():
+    """The flag of the loss before the update, computed inside the step: the loop stops where `until`
+    on that loss stops, bitwise, and returns no history of the flag (drop-unused-outputs)."""
+    opt = optax.adam(1e-2)
+    base, b, state0 = train_step(opt), batch(), init_state(opt)
+    _, ref_aux = single_steps(base, fresh(state0), b, 5, keep_aux=("loss",))
+    threshold = float(ref_aux[4]["loss"])
+
+    def fn(state, b):
+        new_state, aux = base(state, b)
+        return new_state, {"loss": aux["loss"], "stop": aux["loss"] <= threshold}
+
+    step = compile_step(fn, keep_aux=("loss",))
+    state, aux, steps, stopped = step.loop(K, until=lambda state, aux: aux["stop"])(fresh(state0), b)
+    ref = compile_step(base, keep_aux=("loss",)).loop(K, until=lambda state, aux: aux["loss"] <= threshold)(
+        fresh(state0), b)
+    assert int(steps) == 5 and bool(stopped) and aux["stop"] is None
+    assert_bitwise((state, aux["loss"], steps), (ref[0], ref[1]["loss"], ref[2]))
+    final = next(text for stage, text in step.loop(K, until=lambda state, aux: aux["stop"]).lower(state0, b).items()
+                 if stage.endswith("final"))
+    assert f"tensor<{K}xi1>" not in final
+
+
 def test_stop_on_nonfinite_stops_after_the_first_bad_step():
     opt = optax.sgd(3.0)  # diverges: the loss reaches inf after a few steps
     fn, b, state0 = train_step(opt), batch(), init_state(opt)

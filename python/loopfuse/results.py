@@ -1,0 +1,62 @@
+"""What the chunked drivers return: `FitResult` (`fit`, and `FitError.result`) and `Solution` (`minimize`).
+
+Plain records that import no driver, so that `errors` can name them.
+"""
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .backends import Backend
+
+
+@dataclass
+class FitResult:
+    """The last complete state, the aux history of the steps that ran (leading axis: step).
+
+    steps:        steps the state has taken (resumed ones included); the history has as many rows.
+    retcode:      why the run ended: "max_steps" (all num_steps ran), "until" (the `until` predicate
+                  was true after the last step), "non_finite" (the last step's floating aux held a
+                  NaN or Inf, with ``stop_on_nonfinite=True``), "interrupted" (KeyboardInterrupt,
+                  Ctrl-C), or "error" (in ``FitError.result``: an exception after a chunk completed).
+                  A run resumed from the checkpoint of a run that "until" or "non_finite" ended keeps
+                  that retcode and runs no step.
+    resumed_from: the checkpoint's step count the run resumed from (0 for a fresh start).
+    """
+
+    state: Any
+    history: Any
+    steps: int
+    retcode: str = "max_steps"
+    resumed_from: int = 0
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped early by KeyboardInterrupt (Ctrl-C)."""
+        return self.retcode == "interrupted"
+
+
+@dataclass(frozen=True, eq=False)
+class Solution:
+    """What `minimize` found.
+
+    params:           the parameters after the last step.
+    loss_history:     float array [steps]; entry i is the loss at step i, before that step's update.
+    steps:            the steps run (resumed ones included): `steps` of `minimize`, or fewer if it stopped.
+    retcode:          why it stopped: "converged" (`until` was true), "non_finite" (the loss of the last
+                      step was NaN or Inf, with ``stop_on_nonfinite``) or "max_steps" (it ran all `steps`).
+    steps_per_second: steps / wall time of the solve loop: from the first step's dispatch until the
+                      final params are ready and the loss history is on the host, with every executable
+                      already built (see compile_seconds).
+    compile_seconds:  wall time before the loop spent building executables (for GradOnly: one
+                      discarded warm-up step, which compiles the derivative and the eager ops).
+    backend:          the backend that ran it.
+    """
+
+    params: Any
+    loss_history: np.ndarray
+    steps: int
+    retcode: str
+    steps_per_second: float
+    compile_seconds: float
+    backend: Backend

@@ -1,0 +1,47 @@
+"""SIGINT held while a driver binds a result that a donation made the only copy of the state (`SigintHold`)."""
+import signal
+import threading
+from contextlib import contextmanager
+
+
+class SigintHold:
+    """SIGINT held inside `hold()` blocks and delivered at their end; outside them, as before.
+
+    Installed for the whole run (in the main thread, which alone receives signals, and only over a
+    Python-level handler): a signal outside a block goes straight to the handler that was installed.
+    """
+
+    def __init__(self):
+        self.holding, self.pending, self.previous = False, False, None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not None:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _handle(self, signum, frame):
+        if self.holding:
+            self.pending = True
+        else:
+            self._deliver(frame)
+
+    def _deliver(self, frame):
+        self.pending = False
+        if callable(self.previous):
+            self.previous(signal.SIGINT, frame)
+        elif self.previous == signal.SIG_DFL:  # the default action: the process ends
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGINT)
+
+    @contextmanager
+    def hold(self):
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            if self.pending:
+                self._deliver(None)

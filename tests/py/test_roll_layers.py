@@ -20,6 +20,7 @@ import loopfuse
 import transformer
 from ir_helpers import interpret
 from loopfuse.mlir_context import parse_module
+from loopfuse.passes.rewriter import Builder
 from corpus import PROGRAMS
 from problems import assert_trees_equal, fresh
 
@@ -246,3 +247,16 @@ def test_corpus_with_memory_budget_zero(name):
         assert report.startswith("no run of alike layers"), report
         assert_trees_equal(got, expected)
         assert_trees_equal(looped, loopfuse.compile_step(p.fn).loop(3)(fresh(p.state), p.batch))
+
+
+def test_verify_holds_a_rolled_program_to_its_tolerance(monkeypatch):
+    step, state, tokens = transformer.gpt(**transformer.TINY)      # AdamW, eps 1e-8: as users run it
+    new, aux = rolled(step, verify=True)(fresh(state), tokens)     # passes: within the tolerance
+    assert np.isfinite(aux["loss"])
+
+    def first_row(self, stacked, index):        # a wrong rewrite: every layer reads layer 0's rows
+        return Builder.static_row(self, stacked, 0)
+    monkeypatch.setattr(Builder, "row", first_row)
+    with pytest.raises(loopfuse.MiscompileError, match="roll-layers") as caught:
+        rolled(step, verify=True)(fresh(state), tokens)
+    assert caught.value.culprits == ["memory_budget (the pass 'roll-layers')"]

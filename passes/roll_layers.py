@@ -132,6 +132,9 @@ def state_leaves(g: Dataflow, main: func.FuncOp) -> list[tuple[int, str]]:
             out.append((a, path))
             continue
         held = [ir.StringAttr(p).value for p in ir.ArrayAttr(attrs[PACKED])]
+        if len(held) == 1 and not any(_bounds(g.ops[op]) for op, _ in g.users[a]):
+            out.append((a, held[0]))        # a leaf a packed state keeps as it is
+            continue
         pieces = sorted((bounds, op) for op, _ in g.users[a] if (bounds := _bounds(g.ops[op])) is not None)
         if len(pieces) != len(held) or [lo for (lo, _), _ in pieces] != [0, *[hi for (_, hi), _ in pieces[:-1]]]:
             continue         # not sliced leaf by leaf: no leaf to name
@@ -255,7 +258,32 @@ class Plan:
             return plan
         plan._carries_and_exports(leaf_paths, written)
         plan._loops()
+        plan.why_not = plan._not_worth_stacking()
         return plan
+
+    def _not_worth_stacking(self) -> str:
+        """Why stacking the leaves inside the call would cost more than rolling saves ("" if it would
+        not): the stack is a copy of the rolled state in temporaries, where the unrolled program keeps
+        the activations the backward ops read, about L - 1 layers of them more than the rolled one
+        (which keeps each layer's carried input and saved values). A packed buffer is stacked already."""
+        g, roles = self.g, self.roles
+        n = roles.length
+        activations: set = set()        # forward roles computed from the layer's input (not only its leaves)
+        for r in sorted(set(range(len(roles.ops))) - self.backward, key=lambda r: roles.ops[r][0]):
+            if any(isinstance(c, Carry) or isinstance(c, Internal) and c.role in activations for c in roles.operands[r]):
+                activations.add(r)
+        reads = {(c.role, c.result) for b in self.backward for c in roles.operands[b]
+                 if isinstance(c, Internal) and c.role in activations}
+        per_layer = sum(g.nbytes(roles.value(g, r, j, 0)) for r, j in reads)
+        kept = sum(g.nbytes(roles.value(g, r, j, 0)) for r, j in {*((r, j) for r, j, _ in self.carries), *self.saved})
+        saves = (n - 1) * per_layer - n * kept
+        seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
+        stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
+        if stack <= saves:
+            return ""
+        return (f"stacking the layers' leaves inside each call would cost {_kib(stack)} of temporaries, more than the "
+                f"~{_kib(max(saves, 0))} of activations rolling saves; loopfuse.pack(state, layers=True) keeps them "
+                "stacked between calls")
 
     def _classify(self) -> None:
         g, roles = self.g, self.roles
@@ -574,24 +602,28 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
 
 def _stacked(b: Builder, g: Dataflow, values: list) -> ir.Value:
     """The layers' values of one leaf stacked (``[L, ...]``): a reshape of the packed buffer they are
-    the consecutive pieces of, in order (`packed.pack(layers=True)`), else a stack of them."""
-    t = ir.RankedTensorType(g.values[values[0]].type)
-    size = math.prod(t.shape)
+    the pieces of (`_packed_buffer`), else a stack of them."""
+    buffer = _packed_buffer(g, values)
+    if buffer is None:
+        return b.stack([g.values[v] for v in values])
+    return b.reshape(g.values[buffer], [len(values), *ir.RankedTensorType(g.values[values[0]].type).shape])
+
+
+def _packed_buffer(g: Dataflow, values: list) -> int | None:
+    """The 1-D buffer whose consecutive pieces, in order and covering it, the layers' values of one
+    leaf are (each a slice, reshaped: `packed.pack(layers=True)`), or None."""
+    size = math.prod(ir.RankedTensorType(g.values[values[0]].type).shape)
     source = None
     for l, v in enumerate(values):
         op = g.owner[v]
         if op != ARG and g.ops[op].name == "stablehlo.reshape":
-            v = g.operands[op][0]
-            op = g.owner[v]
-        bounds = _bounds(g.ops[op]) if op != ARG else None
-        if bounds != (l * size, (l + 1) * size) or source not in (None, g.operands[op][0]):
-            return b.stack([g.values[v] for v in values])
+            op = g.owner[g.operands[op][0]]
+        if op == ARG or _bounds(g.ops[op]) != (l * size, (l + 1) * size) or source not in (None, g.operands[op][0]):
+            return None
         source = g.operands[op][0]
-    assert source is not None
-    whole = g.values[source]
-    if ir.RankedTensorType(whole.type).shape != [len(values) * size]:
-        return b.stack([g.values[v] for v in values])
-    return b.reshape(whole, [len(values), *t.shape])
+    if source is None or ir.RankedTensorType(g.values[source].type).shape != [len(values) * size]:
+        return None
+    return source
 
 
 def _while(b: Builder, init: list, trips: int) -> ir.Operation:

@@ -71,15 +71,19 @@ class Layout:
         return self.unflatten(lambda b, at, shape: jnp.reshape(lax.slice(buffers[b], (at,), (at + math.prod(shape),)),
                                                              shape), kept)
 
-    def buffer_paths(self) -> list[list[str]]:
-        """Per buffer, the key paths of the leaves it holds, in offset order."""
+    def held_paths(self) -> list[list[str]]:
+        """Per leaf of a `PackedState` (its buffers, then its kept leaves), the key paths of the state
+        leaves it holds: a buffer's in offset order, a kept leaf's own."""
         paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
             self.treedef.unflatten([0] * self.treedef.num_leaves))[0]]
         held: list[list] = [[] for _ in self.buffer_dtypes]
+        kept: list[list] = []
         for path, (b, at) in sorted(zip(paths, self.places), key=lambda item: (item[1][0] is None, item[1])):
-            if b is not None:
+            if b is None:
+                kept.append([path])
+            else:
                 held[b].append(path)
-        return held
+        return held + kept
 
     def unflatten(self, piece: Callable, kept):
         """The state pytree: each packed leaf ``piece(buffer, offset, shape)``, the others from `kept`."""
@@ -193,11 +197,9 @@ def on_packed(fn: Callable, layout: Layout) -> Callable:
 
 
 def buffer_paths(state) -> list | None:
-    """Per leaf of `state` as a step takes it, the key paths of the leaves it packs (a
-    `PackedState`'s buffers; None for its kept leaves), or None for a state that is not packed."""
-    if not isinstance(state, PackedState):
-        return None
-    return [*state.layout.buffer_paths(), *[None] * len(state.kept)]
+    """Per leaf of `state` as a step takes it, the key paths of the state leaves it holds
+    (`Layout.held_paths`), or None for a state that is not packed."""
+    return state.layout.held_paths() if isinstance(state, PackedState) else None
 
 
 def check_not_nested(state) -> None:

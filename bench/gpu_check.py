@@ -32,6 +32,11 @@ the route of each private jax API (`_jax_compat.status()`). Then the sections na
 - pack: issue 23's figure (bench/bench_pack.py): Adam over N small leaves, loop(10), `PACK_VARIANTS`
   against the donated `lax.scan`: compile seconds (after a warm-up, median of `PACK`'s compile rounds),
   steps/s, whether each final state equals the scan's bitwise (a report: it fails nothing).
+- layers: issue 31's rolled layers on the GPT problem (6x512; --quick: 3x16): jax.jit + donation
+  against `compile_step(..., memory_budget=0.0)` on the state kept stacked (`loopfuse.pack(state,
+  layers=True)`): compiled temporaries, steps/s (interleaved rounds of 3 steps), the loss after 3
+  steps and roll-layers' report. It fails when nothing rolled or the loss differs by more than
+  `LAYERS["rtol"]` relative; the rest is a report.
 - shuffle: issue 23 item 4 (bench/bench_data.py's "1M x 16" at `SHUFFLE`'s rounds): `fit` steps/s on
   a shuffled Dataset against the unshuffled one (device and numpy arrays), the cost of one epoch's
   order, and the ceiling (loopfuse's epoch loop gathering a fixed order's rows against slicing). It
@@ -41,7 +46,7 @@ the route of each private jax API (`_jax_compat.status()`). Then the sections na
 Writes gpu_check.md and gpu_check.json (or --json) into --out as each section's results come in
 (a run cut short keeps what it finished: `harness.Report.save`), prints each section's markdown and
 seconds as it ends and the whole markdown at the end; exits 1 when a check of results, corpus, cache,
-memory or shuffle fails or a section raises.
+memory, layers or shuffle fails or a section raises.
 """
 import argparse
 import json
@@ -81,7 +86,7 @@ QUICK = dict(k=4, rounds=1, problems={
 })
 BASELINE = "jax.jit + donation"
 MEMORY_PROBLEMS = 2       # the two large problems (the tiny MLP's bytes say nothing)
-SECTIONS = ("results", "corpus", "cache", "memory", "speed", "pack", "shuffle")
+SECTIONS = ("results", "corpus", "cache", "memory", "speed", "pack", "layers", "shuffle")
 CORPUS_K = 3              # tests/py/test_corpus.py's K
 CORPUS_QUICK = ("diffrax_saveat_t1", "cond_switch", "segment_sum_scatter_add")
 PACK = dict(full=dict(leaves=300, rounds=5, calls=10, compile_rounds=2),
@@ -91,7 +96,9 @@ PACK_VARIANTS = ("lax.scan (jax.jit, donated)", "hand-written ravel_pytree lax.s
                  "loopfuse loop", "loopfuse loop, state packed between calls (loopfuse.pack)",
                  "loopfuse loop, state packed between calls + pack-state{flatten=true}")
 VARIES = "jax.jit varies run to run"
-SHUFFLE = dict(size="1M x 16", full=dict(rounds=3), quick=dict(rounds=1))  # bench_data.measure's (--quick: a tenth)
+SHUFFLE = dict(size="1M x 16", full=dict(rounds=3), quick=dict(rounds=1))
+LAYERS = dict(full="GPT 6x512", quick=dict(kind="gpt", layers=3, width=16, heads=2, seq=8, vocab=32, batch=2),
+              steps=3, rtol=1e-4)  # bench_data.measure's (--quick: a tenth)
 
 
 # ---- problems: (step, init_state, batch) ---------------------------------------------------
@@ -388,6 +395,41 @@ def packed_state(leaves: int, rounds: int, calls: int, compile_rounds: int, k: i
     return {"k": k, "rounds": rounds, "calls": calls, **result}
 
 
+def rolled_layers(spec: dict, rounds: int) -> dict:
+    """Issue 31 on this device: jax.jit + donation against the step rolled at memory_budget=0.0 on a
+    state kept stacked between calls (see the module docstring)."""
+    step, params, batch = problem(spec)
+    n = LAYERS["steps"]
+    jitted = jax.jit(step, donate_argnums=0)
+    rolled = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    calls = {BASELINE: (jitted, lambda: fresh(params)),
+             "loopfuse memory_budget=0.0, packed": (rolled, lambda: loopfuse.pack(fresh(params), layers=True))}
+    temps = {BASELINE: jitted.lower(fresh(params), batch).compile().memory_analysis().temp_size_in_bytes,
+             "loopfuse memory_budget=0.0, packed": rolled.memory_stats(calls["loopfuse memory_budget=0.0, packed"][1](),
+                                                                    batch).temp}
+    report = rolled.compiled(calls["loopfuse memory_budget=0.0, packed"][1](), batch).reports["roll-layers"]
+    states, losses = {}, {}
+    for name, (call, start) in calls.items():
+        s = start()
+        for _ in range(n):
+            s, aux = call(s, batch)
+        states[name], losses[name] = s, float(aux["loss"])
+
+    def steps(name):
+        def run():
+            for _ in range(n):
+                states[name], _ = calls[name][0](states[name], batch)
+            return states[name]
+        return lambda: n / harness.clocked(run)[0]
+    rates = harness.interleave({name: steps(name) for name in calls}, rounds)
+    diff = abs(losses["loopfuse memory_budget=0.0, packed"] - losses[BASELINE]) / abs(losses[BASELINE])
+    return {"spec": spec, "report": report, "rolled": report.startswith("rolled"), "loss_rel_diff": diff,
+            "ok": report.startswith("rolled") and diff <= LAYERS["rtol"],
+            "rows": {name: {"temp": temps[name], "steps_per_s": statistics.median(rates[name]),
+                            "vs_jit": harness.paired_ratio(rates[name], rates[BASELINE])["ratio"],
+                            "loss": losses[name]} for name in calls}}
+
+
 # ---- report ----------------------------------------------------------------------------
 def heading(env: dict, k: int, quick: bool) -> str:
     return (f"# loopfuse check on {env['platform']} ({', '.join(sorted(set(env['devices'])))})\n\n"
@@ -431,6 +473,15 @@ def markdown(section: str, data, k: int, quick: bool) -> str:
         return "\n".join([f"## Packed state (issue 23): Adam over {data['leaves']} leaves, loop({data['k']}); medians of "
                           f"{data['rounds']} interleaved rounds of {data['calls']} calls (a report, no check)", "",
                           *bench_pack.table([data], [data["k"]])])
+    if section == "layers":
+        s = data["spec"]
+        return "\n".join([f"## Rolled layers (issue 31): GPT {s['layers']}x{s['width']}, {s['batch']} x {s['seq']} tokens, "
+                          f"loss after {LAYERS['steps']} steps {'ok' if data['ok'] else '**FAILED**'} (relative "
+                          f"difference {data['loss_rel_diff']:.1e})", "",
+                          "| variant | temporaries MiB | vs jax.jit | steps/s | vs jax.jit |", "|---|---:|---:|---:|---:|"]
+                         + [f"| {name} | {harness.mib(r['temp'])} | {r['temp'] / data['rows'][BASELINE]['temp']:.2f}x | "
+                            f"{r['steps_per_s']:,.2f} | {r['vs_jit']:.2f}x |" for name, r in data["rows"].items()]
+                         + ["", f"roll-layers: {data['report']}"])
     assert section == "shuffle", section
     return "\n".join([f"## Shuffled Dataset (issue 23 item 4): bench_data {data['size']!r}, {data['rounds']} interleaved "
                       f"round(s){' (a tenth of the examples)' if quick else ''}", "", *data["lines"]])
@@ -442,7 +493,8 @@ def failures(report: dict) -> list[str]:
               "corpus": any(r["status"] == "FAILED" for r in report.get("corpus", {}).get("rows", [])),
               "cache": not report.get("cache", {"ok": True})["ok"],
               "memory": not all(m["bitwise_equal"] for m in report.get("memory", {}).values()),
-              "shuffle": not report.get("shuffle", {"bitwise": True})["bitwise"]}
+              "shuffle": not report.get("shuffle", {"bitwise": True})["bitwise"],
+              "layers": not report.get("layers", {"ok": True})["ok"]}
     return [s for s in SECTIONS if failed.get(s) or s in report["errors"]]
 
 
@@ -504,6 +556,11 @@ class Check:
 
     def pack(self) -> None:
         self.report["pack"] = packed_state(**PACK["quick" if self.report["quick"] else "full"])
+
+    def layers(self) -> None:
+        quick = self.report["quick"]
+        spec = LAYERS["quick"] if quick else self.cfg["problems"][LAYERS["full"]]
+        self.report["layers"] = rolled_layers(spec, self.rounds)
 
     def shuffle(self) -> None:
         import bench_data

@@ -67,6 +67,10 @@ def test_quick_gpu_check_runs_on_cpu(tmp_path):
                                               for s in ("unshuffled", "shuffled")}
     assert all(r["steps_per_s"]["median"] > 0 for r in sh["results"]["variants"].values())
     assert sh["results"]["epoch_order_cpu_s"] > 0 and "## Shuffled Dataset (issue 23 item 4)" in proc.stdout
+    # layers: the GPT's blocks rolled, the loss after 3 steps within the check's tolerance of jax.jit's
+    ly = report["layers"]
+    assert ly["rolled"] and ly["ok"] and ly["report"].startswith("rolled [0]['blocks']")
+    assert all(r["temp"] > 0 and r["steps_per_s"] > 0 for r in ly["rows"].values()) and "## Rolled layers" in proc.stdout
 
 
 def test_sections_runs_only_those(tmp_path):

@@ -67,7 +67,6 @@ Operand = Seed | Invariant | Internal | Carry
 class Roles:
     """The valid roles of one run; see the module docstring."""
 
-    run: Run
     length: int
     seeds: list                          # per seed leaf: its value id at each position (a block argument)
     ops: list = field(default_factory=list)          # role -> op id at each position
@@ -93,7 +92,7 @@ def analyze(g: Dataflow, run: Run, arg_of_leaf) -> Roles:
     length = run.length
     seeds = [[arg_of_leaf(per_layer[layer][suffix]) for layer in range(length)]
              for _, per_layer in sorted(run.families.items()) for suffix in sorted(per_layer[0])]
-    roles = Roles(run, length, seeds)
+    roles = Roles(length, seeds)
     chains = _chains(g, seeds)
     _position(g, roles, chains)
     _validate(g, roles)

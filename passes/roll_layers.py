@@ -21,7 +21,10 @@ same at every layer) and rewrites the step as
 else (the least memory; every forward op runs twice); b in (0, 1) also saves the forward values the
 backward ops read that cost the most work per byte to recompute (matrix products first) until
 their bytes reach b of all such values, as PyTorch's ``activation_memory_budget`` chooses; 1.0
-leaves the step as it is.
+leaves the step as it is. A state given leaf by leaf is stacked inside the call (a copy of the
+rolled state in temporaries), so it rolls only where that costs less than the activations rolling
+saves (`Plan._not_worth_stacking`; ``force`` rolls it anyway); a packed state's layers
+(``loopfuse.pack(state, layers=True)``) are stacked already and roll in place.
 
 Why it is exact: each op of the loops is one of `layer_roles`'s roles, run at position l on the
 operands its classification names, which are the values the original op at layer l read (its
@@ -47,6 +50,7 @@ from .dataflow import ARG, Dataflow, common_subexpressions, tensor_bytes
 from .layer_roles import Carry, Internal, Invariant, Roles, Seed, analyze
 from .layer_runs import runs
 from .module_pass import ModulePass, option
+from . import rewriter as rw
 from .rewriter import Builder
 from .vocabulary import PACKED, STATE
 
@@ -55,7 +59,7 @@ class RollLayers(ModulePass):
     """Examples:
         >>> from loopfuse.pass_manager import parse_pipeline
         >>> parse_pipeline("roll-layers{memory-budget=0.5}")
-        [RollLayers(memory_budget=0.5, min_layers=2)]
+        [RollLayers(memory_budget=0.5, min_layers=2, force=False)]
     """
 
     name = "roll-layers"
@@ -64,6 +68,8 @@ class RollLayers(ModulePass):
     memory_budget: float = option(0.0, "the share of recomputable activation bytes to save (0: the least memory, "
                                        "1: leave the step as it is)", minimum=0.0, maximum=1.0)
     min_layers: int = option(2, "roll runs of at least this many alike layers", minimum=2)
+    force: bool = option(False, "roll a state given leaf by leaf also where stacking its layers' leaves inside "
+                                "the call costs more temporaries than the activations rolling saves")
 
     def apply(self, module_op: ir.Operation) -> None:
         lines: list[str] = []
@@ -105,7 +111,8 @@ class RollLayers(ModulePass):
         for first, last in ((0, 0), (1, 0), (0, 1)):
             part = run.trimmed(first, last)
             roles = analyze(g, part, lambda leaf: leaves[leaf][0])
-            tried.append((part, Plan.of(g, roles, self.memory_budget, dict(leaves), written_leaves(g, main)), roles))
+            tried.append((part, Plan.of(g, roles, self.memory_budget, dict(leaves), written_leaves(g, main), self.force),
+                          roles))
             if len(tried) == 1 and (run.length - 1 < self.min_layers or not (tried[0][1].why_not or roles.short)):
                 break           # the whole run rolls with every op, or is too short to trim
         best = max(tried, key=lambda t: (not t[1].why_not, _score(t[1]) if not t[1].why_not else (0, 0)))
@@ -209,8 +216,9 @@ def join_rows(block: ir.Block) -> None:
             rows.append(start[0])
         else:
             if source is not None and rows == list(range(ir.RankedTensorType(source.type).shape[0])):
-                b = Builder.before(op)
-                op.result.replace_all_uses_with(b.reshape(source, list(ir.RankedTensorType(op.result.type).shape)))
+                with Builder.before(op):
+                    joined = rw.reshape(source, list(ir.RankedTensorType(op.result.type).shape))
+                op.result.replace_all_uses_with(joined)
                 op.erase()
 
 
@@ -237,7 +245,8 @@ class Plan:
     outside: dict = field(default_factory=dict)     # op id -> PRE | MID | POST
 
     @classmethod
-    def of(cls, g: Dataflow, roles: Roles, budget: float, leaf_paths: dict, written: dict) -> "Plan":
+    def of(cls, g: Dataflow, roles: Roles, budget: float, leaf_paths: dict, written: dict,
+           force: bool = False) -> "Plan":
         """The plan, dropping roles the loops cannot hold (a forward op reading a value computed after
         the forward loop, a backward op reading one computed after the backward loop: the update after a
         global-norm clip, which then runs after the loop as it did) until none is left to drop."""
@@ -258,7 +267,7 @@ class Plan:
             return plan
         plan._carries_and_exports(leaf_paths, written)
         plan._loops()
-        plan.why_not = plan._not_worth_stacking()
+        plan.why_not = "" if force else plan._not_worth_stacking()
         return plan
 
     def _not_worth_stacking(self) -> str:
@@ -447,53 +456,53 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
     roles, L = plan.roles, plan.roles.length
     ret = g.ops[-1]
     first = g.ops[min(o for ops in roles.ops for o in ops)]
-    b = Builder(ir.InsertionPoint(ret), first.location)
+    outer = Builder(ir.InsertionPoint(ret), first.location)
     seeds_read = sorted({c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)})
-    stacked = {s: _stacked(b, g, roles.seeds[s]) for s in seeds_read}
+    with outer:
+        stacked = {s: _stacked(g, roles.seeds[s]) for s in seeds_read}
 
     def template(r: int) -> ir.Operation:
         return g.ops[roles.ops[r][0]]
 
-    def value_type(r: int, j: int) -> ir.RankedTensorType:
-        return ir.RankedTensorType(template(r).results[j].type)
+    def history(t: ir.Type) -> ir.Value:
+        t = ir.RankedTensorType(t)
+        return rw.zeros(ir.RankedTensorType.get([L, *t.shape], t.element_type))
 
-    def history(t: ir.RankedTensorType) -> ir.Value:
-        return b.zeros(ir.RankedTensorType.get([L, *t.shape], t.element_type))
-
-    def run_roles(body_b: Builder, order: list, env: dict, resolve) -> None:
+    def run_roles(order: list, env: dict, resolve) -> None:
         for r in order:
             op = template(r)
             classes = roles.operands[r]
             n = len(op.operands)
             operands = [resolve(c) for c in classes[:n]]
             captured = {g.values[g.operands[roles.ops[r][0]][k]]: resolve(c) for k, c in enumerate(classes) if k >= n}
-            new = body_b.clone(op, operands, captured)
-            for j, v in enumerate(new.results):
+            for j, v in enumerate(rw.clone(op, operands, captured).results):
                 env[r, j] = v
+
+    def replace(key: tuple, layer: int, value: ir.Value) -> None:
+        g.values[roles.value(g, key[0], key[1], layer)].replace_all_uses_with(value)
 
     # -- the forward loop: carries, their histories (the layer inputs), saved and exported values
     carried_out = {(r, j) for r, j, _ in plan.carries}
-    f_exports = [key for key, layers in plan.exports.items()
-                 if key[0] not in plan.backward and not (key in carried_out and layers == {L - 1})]
-    f_hist = sorted(set(f_exports) | set(plan.saved))
-    init = [b.scalar(0), *[g.values[v] for _, _, v in plan.carries],
-            *[history(ir.RankedTensorType(g.values[v].type)) for _, _, v in plan.carries],
-            *[history(value_type(*key)) for key in f_hist], *[stacked[s] for s in seeds_read]]
+    f_exports = [key for key, layers in plan.exports.items()          # a value read outside only at the
+                 if key[0] not in plan.backward and not (key in carried_out and layers == {L - 1})]   # last layer,
+    f_hist = sorted(set(f_exports) | set(plan.saved))                 # carried out, needs no history
     n_c, n_h = len(plan.carries), len(f_hist)
-    forward = _while(b, init, L)
+    with outer:
+        forward = _while([rw.scalar(0), *[g.values[v] for _, _, v in plan.carries],
+                          *[history(g.values[v].type) for _, _, v in plan.carries],
+                          *[history(template(r).results[j].type) for r, j in f_hist],
+                          *[stacked[s] for s in seeds_read]], L)
     body = forward.regions[1].blocks[0]
-    bb = Builder.at_end(body, first.location)
     i = body.arguments[0]
+    carry_in = {key: body.arguments[1 + k] for k, key in enumerate(plan.carries)}
+    through = {s: body.arguments[1 + 2 * n_c + n_h + k] for k, s in enumerate(seeds_read)}
     env: dict = {}
     rows: dict = {}
 
     def seed_row(s: int, source: dict, index) -> ir.Value:
         if s not in rows:
-            rows[s] = bb.row(source[s], index)
+            rows[s] = rw.row(source[s], index)
         return rows[s]
-
-    carry_in = {key: body.arguments[1 + k] for k, key in enumerate(plan.carries)}
-    through = {s: body.arguments[1 + 2 * n_c + n_h + k] for k, s in enumerate(seeds_read)}
 
     def resolve_forward(c):
         if isinstance(c, Seed):
@@ -504,25 +513,24 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
             return env[c.role, c.result]
         return carry_in[c.role, c.result, c.init]
 
-    run_roles(bb, plan.forward, env, resolve_forward)
-    yields = [bb.add(i, bb.scalar(1)), *[env[r, j] for r, j, _ in plan.carries],
-              *[bb.write_row(body.arguments[1 + n_c + k], carry_in[key], i) for k, key in enumerate(plan.carries)],
-              *[bb.write_row(body.arguments[1 + 2 * n_c + k], env[key], i) for k, key in enumerate(f_hist)],
-              *[through[s] for s in seeds_read]]
-    with bb:
-        stablehlo.ReturnOp(yields)
+    with Builder.at_end(body, first.location):
+        run_roles(plan.forward, env, resolve_forward)
+        stablehlo.ReturnOp([
+            stablehlo.AddOp(i, rw.scalar(1)).result, *[env[r, j] for r, j, _ in plan.carries],
+            *[rw.write_row(body.arguments[1 + n_c + k], carry_in[key], i) for k, key in enumerate(plan.carries)],
+            *[rw.write_row(body.arguments[1 + 2 * n_c + k], env[key], i) for k, key in enumerate(f_hist)],
+            *[through[s] for s in seeds_read]])
     # the stacked leaves pass through the forward loop, so the backward loop updates that one buffer in place
     stacked = {s: forward.results[1 + 2 * n_c + n_h + k] for k, s in enumerate(seeds_read)}
     final_carry = {(r, j): forward.results[1 + k] for k, (r, j, _) in enumerate(plan.carries)}
     carry_hist = {key: forward.results[1 + n_c + k] for k, key in enumerate(plan.carries)}
     saved_hist = {key: forward.results[1 + 2 * n_c + k] for k, key in enumerate(f_hist)}
-    for key, layers in plan.exports.items():
-        if key[0] in plan.backward:
-            continue
-        for l in layers:
-            v = final_carry[key] if l == L - 1 and key in final_carry else b.static_row(saved_hist[key], l)
-            # (a value read only at the last layer, where it is carried out, has no history)
-            g.values[roles.value(g, key[0], key[1], l)].replace_all_uses_with(v)
+    with outer:
+        for key, layers in plan.exports.items():
+            if key[0] not in plan.backward:
+                for l in layers:
+                    replace(key, l, final_carry[key] if l == L - 1 and key in final_carry else
+                            rw.static_row(saved_hist[key], l))
 
     for n in sorted(o for o, where in plan.outside.items() if where == MID):
         g.ops[n].move_before(ret)
@@ -539,60 +547,54 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
     b_exports = [key for key, layers in plan.exports.items() if key[0] in plan.backward and key not in plan.state
                  and not (key in bcarried_out and layers == {0})]
     n_b, n_s = len(plan.bcarries), len(state_seeds)
-    init = [b.scalar(0), *[g.values[v] for _, _, v in plan.bcarries], *[stacked[s] for s in state_seeds],
-            *[b.static_row(stacked[s], L - 1) for s in state_seeds],     # pending: layer L-1 as it is
-            *[history(value_type(*key)) for key in b_exports]]
-    backward = _while(b, init, L)
+    with outer:
+        backward = _while([rw.scalar(0), *[g.values[v] for _, _, v in plan.bcarries], *[stacked[s] for s in state_seeds],
+                           *[rw.static_row(stacked[s], L - 1) for s in state_seeds],   # pending: layer L-1 as it is
+                           *[history(template(r).results[j].type) for r, j in b_exports]], L)
     body = backward.regions[1].blocks[0]
-    bb = Builder.at_end(body, first.location)
     i = body.arguments[0]
-    layer = bb.subtract(bb.scalar(L - 1), i)
-    above = bb.add(layer, bb.scalar(1))          # L at the first iteration: clamped to L - 1
-    current = dict(stacked)
-    current.update({s: bb.write_row(body.arguments[1 + n_b + k], body.arguments[1 + n_b + n_s + k], above)
-                    for k, s in enumerate(state_seeds)})
     env, rows = {}, {}
-    carry_rows = {}
+    carry_rows: dict = {}
     bcarry_in = {key: body.arguments[1 + k] for k, key in enumerate(plan.bcarries)}
+    with Builder.at_end(body, first.location):
+        layer = stablehlo.SubtractOp(rw.scalar(L - 1), i).result
+        above = stablehlo.AddOp(layer, rw.scalar(1)).result      # L at the first iteration: clamped to L - 1
+        current = dict(stacked)
+        current.update({s: rw.write_row(body.arguments[1 + n_b + k], body.arguments[1 + n_b + n_s + k], above)
+                        for k, s in enumerate(state_seeds)})
 
-    def resolve_backward(c):
-        if isinstance(c, Seed):
-            return seed_row(c.leaf, current, layer)
-        if isinstance(c, Invariant):
-            return g.values[c.value]
-        if isinstance(c, Internal):
-            if (c.role, c.result) not in env:          # a saved forward value
-                env[c.role, c.result] = bb.row(saved_hist[c.role, c.result], layer)
-            return env[c.role, c.result]
-        key = (c.role, c.result, c.init)
-        if c.backward:
-            return bcarry_in[key]
-        if key not in carry_rows:                      # a layer input: the forward loop saved it
-            carry_rows[key] = bb.row(carry_hist[key], layer)
-        return carry_rows[key]
+        def resolve_backward(c):
+            if isinstance(c, Seed):
+                return seed_row(c.leaf, current, layer)
+            if isinstance(c, Invariant):
+                return g.values[c.value]
+            if isinstance(c, Internal):
+                if (c.role, c.result) not in env:          # a saved forward value
+                    env[c.role, c.result] = rw.row(saved_hist[c.role, c.result], layer)
+                return env[c.role, c.result]
+            key = (c.role, c.result, c.init)
+            if c.backward:
+                return bcarry_in[key]
+            if key not in carry_rows:                      # a layer input: the forward loop saved it
+                carry_rows[key] = rw.row(carry_hist[key], layer)
+            return carry_rows[key]
 
-    order = sorted(plan.backward, key=lambda r: roles.ops[r][0])
-    run_roles(bb, [*plan.recompute, *order], env, resolve_backward)
-    yields = [bb.add(i, bb.scalar(1)), *[env[r, j] for r, j, _ in plan.bcarries], *[current[s] for s in state_seeds],
-              *[bb.reshape(env[row_of[s]], list(ir.RankedTensorType(stacked[s].type).shape[1:])) for s in state_seeds],
-              *[bb.write_row(body.arguments[1 + n_b + 2 * n_s + k], env[key], layer) for k, key in enumerate(b_exports)]]
-    with bb:
-        stablehlo.ReturnOp(yields)
+        run_roles([*plan.recompute, *sorted(plan.backward, key=lambda r: roles.ops[r][0])], env, resolve_backward)
+        stablehlo.ReturnOp([
+            stablehlo.AddOp(i, rw.scalar(1)).result, *[env[r, j] for r, j, _ in plan.bcarries],
+            *[current[s] for s in state_seeds],
+            *[rw.reshape(env[row_of[s]], list(ir.RankedTensorType(stacked[s].type).shape[1:])) for s in state_seeds],
+            *[rw.write_row(body.arguments[1 + n_b + 2 * n_s + k], env[key], layer) for k, key in enumerate(b_exports)]])
     final_bcarry = {(r, j): backward.results[1 + k] for k, (r, j, _) in enumerate(plan.bcarries)}
-    final_state = {s: b.write_row(backward.results[1 + n_b + k], backward.results[1 + n_b + n_s + k], b.scalar(0))
-                   for k, s in enumerate(state_seeds)}
     b_hist = {key: backward.results[1 + n_b + 2 * n_s + k] for k, key in enumerate(b_exports)}
-    for key, layers in plan.exports.items():
-        if key[0] not in plan.backward:
-            continue
-        for l in layers:
-            if key in plan.state:
-                v = b.static_row(final_state[plan.state[key]], l)
-            elif l == 0 and key in final_bcarry:
-                v = final_bcarry[key]
-            else:
-                v = b.static_row(b_hist[key], l)
-            g.values[roles.value(g, key[0], key[1], l)].replace_all_uses_with(v)
+    with outer:
+        final_state = {s: rw.write_row(backward.results[1 + n_b + k], backward.results[1 + n_b + n_s + k], rw.scalar(0))
+                       for k, s in enumerate(state_seeds)}
+        for key, layers in plan.exports.items():
+            if key[0] in plan.backward:
+                for l in layers:
+                    replace(key, l, rw.static_row(final_state[plan.state[key]], l) if key in plan.state else
+                            final_bcarry[key] if l == 0 and key in final_bcarry else rw.static_row(b_hist[key], l))
 
     for n in sorted(o for o, where in plan.outside.items() if where == POST and o != len(g.ops) - 1):
         g.ops[n].move_before(ret)
@@ -600,13 +602,13 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
         g.ops[o].erase()
 
 
-def _stacked(b: Builder, g: Dataflow, values: list) -> ir.Value:
+def _stacked(g: Dataflow, values: list) -> ir.Value:
     """The layers' values of one leaf stacked (``[L, ...]``): a reshape of the packed buffer they are
     the pieces of (`_packed_buffer`), else a stack of them."""
     buffer = _packed_buffer(g, values)
     if buffer is None:
-        return b.stack([g.values[v] for v in values])
-    return b.reshape(g.values[buffer], [len(values), *ir.RankedTensorType(g.values[values[0]].type).shape])
+        return rw.stack([g.values[v] for v in values])
+    return rw.reshape(g.values[buffer], [len(values), *ir.RankedTensorType(g.values[values[0]].type).shape])
 
 
 def _packed_buffer(g: Dataflow, values: list) -> int | None:
@@ -626,16 +628,14 @@ def _packed_buffer(g: Dataflow, values: list) -> int | None:
     return source
 
 
-def _while(b: Builder, init: list, trips: int) -> ir.Operation:
-    """A ``stablehlo.while`` over `init` (the first a 0-d i32 counter from 0) running `trips` times;
-    its condition is built, its body block is empty."""
-    with b:
-        loop = stablehlo.WhileOp([v.type for v in init], init)
+def _while(init: list, trips: int) -> ir.Operation:
+    """A ``stablehlo.while`` here over `init` (the first a 0-d i32 counter from 0) running `trips`
+    times; its condition is built, its body block is empty."""
     types = [v.type for v in init]
+    loop = stablehlo.WhileOp(types, init)
     cond = loop.regions[0].blocks.append(*types)
-    cb = Builder.at_end(cond, b.location)
-    ok = cb.less(cond.arguments[0], cb.scalar(trips))
-    with cb:
-        stablehlo.ReturnOp([ok])
+    with ir.InsertionPoint(cond):
+        stablehlo.ReturnOp([stablehlo.CompareOp(cond.arguments[0], rw.scalar(trips),
+                                                stablehlo.ComparisonDirectionAttr.get("LT")).result])
     loop.regions[1].blocks.append(*types)
     return loop.operation

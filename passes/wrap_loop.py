@@ -32,6 +32,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from .functions import arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
+from . import rewriter as rw
 from .module_pass import ModulePass, PassError, option
 from .vocabulary import BODY, RESULT, SDY_SHARDING, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
 
@@ -97,18 +98,18 @@ def _wrap(f: func.FuncOp, k: int) -> None:
     hist_types = [ir.RankedTensorType.get([k, *ir.RankedTensorType(out_types[j]).shape],
                                           ir.RankedTensorType(out_types[j]).element_type) for j in aux]
     with ir.InsertionPoint(block), f.location:
-        zero = _scalar(0, i32)
-        hist_init = _zeros if stop is None else _unwritten
+        zero = rw.scalar(0, i32)
+        hist_init = rw.zeros if stop is None else _unwritten
         init = [zero, *block.arguments, *[hist_init(t) for t in hist_types]]
         if stop is not None:
-            init.append(_scalar(0, ir.RankedTensorType(out_types[stop])) if stopped_arg is None
+            init.append(rw.scalar(0, ir.RankedTensorType(out_types[stop])) if stopped_arg is None
                         else block.arguments[stopped_arg])  # the "stopped" flag, last
         loop = stablehlo.WhileOp([v.type for v in init], init)
         n_args = len(in_types)
 
         cond = loop.regions[0].blocks.append(*[v.type for v in init])
         with ir.InsertionPoint(cond):
-            lt = stablehlo.CompareOp(cond.arguments[0], _scalar(k, i32), stablehlo.ComparisonDirectionAttr.get("LT"))
+            lt = stablehlo.CompareOp(cond.arguments[0], rw.scalar(k, i32), stablehlo.ComparisonDirectionAttr.get("LT"))
             stablehlo.ReturnOp([lt.result if stop is None else _and_not(lt.result, cond.arguments[-1])])
 
         body = loop.regions[1].blocks.append(*[v.type for v in init])
@@ -122,9 +123,9 @@ def _wrap(f: func.FuncOp, k: int) -> None:
             new_args = list(state)
             for j, arg in carried.items():
                 new_args[arg] = outs[j]
-            new_hist = [_write_row(h, outs[j], i) for h, j in zip(hist, aux)]
+            new_hist = [rw.write_row(h, outs[j], i) for h, j in zip(hist, aux)]
             flag = [] if stop is None else [outs[stop]]
-            stablehlo.ReturnOp([stablehlo.AddOp(i, _scalar(1, i32)).result, *new_args, *new_hist, *flag])
+            stablehlo.ReturnOp([stablehlo.AddOp(i, rw.scalar(1, i32)).result, *new_args, *new_hist, *flag])
 
         final = loop.results
         row = {j: 1 + n_args + h for h, j in enumerate(aux)}  # aux result -> its history's loop result
@@ -186,7 +187,7 @@ def _unwritten(t: ir.RankedTensorType) -> ir.Value:
     ones, else 0 (the rows of steps that do not run keep it)."""
     et = t.element_type
     if not isinstance(et, (ir.FloatType, ir.ComplexType)):
-        return _zeros(t)
+        return rw.zeros(t)
     part = ir.ComplexType(et).element_type if isinstance(et, ir.ComplexType) else et
     scalar = ir.RankedTensorType.get([], part)
     nan = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.FloatAttr.get(part, float("nan")))).result
@@ -211,27 +212,3 @@ def _clone_as_body(f: func.FuncOp) -> None:
     for name in ("arg_attrs", "res_attrs"):
         if name in body.attributes:
             del body.attributes[name]
-
-
-def _scalar(value: int, t: ir.RankedTensorType) -> ir.Value:
-    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(t, ir.IntegerAttr.get(t.element_type, value))).result
-
-
-def _zeros(t: ir.RankedTensorType) -> ir.Value:
-    return stablehlo.BroadcastInDimOp(t, _zero(t.element_type), []).result
-
-
-def _zero(et: ir.Type) -> ir.Value:
-    """A 0-d zero of element type `et`: integer, float, or complex (built from two real zeros)."""
-    if isinstance(et, ir.ComplexType):
-        real = _zero(et.element_type)
-        return stablehlo.ComplexOp(real, real).result
-    zero = ir.IntegerAttr.get(et, 0) if isinstance(et, ir.IntegerType) else ir.FloatAttr.get(et, 0.0)
-    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([], et), zero)).result
-
-
-def _write_row(hist: ir.Value, value: ir.Value, i: ir.Value) -> ir.Value:
-    t = ir.RankedTensorType(value.type)
-    row = stablehlo.ReshapeOp(ir.RankedTensorType.get([1, *t.shape], t.element_type), value).result
-    i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
-    return stablehlo.DynamicUpdateSliceOp(hist, row, [i] + [_scalar(0, i32) for _ in t.shape]).result

@@ -1,9 +1,15 @@
-// RUN: loopfuse-opt %s --split-input-file --pass-pipeline='builtin.module(roll-layers)' | filecheck %s
+// RUN: loopfuse-opt %s --split-input-file --pass-pipeline='builtin.module(roll-layers{force=true})' | filecheck %s
 // RUN: loopfuse-opt %s --split-input-file --pass-pipeline='builtin.module(roll-layers{memory-budget=1.0})' | filecheck --check-prefix=KEEP %s
+// RUN: loopfuse-opt %s --split-input-file --pass-pipeline='builtin.module(roll-layers)' | filecheck --check-prefix=COST %s
 
-// Each case is a traced SGD step of x0 = x * v; x_{l+1} = x_l + act_l(x_l * w_l); loss = sum(x_L)
+// Each case (rolled with force=true) is a traced SGD step of x0 = x * v; x_{l+1} = x_l + act_l(x_l * w_l); loss = sum(x_L)
 // over a list of three (or four) layers ['w'][l] (jax's own lowering, cut to @main).
 // KEEP-NOT: stablehlo.while
+
+// Without force, a state given leaf by leaf rolls only where stacking its layers' leaves inside the
+// call costs less than the activations rolling saves: not in these tiny steps.
+// COST: "did not roll ['w'] [0:3]: stacking the layers' leaves inside each call would cost 24 B of temporaries, more than the ~8 B of activations rolling saves; loopfuse.pack(state, layers=True) keeps them stacked between calls"
+// COST-NOT: stablehlo.while
 
 // (a) Three alike layers: the whole run rolls. The leaves are stacked; the forward loop runs one
 // layer's forward ops, carrying x and saving it per layer; the backward loop recomputes the layer's

@@ -20,7 +20,8 @@ import loopfuse
 import transformer
 from ir_helpers import interpret
 from loopfuse.mlir_context import parse_module
-from loopfuse.passes.rewriter import Builder
+from loopfuse.passes import rewriter
+from loopfuse.passes.module_pass import reports
 from corpus import PROGRAMS
 from problems import assert_trees_equal, fresh
 
@@ -54,9 +55,15 @@ def rolled(step, **kw):
     return loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, **kw)
 
 
+def report(step, state, batch) -> str:
+    """roll-layers' report for `step` on (state, batch): the passes only, no XLA compile."""
+    return reports(parse_module(step.lower(state, batch)["final"]).operation).get("roll-layers", "")
+
+
 def test_rolled_equals_unrolled_in_the_reference_interpreter():
     step, state, tokens = transformer.gpt(**transformer.TINY, onehot=True)   # see gpt(onehot=)
-    stages = rolled(step, donate=False).lower(state, tokens)
+    forced = loopfuse.compile_step(step, keep_aux=("loss",), donate=False, passes="roll-layers{force=true}")
+    stages = forced.lower(state, tokens)
     plain = loopfuse.compile_step(step, keep_aux=("loss",), donate=False).lower(state, tokens)
     assert "stablehlo.while" in stages["final"] and "stablehlo.while" not in plain["final"]
     args = [np.asarray(x) for x in jax.tree_util.tree_leaves((state, tokens))]
@@ -67,16 +74,32 @@ def test_rolled_equals_unrolled_in_the_reference_interpreter():
         assert x.tobytes() == y.tobytes()
 
 
-def test_gpt_rolls_and_matches_jit():
+def test_packed_gpt_rolls_and_matches_jit():
     step, state, tokens = transformer.gpt(**SMALL, opt=optax.adamw(3e-4, eps=EPS))
     call = rolled(step)
-    report = call.compiled(fresh(state), tokens).reports["roll-layers"]
-    assert report.startswith("rolled [0]['blocks'], [1][0].mu['blocks'], [1][0].nu['blocks'] [0:4]: 4 layers")
-    assert "36 stacked leaves updated inside the backward loop" in report
-    expected = run(jax.jit(step), fresh(state), tokens, 3)
-    leaves_close(run(call, fresh(state), tokens, 3), expected)
+    text = call.compiled(loopfuse.pack(state, layers=True), tokens).reports["roll-layers"]
+    assert text.startswith("rolled [0]['blocks'], [1][0].mu['blocks'], [1][0].nu['blocks'] [0:4]: 4 layers")
+    assert "36 stacked leaves updated inside the backward loop" in text
+    new, aux = run(call, loopfuse.pack(state, layers=True), tokens, 3)
+    leaves_close(new.unpack(), run(jax.jit(step), fresh(state), tokens, 3)[0])
 
 
+def test_a_state_given_leaf_by_leaf_rolls_where_its_activations_outweigh_its_leaves():
+    """Stacking the layers' leaves inside the call costs a copy of them in temporaries: the pass rolls
+    a state given as a pytree only where the activations it saves weigh more (many tokens, few
+    parameters), and says why not otherwise (few tokens)."""
+    many_tokens = dict(transformer.TINY, seq=64, batch=16)
+    step, state, tokens = transformer.gpt(**many_tokens)
+    assert report(rolled(step), state, tokens).startswith("rolled [0]['blocks']")
+    step, state, tokens = transformer.gpt(**transformer.TINY)
+    assert report(rolled(step), state, tokens) == (
+        "did not roll [0]['blocks'], [1][0].mu['blocks'], [1][0].nu['blocks'] [0:3]: stacking the layers' leaves "
+        "inside each call would cost 115.3 KiB of temporaries, more than the ~81.8 KiB of activations rolling saves; "
+        "loopfuse.pack(state, layers=True) keeps them stacked between calls")
+    assert report(rolled(step), loopfuse.pack(state, layers=True), tokens).startswith("rolled [0]['blocks']")
+
+
+@pytest.mark.slow
 def test_packed_layers_roll_in_place_below_the_hand_written_scan():
     step, state, tokens = transformer.gpt(**SMALL, opt=optax.adamw(3e-4, eps=EPS))
     scan_step, scan_state, _ = transformer.gpt_scan(**SMALL, opt=optax.adamw(3e-4, eps=EPS))
@@ -90,6 +113,7 @@ def test_packed_layers_roll_in_place_below_the_hand_written_scan():
     leaves_close(transformer.stacked(new.unpack()), run(jax.jit(scan_step), fresh(scan_state), tokens, 3)[0])
 
 
+@pytest.mark.slow
 def test_memory_budget_trades_memory_for_recomputation():
     step, state, tokens = transformer.gpt(**SMALL)
     packed = loopfuse.pack(state, layers=True)
@@ -102,15 +126,17 @@ def test_memory_budget_trades_memory_for_recomputation():
     assert "roll-layers" not in reports[1.0]          # 1.0: the step as traced, the pass does not run
 
 
+@pytest.mark.slow
 def test_update_after_a_global_norm_clip_runs_after_the_loop():
     opt = optax.chain(optax.clip_by_global_norm(1e-3), optax.adam(1e-2, eps=EPS))
     step, state, tokens = transformer.gpt(**transformer.TINY, opt=opt)
-    call = rolled(step)
-    report = call.compiled(fresh(state), tokens).reports["roll-layers"]
-    assert report.startswith("rolled") and "update runs after the backward loop" in report
-    leaves_close(run(call, fresh(state), tokens, 2), run(jax.jit(step), fresh(state), tokens, 2))
+    call, packed = rolled(step), loopfuse.pack(state, layers=True)
+    text = call.compiled(packed, tokens).reports["roll-layers"]
+    assert text.startswith("rolled") and "update runs after the backward loop" in text
+    leaves_close(run(call, packed, tokens, 2)[0].unpack(), run(jax.jit(step), fresh(state), tokens, 2)[0])
 
 
+@pytest.mark.slow
 def test_a_block_unlike_the_others_is_not_rolled():
     step, state, tokens = transformer.gpt(**transformer.TINY)
 
@@ -122,11 +148,12 @@ def test_a_block_unlike_the_others_is_not_rolled():
     opt = optax.adam(1e-2, eps=EPS)
     fn = transformer._step(unlike, opt)
     state = (state[0], opt.init(state[0]))
-    report = rolled(fn).compiled(fresh(state), tokens).reports["roll-layers"]
-    assert report.startswith("did not roll [0]['blocks']"), report
+    text = report(rolled(fn), loopfuse.pack(state, layers=True), tokens)
+    assert text.startswith("did not roll [0]['blocks']") and "has its like in 2 of the 3 layers" in text, text
     leaves_close(run(rolled(fn), fresh(state), tokens, 2), run(jax.jit(fn), fresh(state), tokens, 2))
 
 
+@pytest.mark.slow
 def test_a_partial_run_rolls_and_the_rest_stays():
     params = transformer.params(layers=4, width=16, heads=2, seq=8, vocab=32)
     params["blocks"].append(transformer.params(layers=1, width=16, heads=4, seq=8, vocab=32)["blocks"][0])
@@ -141,17 +168,19 @@ def test_a_partial_run_rolls_and_the_rest_stays():
         return transformer._head(p, x, t)
     opt = optax.adam(1e-2, eps=EPS)
     fn, state, tokens = transformer._step(loss, opt), (params, opt.init(params)), transformer.tokens(8, 2, 32)
-    report = rolled(fn).compiled(fresh(state), tokens).reports["roll-layers"]
-    assert "[0:4]: 4 layers" in report, report
-    leaves_close(run(rolled(fn), fresh(state), tokens, 2), run(jax.jit(fn), fresh(state), tokens, 2))
+    packed = loopfuse.pack(state, layers=True)
+    text = rolled(fn).compiled(packed, tokens).reports["roll-layers"]
+    assert "[0:4]: 4 layers" in text, text
+    leaves_close(run(rolled(fn), packed, tokens, 2)[0].unpack(), run(jax.jit(fn), fresh(state), tokens, 2)[0])
 
 
+@pytest.mark.slow
 def test_flax_nnx_blocks_roll():
     step, state, tokens = transformer.nnx_gpt(layers=3, width=16, heads=2, seq=8, vocab=32, batch=2,
                                               opt=optax.adamw(3e-4, eps=EPS))
-    call = loopfuse.compile_step(step, memory_budget=0.0)
-    assert call.compiled(fresh(state), tokens).reports["roll-layers"].startswith("rolled [0]['blocks']")
-    leaves_close(run(call, fresh(state), tokens, 2), run(jax.jit(step), fresh(state), tokens, 2))
+    call, packed = loopfuse.compile_step(step, memory_budget=0.0), loopfuse.pack(state, layers=True)
+    assert call.compiled(packed, tokens).reports["roll-layers"].startswith("rolled [0]['blocks']")
+    leaves_close(run(call, packed, tokens, 2)[0].unpack(), run(jax.jit(step), fresh(state), tokens, 2)[0])
 
 
 class _Block(eqx.Module):
@@ -178,6 +207,7 @@ class _Net(eqx.Module):
         return x
 
 
+@pytest.mark.slow
 def test_equinox_list_of_modules_rolls():
     opt = optax.sgd(1e-2, momentum=0.9)
     params = eqx.filter(_Net(3, jax.random.key(0)), eqx.is_array)
@@ -192,14 +222,16 @@ def test_equinox_list_of_modules_rolls():
         return (optax.apply_updates(p, updates), s), {"loss": value}
     batch = {"x": np.ones((4, 8), np.float32), "y": np.zeros((4, 8), np.float32)}
     state = (params, opt.init(params))
-    call = loopfuse.compile_step(step, memory_budget=0.0)
-    assert call.compiled(fresh(state), batch).reports["roll-layers"].startswith(
+    call, packed = loopfuse.compile_step(step, memory_budget=0.0), loopfuse.pack(state, layers=True)
+    assert call.compiled(packed, batch).reports["roll-layers"].startswith(
         "rolled [0].layers, [1][0].trace.layers [1:3]")   # layer 0 reads the data: no input gradient
-    leaves_close(run(call, fresh(state), batch, 2), run(jax.jit(step), fresh(state), batch, 2))
+    leaves_close(run(call, packed, batch, 2)[0].unpack(), run(jax.jit(step), fresh(state), batch, 2)[0])
 
 
+@pytest.mark.slow
 def test_loop_and_minimize_take_the_budget():
-    step, state, tokens = transformer.gpt(**transformer.TINY, opt=optax.adamw(3e-4, eps=EPS))
+    many_tokens = dict(transformer.TINY, seq=64, batch=16)     # a pytree state rolls (see above)
+    step, state, tokens = transformer.gpt(**many_tokens, opt=optax.adamw(3e-4, eps=EPS))
     loop = rolled(step).loop(3)
     assert "rolled" in loop.compiled(fresh(state), tokens).reports["roll-layers"]
     new, history = loop(fresh(state), tokens)
@@ -231,32 +263,34 @@ def test_bad_budget_is_refused():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_corpus_with_memory_budget_zero(name):
-    """The differential corpus at ``memory_budget=0.0``: a program that rolls (the transformer) within
+    """The differential corpus under roll-layers (forced: each program rolls where its layers allow, whatever
+    the stacking costs): a program that rolls (the transformer) within
     the tolerance of jax.jit, one step and loop(K); every other one bitwise, the pass leaving it as traced."""
     p = PROGRAMS[name]()
-    step = loopfuse.compile_step(p.fn, memory_budget=0.0)
-    report = step.compiled(fresh(p.state), p.batch).reports["roll-layers"]
+    step = loopfuse.compile_step(p.fn, passes="roll-layers{force=true}")
+    text = step.compiled(fresh(p.state), p.batch).reports["roll-layers"]
     got, expected = step(fresh(p.state), p.batch), jax.jit(p.fn)(fresh(p.state), p.batch)
     looped = step.loop(3)(fresh(p.state), p.batch)
-    if report.startswith("rolled"):     # AdamW (lr 1e-2, eps 1e-8) moves a parameter whose gradient is
+    if text.startswith("rolled"):     # AdamW (lr 1e-2, eps 1e-8) moves a parameter whose gradient is
         assert name == "transformer_adamw"     # rounding noise by up to lr (see the module docstring):
         leaves_close(got, expected, atol=1e-2 * 1e-2)     # the state within 1% of lr, the loss within RTOL
         losses = run_losses(jax.jit(p.fn), fresh(p.state), p.batch, 3)
         np.testing.assert_allclose(looped[1]["loss"], losses, rtol=RTOL)
     else:           # as traced: what the default loop computes, which test_corpus checks against its reference
-        assert report.startswith("no run of alike layers"), report
+        assert text.startswith("no run of alike layers"), text
         assert_trees_equal(got, expected)
         assert_trees_equal(looped, loopfuse.compile_step(p.fn).loop(3)(fresh(p.state), p.batch))
 
 
+@pytest.mark.slow
 def test_verify_holds_a_rolled_program_to_its_tolerance(monkeypatch):
     step, state, tokens = transformer.gpt(**transformer.TINY)      # AdamW, eps 1e-8: as users run it
-    new, aux = rolled(step, verify=True)(fresh(state), tokens)     # passes: within the tolerance
+    new, aux = rolled(step, verify=True)(loopfuse.pack(state, layers=True), tokens)     # within the tolerance
     assert np.isfinite(aux["loss"])
 
-    def first_row(self, stacked, index):        # a wrong rewrite: every layer reads layer 0's rows
-        return Builder.static_row(self, stacked, 0)
-    monkeypatch.setattr(Builder, "row", first_row)
+    def first_row(stacked, index):        # a wrong rewrite: every layer reads layer 0's rows
+        return rewriter.static_row(stacked, 0)
+    monkeypatch.setattr(rewriter, "row", first_row)
     with pytest.raises(loopfuse.MiscompileError, match="roll-layers") as caught:
-        rolled(step, verify=True)(fresh(state), tokens)
+        rolled(step, verify=True)(loopfuse.pack(state, layers=True), tokens)
     assert caught.value.culprits == ["memory_budget (the pass 'roll-layers')"]

@@ -18,9 +18,9 @@ same at every layer) and rewrites the step as
 * the new state leaves sliced out of the stacked ones.
 
 ``memory-budget`` chooses what the forward loop saves besides the layer inputs: 0.0 saves nothing
-else (the least memory; every forward op runs twice); b in (0, 1) also saves the forward values the
-backward ops read that cost the most work per byte to recompute (matrix products first) until
-their bytes reach b of all such values, as PyTorch's ``activation_memory_budget`` chooses; 1.0
+else (the least memory; every forward op runs twice); b in (0, 1) also saves the matrix products the
+backward ops read that cost the most work per byte to recompute, until their bytes reach b of all
+such products (PyTorch's ``activation_memory_budget`` over jax's ``dots_saveable`` candidates); 1.0
 leaves the step as it is. A state given leaf by leaf is stacked inside the call (a copy of the
 rolled state in temporaries), so it rolls only where that costs less than the activations rolling
 saves (`Plan._not_worth_stacking`; ``force`` rolls it anyway); a packed state's layers
@@ -224,6 +224,7 @@ def join_rows(block: ir.Block) -> None:
 
 # ---- the plan ----------------------------------------------------------------------------------
 PRE, MID, POST = 0, 1, 2       # ops outside the run: before the forward loop, between the loops, after both
+MATRIX_PRODUCTS = ("stablehlo.dot_general", "stablehlo.convolution")     # what a budget above 0 may save
 
 
 @dataclass
@@ -263,7 +264,9 @@ class Plan:
                 break
             roles.drop(g, bad, "it reads a value computed after its loop")
         if not plan.backward:
-            plan.why_not = "the layers have no backward ops (nothing is differentiated through them)"
+            plan.why_not = "no backward op is the same at every layer" + (
+                f" ({roles.dropped[0]}" + (f", and {len(roles.dropped) - 1} more" if len(roles.dropped) > 1 else "")
+                + ")" if roles.dropped else ": nothing is differentiated through the layers")
             return plan
         plan._carries_and_exports(leaf_paths, written)
         plan._loops()
@@ -288,7 +291,7 @@ class Plan:
         saves = (n - 1) * per_layer - n * kept
         seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
         stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
-        if stack <= saves:
+        if stack == 0 or stack <= saves:
             return ""
         return (f"stacking the layers' leaves inside each call would cost {_kib(stack)} of temporaries, more than the "
                 f"~{_kib(max(saves, 0))} of activations rolling saves; loopfuse.pack(state, layers=True) keeps them "
@@ -368,38 +371,36 @@ class Plan:
         forward_roles = [r for r in order if r not in self.backward]
         needs = {r: {c.role for c in classes if isinstance(c, Internal)} for r, classes in enumerate(roles.operands)}
         read_back = {c.role for r in self.backward for c in roles.operands[r] if isinstance(c, Internal)} - self.backward
-        self.saved = self._choose_saved(read_back, forward_roles)
+
+        def closure(start, stop=frozenset()) -> set:
+            """`start` and the forward roles they read, not reading past `stop`."""
+            out, todo = set(), [r for r in start if r not in stop]
+            while todo:
+                r = todo.pop()
+                if r not in out:
+                    out.add(r)
+                    todo += [q for q in needs[r] if q not in self.backward and q not in stop]
+            return out
+
+        self.saved = self._choose_saved(closure(read_back), forward_roles)
         saved_roles = {r for r, _ in self.saved}
-        recompute = set()
-        todo = [r for r in read_back if r not in saved_roles]
-        while todo:
-            r = todo.pop()
-            if r in recompute:
-                continue
-            recompute.add(r)
-            todo += [q for q in needs[r] if q not in self.backward and q not in saved_roles]
+        recompute = closure(read_back, saved_roles)
         self.recompute = [r for r in forward_roles if r in recompute]
         wanted = {r for r, _, _ in self.carries} | saved_roles | {r for r, _ in self.exports if r not in self.backward}
-        closure = set()
-        todo = list(wanted)
-        while todo:
-            r = todo.pop()
-            if r not in closure:
-                closure.add(r)
-                todo += [q for q in needs[r]]
-        self.forward = [r for r in forward_roles if r in closure]
-        del g
+        forward = closure(wanted)
+        self.forward = [r for r in forward_roles if r in forward]
 
-    def _choose_saved(self, read_back: set, forward_roles: list) -> list:
-        """The forward values to save per layer: none at budget 0; else, of the forward values the
-        backward ops read, those that cost the most work per byte to recompute, up to `budget` of
-        their bytes (a knapsack solved greedily by ratio, as PyTorch's partitioner does)."""
+    def _choose_saved(self, needed: set, forward_roles: list) -> list:
+        """The forward values to save per layer: none at budget 0; else, of the matrix products the
+        backward loop would recompute (`needed`: the values dearest to recompute, jax's
+        ``dots_saveable`` candidates), those that cost the most work per byte, up to `budget` of their
+        bytes (a knapsack solved greedily by ratio, as PyTorch's partitioner does); the elementwise
+        ops after them are recomputed from them. Elementwise values are never saved: XLA fuses them
+        into their users, so saving them costs memory and saves little."""
         if self.budget <= 0.0:
             return []
         g, roles = self.g, self.roles
-        wanted = [(r, j) for r in forward_roles if r in read_back for j in range(len(g.results[roles.ops[r][0]]))
-                  if any(isinstance(c, Internal) and c.role == r and c.result == j
-                         for b in self.backward for c in roles.operands[b])]
+        wanted = [(r, 0) for r in forward_roles if r in needed and g.ops[roles.ops[r][0]].name in MATRIX_PRODUCTS]
         sizes = {key: g.nbytes(g.results[roles.ops[key[0]][0]][key[1]]) for key in wanted}
         total = sum(sizes.values())
         chosen, used = [], 0
@@ -479,7 +480,10 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
                 env[r, j] = v
 
     def replace(key: tuple, layer: int, value: ir.Value) -> None:
-        g.values[roles.value(g, key[0], key[1], layer)].replace_all_uses_with(value)
+        """Outside uses of role `key`'s value at `layer` read `value` (in that value's shape: a new leaf
+        may be written flat, as a packed state's buffer takes it)."""
+        old = g.values[roles.value(g, key[0], key[1], layer)]
+        old.replace_all_uses_with(rw.reshape(value, list(ir.RankedTensorType(old.type).shape)))
 
     # -- the forward loop: carries, their histories (the layer inputs), saved and exported values
     carried_out = {(r, j) for r, j, _ in plan.carries}

@@ -41,7 +41,7 @@ class StepOptions:
             XLA option that causes it (default: $LOOPFUSE_VERIFY; see `verify`).
         memory_budget: roll repeated layers (a Python loop over alike layers) into a forward and a
             backward device loop over stacked leaves, recomputing activations (the ``roll-layers``
-            pass): 0.0 keeps the least memory; b in (0, 1) also saves the forward values dearest to
+            pass): 0.0 keeps the least memory; b in (0, 1) also saves the matrix products dearest to
             recompute, up to b of their bytes; 1.0 (or None, the default) leaves the step as traced.
             A rolled program matches jax.jit within a tolerance, not bitwise (README, "Rolling
             repeated layers"); ``Executable.reports["roll-layers"]`` says what rolled.

@@ -60,9 +60,11 @@ def report(step, state, batch) -> str:
     return reports(parse_module(step.lower(state, batch)["final"]).operation).get("roll-layers", "")
 
 
-def test_rolled_equals_unrolled_in_the_reference_interpreter():
+@pytest.mark.parametrize("budget", [0.0, 0.5])
+def test_rolled_equals_unrolled_in_the_reference_interpreter(budget):
     step, state, tokens = transformer.gpt(**transformer.TINY, onehot=True)   # see gpt(onehot=)
-    forced = loopfuse.compile_step(step, keep_aux=("loss",), donate=False, passes="roll-layers{force=true}")
+    forced = loopfuse.compile_step(step, keep_aux=("loss",), donate=False,
+                                   passes=f"roll-layers{{force=true memory-budget={budget}}}")
     stages = forced.lower(state, tokens)
     plain = loopfuse.compile_step(step, keep_aux=("loss",), donate=False).lower(state, tokens)
     assert "stablehlo.while" in stages["final"] and "stablehlo.while" not in plain["final"]
@@ -149,7 +151,7 @@ def test_a_block_unlike_the_others_is_not_rolled():
     fn = transformer._step(unlike, opt)
     state = (state[0], opt.init(state[0]))
     text = report(rolled(fn), loopfuse.pack(state, layers=True), tokens)
-    assert text.startswith("did not roll [0]['blocks']") and "has its like in 2 of the 3 layers" in text, text
+    assert text.startswith("did not roll [0]['blocks']") and "the same at every layer" in text, text
     leaves_close(run(rolled(fn), fresh(state), tokens, 2), run(jax.jit(fn), fresh(state), tokens, 2))
 
 
@@ -222,9 +224,11 @@ def test_equinox_list_of_modules_rolls():
         return (optax.apply_updates(p, updates), s), {"loss": value}
     batch = {"x": np.ones((4, 8), np.float32), "y": np.zeros((4, 8), np.float32)}
     state = (params, opt.init(params))
-    call, packed = loopfuse.compile_step(step, memory_budget=0.0), loopfuse.pack(state, layers=True)
-    assert call.compiled(packed, batch).reports["roll-layers"].startswith(
-        "rolled [0].layers, [1][0].trace.layers [1:3]")   # layer 0 reads the data: no input gradient
+    # layer 0 reads the data (no input gradient), so layers 1 and 2 roll; the packed buffers hold all
+    # three, so rolling two stacks them by a copy per call, which this tiny net does not repay: forced
+    call = loopfuse.compile_step(step, passes="roll-layers{force=true}")
+    packed = loopfuse.pack(state, layers=True)
+    assert call.compiled(packed, batch).reports["roll-layers"].startswith("rolled [0].layers, [1][0].trace.layers [1:3]")
     leaves_close(run(call, packed, batch, 2)[0].unpack(), run(jax.jit(step), fresh(state), batch, 2)[0])
 
 

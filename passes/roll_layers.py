@@ -79,8 +79,11 @@ class RollLayers(ModulePass):
             main = main_func(module_op)
             block = main.body.blocks[0]
             tried: set = set()       # the leaf paths of the runs tried so far
+            as_traced = None
             if self._candidates(Dataflow.of(block), main, tried):     # the module is left as it is otherwise
+                as_traced = main.operation.clone(ip=ir.InsertionPoint(main.operation))   # put back if nothing rolls
                 common_subexpressions(block, pure_callees(module_op))
+            rolled = False
             while True:
                 g = Dataflow.of(block)
                 leaves = state_leaves(g, main)
@@ -99,6 +102,11 @@ class RollLayers(ModulePass):
                              + (f"; layer {left[0]} left as it is: its ops differ from the others'" if left else ""))
                 _rewrite(main, g, plan)
                 join_rows(block)
+                rolled = True
+            if as_traced is not None and not rolled:
+                main.operation.erase()
+            elif as_traced is not None:
+                as_traced.erase()
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one list index")
         self.report(module_op, "\n".join(lines))

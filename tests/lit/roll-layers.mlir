@@ -10,6 +10,9 @@
 // call costs less than the activations rolling saves: not in these tiny steps.
 // COST: "did not roll ['w'] [0:3]: stacking the layers' leaves inside each call would cost 24 B of temporaries, more than the ~8 B of activations rolling saves; loopfuse.pack(state, layers=True) keeps them stacked between calls"
 // COST-NOT: stablehlo.while
+// The step is left exactly as traced (the analysis merges alike ops on the way, and puts them back):
+// COST: %cst = stablehlo.constant dense<1.000000e+00>
+// COST: %cst_0 = stablehlo.constant dense<1.000000e+00>
 
 // (a) Three alike layers: the whole run rolls. The leaves are stacked; the forward loop runs one
 // layer's forward ops, carrying x and saving it per layer; the backward loop recomputes the layer's

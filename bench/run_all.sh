@@ -34,5 +34,8 @@ run compile bench_compile.py "$@"
 run cache bench_cache.py "$@"
 run odefit bench_odefit.py "$@"
 run gpt bench_gpt.py "$@"
+run layers bench_layers.py "$@"
+run layers_gpt_24 bench_layers.py --layers 24 --compile-rounds 1 --rounds 3 "$@"
+run layers_nnx_12 bench_layers.py --model nnx "$@"
 echo "all figures in $((SECONDS - start)) s" >&2
 if [[ "$OUT" == bench/out ]]; then "$PY" bench/harness.py paste BENCHMARKS.md "$OUT"; fi

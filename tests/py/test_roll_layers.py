@@ -9,6 +9,8 @@ than the unrolled program (and than the hand-written stacked scan with ``jax.che
 own size, so such a parameter moves by the learning rate times rounding noise over Adam's epsilon,
 wherever the rounding differs (jax.jit and the hand-written scan differ there by as much); the tests
 that compare states use Adam with `EPS`, which keeps that noise at rounding size."""
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -94,10 +96,11 @@ def test_a_state_given_leaf_by_leaf_rolls_where_its_activations_outweigh_its_lea
     step, state, tokens = transformer.gpt(**many_tokens)
     assert report(rolled(step), state, tokens).startswith("rolled [0]['blocks']")
     step, state, tokens = transformer.gpt(**transformer.TINY)
-    assert report(rolled(step), state, tokens) == (
-        "did not roll [0]['blocks'], [1][0].mu['blocks'], [1][0].nu['blocks'] [0:3]: stacking the layers' leaves "
-        "inside each call would cost 115.3 KiB of temporaries, more than the ~81.8 KiB of activations rolling saves; "
-        "loopfuse.pack(state, layers=True) keeps them stacked between calls")
+    assert re.fullmatch(   # the stack: the 3 layers' 12 leaves and 2 moments; the activations: an estimate
+        r"did not roll \[0\]\['blocks'\], \[1\]\[0\]\.mu\['blocks'\], \[1\]\[0\]\.nu\['blocks'\] \[0:3\]: stacking the "
+        r"layers' leaves inside each call would cost 115\.3 KiB of temporaries, more than the ~[0-9.]+ KiB of "
+        r"activations rolling saves; loopfuse\.pack\(state, layers=True\) keeps them stacked between calls",
+        report(rolled(step), state, tokens))
     assert report(rolled(step), loopfuse.pack(state, layers=True), tokens).startswith("rolled [0]['blocks']")
 
 

@@ -22,6 +22,7 @@ def load(name: str):
     return module
 
 
+@pytest.mark.slow
 def test_lotka_volterra_recovers_the_parameters_bitwise_as_jax_jit(capsys):
     lv = load("lotka_volterra")
     found = lv.main()

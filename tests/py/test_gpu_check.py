@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import jax.numpy as jnp
 
 from loopfuse import pipeline
@@ -25,6 +27,7 @@ def run_check(tmp_path, *args):
     return proc, json.loads((tmp_path / "gpu_check.json").read_text())
 
 
+@pytest.mark.slow
 def test_quick_gpu_check_runs_on_cpu(tmp_path):
     proc, report = run_check(tmp_path)
     assert (tmp_path / "gpu_check.md").read_text() in proc.stdout

@@ -108,6 +108,7 @@ def _lbfgs_step_loop(th, data, whole_step: bool):
     return th, jnp.stack(losses)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [loopfuse.GradOnly(), loopfuse.CompiledStep()], ids=["grad-only", "step"])
 def test_lbfgs_fit_converges_bitwise_as_the_hand_written_loop(problem, backend):
     """L-BFGS (its zoom line search solving the ODE again) from the start, to `UNTIL`, with the backends

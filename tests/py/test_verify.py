@@ -66,6 +66,7 @@ def _alive(state) -> bool:
     return not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
 
 
+@pytest.mark.slow
 def test_forced_copy_insertion_option_on_an_ode_solve_is_caught_and_named():
     step, state, data = _lotka_volterra_step()
     checked = loopfuse.compile_step(step, verify=True, xla_options={OPTION: True})

@@ -69,6 +69,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests" / "py")]
 import bench_loop  # noqa: E402
 import harness  # noqa: E402
 from problems import assert_trees_equal, fresh as copied  # noqa: E402
+from transformer import optax_step  # noqa: E402
 
 import loopfuse  # noqa: E402
 from loopfuse import _jax_compat  # noqa: E402
@@ -102,15 +103,6 @@ LAYERS = dict(full="GPT 6x512", quick=dict(kind="gpt", layers=3, width=16, heads
 
 
 # ---- problems: (step, init_state, batch) ---------------------------------------------------
-def adam_step(loss_fn):
-    def step(state, batch):
-        params, opt_state = state
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
-        updates, opt_state = OPT.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), {"loss": loss}
-    return step
-
-
 def layer_norm(x, gain):
     mean = x.mean(-1, keepdims=True)
     return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * gain
@@ -153,10 +145,10 @@ def gpt_loss(heads):
 def problem(spec):
     if spec["kind"] == "mlp":
         params = bench_loop.init_params(spec["layers"])
-        return adam_step(bench_loop.loss_fn), params, bench_loop.make_batch(spec["layers"], spec["batch"])
+        return optax_step(bench_loop.loss_fn, OPT), params, bench_loop.make_batch(spec["layers"], spec["batch"])
     params = gpt_params(spec)
     tokens = jax.random.randint(jax.random.key(1), (spec["batch"], spec["seq"] + 1), 0, spec["vocab"])
-    return adam_step(gpt_loss(spec["heads"])), params, (tokens[:, :-1], tokens[:, 1:])
+    return optax_step(gpt_loss(spec["heads"]), OPT), params, (tokens[:, :-1], tokens[:, 1:])
 
 
 def fresh(params):

@@ -151,7 +151,7 @@ def test_a_block_unlike_the_others_is_not_rolled():
             x = transformer.block(b, x, 2, act=jax.nn.relu if i == 1 else jax.nn.gelu)
         return transformer._head(params, x, tokens)
     opt = optax.adam(1e-2, eps=EPS)
-    fn = transformer._step(unlike, opt)
+    fn = transformer.optax_step(unlike, opt)
     state = (state[0], opt.init(state[0]))
     text = report(rolled(fn), loopfuse.pack(state, layers=True), tokens)
     assert text.startswith("did not roll [0]['blocks']") and "the same at every layer" in text, text
@@ -172,7 +172,7 @@ def test_a_partial_run_rolls_and_the_rest_stays():
             x = transformer.block(b, x, 2 if i < 4 else 4)
         return transformer._head(p, x, t)
     opt = optax.adam(1e-2, eps=EPS)
-    fn, state, tokens = transformer._step(loss, opt), (params, opt.init(params)), transformer.tokens(8, 2, 32)
+    fn, state, tokens = transformer.optax_step(loss, opt), (params, opt.init(params)), transformer.tokens(8, 2, 32)
     packed = loopfuse.pack(state, layers=True)
     text = rolled(fn).compiled(packed, tokens).reports["roll-layers"]
     assert "[0:4]: 4 layers" in text, text

@@ -53,10 +53,11 @@ def block(p: dict, x, heads: int, act=jax.nn.gelu):
     return x + act(layer_norm(x, p["ln2_s"], p["ln2_b"]) @ p["up"] + p["up_b"]) @ p["down"] + p["down_b"]
 
 
-def _step(loss, opt):
-    def step(state, tokens):
+def optax_step(loss, opt):
+    """``step((params, opt_state), batch) -> (new state, {"loss": loss})``: `opt` on the gradient of `loss`."""
+    def step(state, batch):
         params, opt_state = state
-        value, grads = jax.value_and_grad(loss)(params, tokens)
+        value, grads = jax.value_and_grad(loss)(params, batch)
         updates, opt_state = opt.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), {"loss": value}
     return step
@@ -84,7 +85,7 @@ def gpt(layers: int, width: int, heads: int, seq: int, batch: int, vocab: int, o
         return _head(p, x, t)
 
     p = params(layers, width, heads, seq, vocab)
-    return _step(loss, opt), (p, opt.init(p)), tokens(seq, batch, vocab)
+    return optax_step(loss, opt), (p, opt.init(p)), tokens(seq, batch, vocab)
 
 
 def gpt_scan(layers: int, width: int, heads: int, seq: int, batch: int, vocab: int, opt=None,
@@ -102,7 +103,7 @@ def gpt_scan(layers: int, width: int, heads: int, seq: int, batch: int, vocab: i
 
     p = params(layers, width, heads, seq, vocab)
     p["blocks"] = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *p["blocks"])
-    return _step(loss, opt), (p, opt.init(p)), tokens(seq, batch, vocab)
+    return optax_step(loss, opt), (p, opt.init(p)), tokens(seq, batch, vocab)
 
 
 def stacked(state):
@@ -148,4 +149,4 @@ def nnx_gpt(layers: int, width: int, heads: int, seq: int, vocab: int, batch: in
         logits = nnx.merge(graphdef, p)(t[:, :-1])
         return optax.softmax_cross_entropy_with_integer_labels(logits, t[:, 1:]).mean()
 
-    return _step(loss, opt), (p, opt.init(p)), tokens(seq, batch, vocab)
+    return optax_step(loss, opt), (p, opt.init(p)), tokens(seq, batch, vocab)

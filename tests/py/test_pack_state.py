@@ -35,7 +35,9 @@ CLIP = lambda: optax.chain(optax.clip_by_global_norm(0.1), optax.adam(1e-2))  # 
 # XLA compiles the packed clipped-Adam loop to other last bits (the pass is exact: see
 # test_reference_interpreter_bits); measured: 1 ulp on two 1-element leaves after 3 steps.
 CLIP_RTOL = 1e-6
-CORPUS_RTOL = {"rnn": 1e-5}  # XLA compiles the packed RNN loop to other last bits (measured: 1.2e-6 relative)
+# XLA compiles these packed loops to other last bits: the RNN (measured: 1.2e-6 relative), and with
+# jax 0.12 the sort/top-k fit's Adam update (1.4e-7 relative after 3 steps; its aux bitwise).
+CORPUS_RTOL = {"rnn": 1e-5, "sort_top_k": 1e-6}
 # With flatten=true XLA compiles the flat update to other last bits on Adam, inject_hyperparams and
 # clipped Adam (measured: up to 2e-7 relative after 3 steps), and the corpus RNN and transformer (the
 # rewrite is exact: see test_reference_interpreter_bits).

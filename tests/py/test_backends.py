@@ -100,7 +100,7 @@ def test_compiled_step_and_compiled_loop_are_bitwise_the_same_to_the_stopping_st
 def test_grad_only_is_the_compiled_step_to_rounding_on_a_well_conditioned_problem(optimizer):
     """GradOnly runs the update outside the compiled derivative, so XLA rounds it otherwise (here the losses
     differ from step 6 or 13 on); on least squares the solves stay within 1e-6 (params) and 1e-5 (losses)."""
-    data, params = _data(), _lsq_params()
+    data, params = lsq_data(), _lsq_params()
     grad_only, step = (minimize(lsq_loss, params, data, optimizer, 300, backend=b) for b in (GradOnly(), CompiledStep()))
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), grad_only.params, step.params)
     np.testing.assert_allclose(grad_only.loss_history, step.loss_history, rtol=1e-5, atol=1e-9)

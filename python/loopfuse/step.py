@@ -57,8 +57,8 @@ class Step:
         either, the loop stops after the first step that asks it to and a call returns
         ``(state, aux, steps_run, stopped)``: the int32 steps run and the bool "a step asked to
         stop" (true also when the K-th step did); history rows of steps not run are NaN (0 for integers).
-        A weakly typed state leaf that the step returns strongly typed is carried strongly typed from
-        the first step, as `lax.scan` carries it.
+        A weakly typed state leaf that the step returns strongly typed, or computes from one that is, is
+        carried strongly typed from the first step (`trace.trace`; README, "Results are jax.jit's").
         """
         steps = validate.steps(steps)
         key = (steps, until, stop_on_nonfinite)

@@ -311,6 +311,56 @@ def test_a_weakly_typed_state_leaf_is_carried_as_lax_scan_carries_it():
     assert loop.compile_count == 1
 
 
+def _weak_flags(tree):
+    return [x.aval.weak_type for x in jax.tree_util.tree_leaves(tree)]
+
+
+def test_a_weak_state_is_promoted_from_one_trace():
+    """Adam over weakly typed params (jnp.full): the step returns the params and second moments strongly
+    typed, and the first moments weakly typed but computed from them. The loop traces the step once (the
+    trace shows that weak types decide no dtype there), carries all of them strongly typed, runs one
+    executable for every call (the state it returns included) and computes the jitted scan's bits."""
+    opt, traced = optax.adam(1e-2), []
+
+    def step(state, target):
+        traced.append(1)
+        params, opt_state = state
+        loss, grads = jax.value_and_grad(lambda p: sum(jnp.sum((p[k] - target[k]) ** 2) for k in p))(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), {"loss": loss}
+
+    def weak_state():
+        params = {"a": jnp.full((3,), 0.5), "b": jnp.full((2, 2), 0.5)}
+        return params, opt.init(params)
+    target = {"a": jnp.arange(3.0), "b": jnp.ones((2, 2))}
+    assert sum(_weak_flags(weak_state())) == 6
+    loop = compile_step(step).loop(3)
+    out = loop(weak_state(), target)
+    assert len(traced) == 1 and not any(_weak_flags(out))
+    scan = jax.jit(lambda s, t: jax.lax.scan(lambda c, _: step(c, t), s, None, length=3))
+    want = scan(weak_state(), target)
+    assert_trees_equal(out, want)
+    assert_trees_equal(loop(out[0], target), scan(want[0], target))
+    assert loop.compile_count == 1
+
+
+def test_a_weak_aux_leaf_of_a_promoted_leaf_is_typed_as_the_promoted_step_types_it():
+    """The aux returns the weak leaf the loop promotes: the step traced on the weak state would return it
+    weakly typed, the promoted step (the program every call runs) strongly typed; so the loop traces the
+    step again to type it, and returns it as jax.jit of the step on the promoted state does."""
+    def step(state, target):
+        new, aux = _decay(state, target)
+        return new, {**aux, "c": state[1]}
+
+    loop = compile_step(step).loop(4)
+    out = loop((jnp.arange(3.0), jnp.asarray(0.5)), jnp.ones(3))
+    promoted = jax.jit(step)((jnp.arange(3.0), jnp.float32(0.5)), jnp.ones(3))
+    assert _weak_flags(out[1]) == _weak_flags(promoted[1]) == [False, False]
+    assert_trees_equal(out, jax.jit(lambda s, t: jax.lax.scan(lambda c, _: step(c, t), s, None, length=4))(
+        (jnp.arange(3.0), jnp.asarray(0.5)), jnp.ones(3)))
+    assert _weak_flags(loop(out[0], jnp.ones(3))[1]) == [False, False] and loop.compile_count == 1
+
+
 def test_a_leaf_whose_dtype_the_promotion_would_change_keeps_its_weak_type():
     """bf16 w times a weak f32 c stays bf16; promoted, it would become f32 (lax.scan refuses that
     loop): the leaf stays weakly typed in every step, as the step traced alone."""

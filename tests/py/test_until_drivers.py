@@ -59,12 +59,12 @@ def test_minimize_loops_stop_on_the_flag_of_their_step_and_return_only_the_loss(
     """The flag of `until` (on the params before the update) is the device loop's own stop: an aux leaf
     of the step that its loop does not return (no flag history to read back and drop)."""
     from loopfuse.solve import _cached_program, _flag
-    backend, opt, threshold = CompiledLoop(steps=8), optax.sgd(0.1), _between(losses, 5)
+    backend, opt, threshold = CompiledLoop(steps=8), optax.sgd(0.1), between(losses, 5)
     until = lambda params, loss: loss < threshold
-    s = minimize(lsq_loss, PARAMS, _data(), opt, 40, backend=backend, until=until)
+    s = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), opt, 40, backend=backend, until=until)
     init, program = _cached_program(lsq_loss, True, opt, backend, until)
     loop = program.loop(8, until=_flag, stop_on_nonfinite=True)
-    _, aux, steps, stopped = loop(init(PARAMS), _data())
+    _, aux, steps, stopped = loop(init(LSQ_PARAMS), lsq_data())
     assert loop.compile_count == 1 and (int(steps), bool(stopped)) == (s.steps, True) == (5, True)
     assert jax.tree_util.tree_leaves(aux) == [aux["loss"]]
     np.testing.assert_array_equal(np.asarray(aux["loss"])[:5], s.loss_history)

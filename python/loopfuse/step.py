@@ -129,7 +129,7 @@ class Step:
         step = self._for(state)
         o = step.options
         traced = compiler.trace(step.fn, o, state, step._serve(batch, start), static)
-        specs = o.pipeline()
+        specs = compiler.pipeline_of(traced, o)
         stages: dict[str, str] = {}
         pipeline.lower(traced.module, specs, stages=stages,
                        dump=compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs))
@@ -154,7 +154,7 @@ class Step:
         batch = step._serve(batch, start)
         traced = compiler.trace(step.fn, o, state, batch, static)
         program = compiler.program_options(traced, o, jax.tree_util.tree_leaves(state))
-        specs = o.pipeline()
+        specs = compiler.pipeline_of(traced, o)
         dump = compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs)
         module = copy_module(traced.module)
         pipeline.lower(module, specs, dump=dump)

@@ -371,3 +371,63 @@ def test_a_leaf_whose_dtype_the_promotion_would_change_keeps_its_weak_type():
     state, aux = compile_step(step).loop(2)((jnp.ones(2, jnp.bfloat16), jnp.asarray(0.5)), ())
     assert state[0].dtype == jnp.bfloat16 and state[0].tolist() == [0.25, 0.25]
     assert aux["w"].tolist() == [[1.0, 1.0], [0.5, 0.5]]
+
+
+def _blocked_step(state, data):
+    """A step whose tensors are all small: a [3] weight, a scalar rate, a [4] batch index into data."""
+    w, c = state
+    row = jax.lax.dynamic_index_in_dim(data, c.astype(jnp.int32) % 4, keepdims=False)
+    new = (w - 0.1 * (w - row), c + 1.0)
+    return new, {"loss": jnp.sum((w - row) ** 2), "w": w, "n": c.astype(jnp.int32)}
+
+
+def _blocked_state():
+    return jnp.arange(3.0), jnp.float32(0.0)
+
+
+def test_a_long_loop_of_a_small_step_writes_its_histories_in_blocks():
+    """On a CPU, a loop of more steps than a history of 512 bytes holds, of a step whose tensors are all
+    smaller, writes its histories in blocks (a loop over blocks around a loop over a block's steps), so
+    XLA:CPU runs its body sequentially: rows of the widest history per block ([3] float32: 42). It
+    computes bitwise what the jitted scan does, a last block shorter than the others included."""
+    data = jnp.arange(12.0).reshape(4, 3)
+    loop = compile_step(_blocked_step).loop(100)
+    executable = loop.compiled(_blocked_state(), data)
+    assert loopfuse.compiler.pipeline_of(executable.traced, loop.options)[1] == loopfuse.passes.WrapLoop(steps=100, rows=42)
+    assert str(executable.module).count("stablehlo.while") == 2
+    scan = jax.jit(lambda s, d: jax.lax.scan(lambda c, _: _blocked_step(c, d), s, None, length=100))
+    assert_trees_equal(loop(_blocked_state(), data), scan(_blocked_state(), data))
+    small = compile_step(_blocked_step).loop(40)       # its histories fit: one loop
+    assert str(small.compiled(_blocked_state(), data).module).count("stablehlo.while") == 1
+    large = compile_step(lambda s, d: _blocked_step(s, jnp.tile(d, (40, 1)))).loop(100)   # a [160, 3] tensor
+    assert str(large.compiled(_blocked_state(), data).module).count("stablehlo.while") == 1
+
+
+def test_a_blocked_loop_stops_mid_block_as_a_plain_loop_does():
+    """until stops at step 50 (in the second block of 42): steps run, the flag, the state and the
+    histories are a loop's of 50 steps, the rows of the steps not run NaN (0 for an integer leaf); a
+    call after the stop runs no step."""
+    data = jnp.arange(12.0).reshape(4, 3)
+    loop = compile_step(_blocked_step).loop(100, until=lambda s, aux: s[1] >= 50)
+    state, aux, steps, stopped = loop(_blocked_state(), data)
+    assert (int(steps), bool(stopped)) == (50, True)
+    want_state, want_aux = jax.jit(lambda s, d: jax.lax.scan(lambda c, _: _blocked_step(c, d), s, None, length=50))(
+        _blocked_state(), data)
+    assert_trees_equal(state, want_state)
+    assert_trees_equal(jax.tree_util.tree_map(lambda h: h[:50], aux), want_aux)
+    assert np.isnan(np.asarray(aux["loss"])[50:]).all() and not np.asarray(aux["n"])[50:].any()
+    again = loop.after(stopped, state, data)
+    assert int(again[2]) == 0 and bool(again[3])
+
+
+def test_a_blocked_loop_gives_a_dataset_the_global_step_index():
+    """The step index a Dataset batch is chosen by runs on across blocks: start + i, i the step's
+    index in the whole loop."""
+    def step(w, batch):
+        return w + jnp.sum(batch["x"]), {"x": batch["x"][:, 0]}
+    ds = Dataset({"x": jnp.arange(32.0).reshape(16, 2)}, batch_size=2)
+    loop = compile_step(step).loop(300)
+    assert str(loop.compiled(jnp.float32(0), ds).module).count("stablehlo.while") == 2
+    _, aux = loop(jnp.float32(0), ds, start=5)
+    want = np.asarray([[2 * ((5 + i) % 8 * 2), 2 * ((5 + i) % 8 * 2 + 1)] for i in range(300)], np.float32)
+    np.testing.assert_array_equal(np.asarray(aux["x"]), want)

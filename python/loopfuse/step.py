@@ -60,6 +60,10 @@ class Step:
         A weakly typed state leaf that the step returns strongly typed, or computes from one that is, is
         carried strongly typed from the first step (`trace.trace`; README, "Results are jax.jit's").
         """
+        loop = (self._loops.get((steps, until, stop_on_nonfinite))
+                if type(steps) is int and type(stop_on_nonfinite) is bool else None)
+        if loop is not None:              # a driver asks for its loop once per chunk
+            return loop
         steps = validate.steps(steps)
         key = (steps, until, stop_on_nonfinite)
         with self._lock:

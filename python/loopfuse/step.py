@@ -29,7 +29,7 @@ class Step:
         self._cache: dict = {}             # signature -> Executable
         self._loops: dict = {}
         self._packed: dict = {}            # layout -> the Step of states packed so (see `_for`)
-        self._lock = threading.Lock()      # guards _compiled, _loops, _packed, _compiling and _dispatchers
+        self._lock = threading.Lock()      # guards _compiled, _loops, _packed, _compiling, _dispatchers and _entry
         self._compiling: dict = {}         # signature -> lock held while it compiles
         self._dispatchers: dict = {}       # static argument names -> call (see `dispatch`)
         self._entry: Callable = self._bind  # a call without keywords: (state, batch) -> outputs (see `_bind`)

@@ -22,8 +22,17 @@ history to the host.
 Rounds interleave the variants (bench/harness.py): per-variant medians with min-max, and the ratio
 of the medians, the reference's time over minimize's (>= 1.0: minimize is as fast or faster).
 Targets: >= 1.0x of the fori_loop, >= 1.2x of optimistix (figure "minimize_call").
+
+Two tables say where the time goes (the same rounds): the host side, per variant this process's CPU
+time over the wall time (1.0: its threads never ran at once, the host's work and the device loops'
+took turns) and the return of one device call chained after another (minimize's loop of 100 steps
+against jax.jit's fori_loop of 100 of the same steps); the device side, microseconds per step of
+loopfuse's `loop(K)` and of jax.jit's `lax.scan` of K steps at K = 128, 129 and 2000 (a history of
+more than 512 bytes, `runtime.SEQUENTIAL_BYTES`, which loopfuse writes in blocks).
 """
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -95,6 +104,67 @@ def fori_device():
     return lambda params, data: jax.block_until_ready(run(params, data))
 
 
+def step(state, data):
+    """minimize's step, as a loop of it runs it: value and gradient, Adam, the loss as aux."""
+    params, opt_state = state
+    value, grads = jax.value_and_grad(mlp_loss)(params, data)
+    updates, opt_state = OPT.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state), {"loss": value}
+
+
+def chained_return_us(calls: int = 40) -> dict:
+    """Median microseconds to the return of one device call of 100 steps chained after another (its
+    state not ready): minimize's loop (as it dispatches them, `loop.after`) and jax.jit's fori_loop."""
+    from loopfuse.solve import _cached_program
+    init, program = _cached_program(mlp_loss, True, OPT, loopfuse.CompiledLoop(), None)
+    loop = program.loop(100, stop_on_nonfinite=True)
+
+    @jax.jit
+    def fori(state, data):
+        def body(i, carry):
+            s, losses = carry
+            s, aux = step(s, data)
+            return s, losses.at[i].set(aux["loss"])
+        return jax.lax.fori_loop(0, 100, body, (state, jnp.zeros(100)))
+    fori = jax.jit(fori, donate_argnums=0)
+    calls_of = {"loopfuse loop(100)": lambda s, stopped: loop.after(stopped, s, batch())[::3],
+                "jax.jit fori_loop(100)": lambda s, stopped: (fori(s, batch())[0], stopped)}
+    out = {}
+    for name, call in calls_of.items():
+        state, stopped, times = init(mlp_params()), np.False_, []
+        state, stopped = call(state, stopped)
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            state, stopped = call(state, stopped)
+            times.append(time.perf_counter() - t0)
+        jax.block_until_ready(state)
+        out[name] = 1e6 * statistics.median(times)
+    return out
+
+
+def per_step_us(ks=(128, 129, 2000), steps: int = 4000, rounds: int = 9) -> dict:
+    """{(variant, K): median us per step}: `steps` steps as chained calls of loopfuse's loop(K) and of
+    jax.jit's lax.scan of K steps (donated), interleaved rounds."""
+    variants = {}
+    for k in ks:
+        variants[("loopfuse loop", k)] = loopfuse.compile_step(step).loop(k)
+        variants[("jax.jit lax.scan", k)] = jax.jit(lambda s, d, k=k: jax.lax.scan(lambda c, _: step(c, d), s, None,
+                                                                                  length=k), donate_argnums=0)
+    states = {v: (mlp_params(), OPT.init(mlp_params())) for v in variants}
+
+    def run(v):
+        def once():
+            t0 = time.perf_counter()
+            for _ in range(-(-steps // v[1])):
+                states[v] = variants[v](states[v], batch())[0]
+            jax.block_until_ready(states[v])
+            return 1e6 * (time.perf_counter() - t0) / (-(-steps // v[1]) * v[1])
+        return once
+    for v in variants:
+        run(v)()
+    return {v: statistics.median(t) for v, t in harness.interleave({v: run(v) for v in variants}, rounds).items()}
+
+
 def minimize_solve(backend):
     def solve(params, data):
         sol = loopfuse.minimize(mlp_loss, params, data, OPT, steps=STEPS, backend=backend)
@@ -114,8 +184,10 @@ def main() -> None:
                 "fori_loop": fori_loop_solve(), "optimistix": optimistix_solve(),
                 "loops_only": loops_only(), "fori_device": fori_device()}
     first = {name: 1e3 * harness.clocked(lambda: solve(params, data))[0] for name, solve in variants.items()}
-    times = harness.interleave({name: (lambda solve=solve: 1e3 * harness.clocked(lambda: solve(params, data))[0])
-                                for name, solve in variants.items()}, ns.rounds)
+    clocks = harness.interleave({name: (lambda solve=solve: harness.clocked(lambda: solve(params, data)))
+                                 for name, solve in variants.items()}, ns.rounds)
+    times = {name: [1e3 * wall for wall, _ in c] for name, c in clocks.items()}
+    cpu_share = {name: statistics.median(cpu / wall for wall, cpu in c) for name, c in clocks.items()}
     lines = [f"Whole call, wall ms: first call, then median (min–max) over {ns.rounds} interleaved rounds", "",
              "| variant | first call ms | call ms |", "|---|---:|---:|"]
     lines += [f"| {n} | {first[n]:,.1f} | {harness.summary(t)['median']:.2f} ({harness.spread_text(t, '{:.2f}')}) |"
@@ -129,7 +201,22 @@ def main() -> None:
             lines.append(f"| {ours} vs {ref} | {c['ratio']:.2f}x" + ("" if c["measured"] else f", {harness.ratio_text(c)}")
                          + f" | >= {target}x: {verdict} |")
             rows.append(dict(ours=ours, ref=ref, target=target, **c))
-    out.section("\n".join(lines) + "\n", first=first, times={n: harness.summary(t) for n, t in times.items()}, ratios=rows)
+    returns = chained_return_us(4 if ns.quick else 40)
+    lines += ["", "Host side: CPU time over wall time of the call (median), and the return of one device call of 100 "
+              "steps chained after another (median us)", "", "| variant | CPU / wall |", "|---|---:|"]
+    lines += [f"| {n} | {share:.2f} |" for n, share in cpu_share.items()]
+    lines += ["", "| device call, chained | returns after, us |", "|---|---:|"]
+    lines += [f"| {n} | {us:.1f} |" for n, us in returns.items()]
+    per_step = per_step_us(steps=400 if ns.quick else 4000, rounds=1 if ns.quick else 9)
+    ks = sorted({k for _, k in per_step})
+    lines += ["", "Device side: us per step of chained loop(K) calls of minimize's step (median of interleaved "
+              "rounds, 4,000 steps each)", "", "| variant | " + " | ".join(f"K = {k}" for k in ks) + " |",
+              "|---|" + "---:|" * len(ks)]
+    for name in dict.fromkeys(v for v, _ in per_step):
+        lines.append(f"| {name} | " + " | ".join(f"{per_step[(name, k)]:.2f}" for k in ks) + " |")
+    out.section("\n".join(lines) + "\n", first=first, times={n: harness.summary(t) for n, t in times.items()},
+                ratios=rows, cpu_share=cpu_share, chained_return_us=returns,
+                per_step_us={f"{v} K={k}": us for (v, k), us in per_step.items()})
     out.write()
 
 

@@ -29,6 +29,12 @@ the route of each private jax API (`_jax_compat.status()`). Then the sections na
   (`harness.interleave`) running K steps per variant; medians, and the median per-round ratio to
   jax.jit + donation (`harness.paired_ratio`).
   Problems: a tiny MLP, a 3-layer 4096-wide MLP and a 6-layer 512-wide GPT-style model (Adam).
+- anatomy: issue 33 item 10 (the tiny MLP's `loop(K)` ran at 0.80x of the hand-written scan on an H200,
+  unexplained): for the tiny MLP's four variants, each executable's XLA options (loopfuse's, from the
+  executable), its optimized HLO's instructions that run code, by opcode, in the while loop's body and
+  outside it (`harness.hlo_ops`), and the host time of a call: from the call to its return, the
+  arguments ready and its results not waited for, against the whole call to its results ready (medians
+  of --rounds interleaved rounds of `ANATOMY_CALLS` calls). A report: it fails nothing.
 - pack: issue 23's figure (bench/bench_pack.py): Adam over N small leaves, loop(10), `PACK_VARIANTS`
   against the donated `lax.scan`: compile seconds (after a warm-up, median of `PACK`'s compile rounds),
   steps/s, whether each final state equals the scan's bitwise (a report: it fails nothing).
@@ -87,7 +93,7 @@ QUICK = dict(k=4, rounds=1, problems={
 })
 BASELINE = "jax.jit + donation"
 MEMORY_PROBLEMS = 2       # the two large problems (the tiny MLP's bytes say nothing)
-SECTIONS = ("results", "corpus", "cache", "memory", "speed", "pack", "layers", "shuffle")
+SECTIONS = ("results", "corpus", "cache", "memory", "speed", "anatomy", "pack", "layers", "shuffle")
 CORPUS_K = 3              # tests/py/test_corpus.py's K
 CORPUS_QUICK = ("diffrax_saveat_t1", "cond_switch", "segment_sum_scatter_add")
 PACK = dict(full=dict(leaves=300, rounds=5, calls=10, compile_rounds=2),
@@ -97,9 +103,10 @@ PACK_VARIANTS = ("lax.scan (jax.jit, donated)", "hand-written ravel_pytree lax.s
                  "loopfuse loop", "loopfuse loop, state packed between calls (loopfuse.pack)",
                  "loopfuse loop, state packed between calls + pack-state{flatten=true}")
 VARIES = "jax.jit varies run to run"
-SHUFFLE = dict(size="1M x 16", full=dict(rounds=3), quick=dict(rounds=1))
+ANATOMY_CALLS = dict(full=200, quick=5)   # calls per variant and round of the anatomy section
+SHUFFLE = dict(size="1M x 16", full=dict(rounds=3), quick=dict(rounds=1))  # bench_data.measure's (--quick: a tenth)
 LAYERS = dict(full="GPT 6x512", quick=dict(kind="gpt", layers=3, width=16, heads=2, seq=8, vocab=32, batch=2),
-              steps=3, rtol=1e-4)  # bench_data.measure's (--quick: a tenth)
+              steps=3, rtol=1e-4)
 
 
 # ---- problems: (step, init_state, batch) ---------------------------------------------------
@@ -242,6 +249,39 @@ def speed(runs: dict, params, batch, k: int, rounds: int) -> dict:
     rates = harness.interleave({v: k_steps(v) for v in runs}, rounds)
     return {v: {"steps_per_s": statistics.median(x), "vs_jit": harness.paired_ratio(x, rates[BASELINE])["ratio"]}
             for v, x in rates.items()}
+
+
+# ---- anatomy ------------------------------------------------------------------------------
+def anatomy(runs: dict, params, batch, rounds: int, calls: int) -> dict:
+    """Per variant of one problem: the XLA options loopfuse compiled it with (None for jax.jit's), the
+    instructions that run code in its optimized HLO (`harness.hlo_ops`), and the median microseconds of a
+    call to its return (arguments ready, results not waited for) and to its results ready."""
+    states = {v: jax.block_until_ready(f(fresh(params), batch)[0]) for v, (f, _) in runs.items()}  # warm up
+
+    def timed(v):
+        f = runs[v][0]
+
+        def run():
+            host, whole = [], []
+            for _ in range(calls):
+                jax.block_until_ready(states[v])
+                t0 = time.perf_counter()
+                out = f(states[v], batch)
+                t1 = time.perf_counter()
+                states[v] = jax.block_until_ready(out)[0]
+                host.append(t1 - t0)
+                whole.append(time.perf_counter() - t0)
+            return statistics.median(host) * 1e6, statistics.median(whole) * 1e6
+        return run
+    times = harness.interleave({v: timed(v) for v in runs}, rounds)
+    out = {}
+    for v, (f, _) in runs.items():
+        state = fresh(params)
+        out[v] = {"xla_options": f.compiled(state, batch).xla_options if isinstance(f, loopfuse.Step) else None,
+                  "ops": harness.hlo_ops(harness.optimized_hlo(f, state, batch)),
+                  "host_us": statistics.median(h for h, _ in times[v]),
+                  "whole_us": statistics.median(w for _, w in times[v])}
+    return out
 
 
 # ---- 4. memory ----------------------------------------------------------------------------
@@ -460,6 +500,14 @@ def markdown(section: str, data, k: int, quick: bool) -> str:
                           "| problem | " + " | ".join(variants) + " |", "|---" * (len(variants) + 1) + "|"]
                          + [f"| {name} | " + " | ".join(f"{row[v]['steps_per_s']:,.0f} ({row[v]['vs_jit']:.2f}x)"
                                                          for v in variants) + " |" for name, row in data.items()])
+    if section == "anatomy":
+        return "\n".join([f"## What a call of the tiny MLP runs (issue 33 item 10): {data['calls']} calls per variant "
+                          f"and round, medians of {data['rounds']} rounds (a report, no check)", "",
+                          "| variant | XLA options | while-body instructions | outside the loop | host us/call "
+                          "(call to return) | us/call (to results ready) |", "|---|---|---|---|---:|---:|"]
+                         + [f"| {v} | {'as jax.jit' if r['xla_options'] is None else harness.options_text(r['xla_options'])} | "
+                            f"{harness.ops_text(r['ops']['loop body'])} | {harness.ops_text(r['ops']['outside'])} | "
+                            f"{r['host_us']:,.1f} | {r['whole_us']:,.1f} |" for v, r in data["variants"].items()])
     if section == "pack":
         import bench_pack
         return "\n".join([f"## Packed state (issue 23): Adam over {data['leaves']} leaves, loop({data['k']}); medians of "
@@ -545,6 +593,13 @@ class Check:
             step, params, batch, runs = self.problem(name)
             self.report["speed"][name] = speed(runs, params, batch, self.cfg["k"], self.rounds)
             self.out.save()
+
+    def anatomy(self) -> None:
+        name = next(iter(self.cfg["problems"]))          # the tiny MLP
+        step, params, batch, runs = self.problem(name)
+        calls = ANATOMY_CALLS["quick" if self.report["quick"] else "full"]
+        self.report["anatomy"] = {"problem": name, "rounds": self.rounds, "calls": calls,
+                                  "variants": anatomy(runs, params, batch, self.rounds, calls)}
 
     def pack(self) -> None:
         self.report["pack"] = packed_state(**PACK["quick" if self.report["quick"] else "full"])

@@ -169,6 +169,81 @@ def options_text(options: dict) -> str:
     return ", ".join(f"`{k}={v}`" for k, v in sorted(options.items())) or "none"
 
 
+# ---- compiled programs ----------------------------------------------------------------------
+def optimized_hlo(call, state, batch) -> str:
+    """The optimized HLO of what `call` runs for (state, batch): a loopfuse `Step`'s executable, or a
+    jitted function's (lowered and compiled again, as its call compiled it)."""
+    import loopfuse
+    if isinstance(call, loopfuse.Step):
+        return call.compiled(state, batch).executable.hlo_modules()[0].to_string()
+    return call.lower(state, batch).compile().as_text()
+
+
+_NO_CODE = ("parameter", "get-tuple-element", "tuple", "bitcast", "constant", "call")
+
+
+def hlo_ops(hlo: str) -> dict[str, dict[str, int]]:
+    """The instructions of an optimized HLO module that run code (fusions, copies, custom calls, while
+    loops...; not parameters, tuples, bitcasts, constants or calls), counted by opcode: ``"loop body"``
+    in the bodies of its while loops, ``"outside"`` in its entry computation; each with the computations
+    they `call` (XLA:CPU wraps a small while loop in one).
+
+    Examples:
+        >>> hlo_ops('''%body (p: (s32[], f32[2])) -> (s32[], f32[2]) {
+        ...   %p = (s32[], f32[2]) parameter(0)
+        ...   %f = (s32[], f32[2]{0}) fusion(%p), kind=kLoop, calls=%fused
+        ...   ROOT %c = f32[2]{0} copy(%f)
+        ... }
+        ... %wrapped (t: (s32[], f32[2])) -> (s32[], f32[2]) {
+        ...   ROOT %w = (s32[], f32[2]) while(%t), condition=%cond, body=%body
+        ... }
+        ... ENTRY %main (a: f32[2]) -> f32[2] {
+        ...   %call = (s32[], f32[2]) call(%t), to_apply=%wrapped
+        ...   ROOT %g = f32[2]{0} get-tuple-element(%call), index=1
+        ... }''')
+        {'loop body': {'copy': 1, 'fusion': 1}, 'outside': {'while': 1}}
+    """
+    comps = {name: [(_opcode(rhs), rhs) for rhs in re.findall(r"^\s*(?:ROOT )?%?[\w.\-]+ = (.+)$", text, re.M)]
+             for name, text in re.findall(r"^(?:ENTRY )?%?([\w.\-]+) .*?\{\n(.*?)^}", hlo, re.S | re.M)}
+    entry = re.search(r"^ENTRY %?([\w.\-]+)", hlo, re.M)
+
+    def count(names) -> dict[str, int]:
+        ops: dict[str, int] = {}
+        names, seen = list(names), set()
+        while names:
+            name = names.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for op, rhs in comps.get(name, []):
+                if op == "call":
+                    names += re.findall(r"to_apply=%?([\w.\-]+)", rhs)
+                elif op is not None and op not in _NO_CODE:
+                    ops[op] = ops.get(op, 0) + 1
+        return dict(sorted(ops.items()))
+    return {"loop body": count(set(re.findall(r"body=%?([\w.\-]+)", hlo))),
+            "outside": count([entry.group(1)] if entry else [])}
+
+
+def _opcode(rhs: str) -> str | None:
+    """The opcode of an HLO instruction's right-hand side (its shape, a tuple's in parentheses, comes first)."""
+    end = rhs.find(" ")
+    if rhs.startswith("("):
+        depth = 0
+        for end, c in enumerate(rhs):
+            depth += (c == "(") - (c == ")")
+            if depth == 0:
+                break
+        end += 1
+    m = re.match(r"\s*([\w-]+)\(", rhs[end:])
+    return m.group(1) if m else None
+
+
+def ops_text(ops: dict[str, int]) -> str:
+    """'fusion 12, copy 2' (most first), or '—'."""
+    return ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1])) or "—"
+
+
 # ---- compile time ---------------------------------------------------------------------------
 # The parts of a compile, in seconds: "pack" (`loopfuse.pack`), "trace" (loopfuse's trace to
 # StableHLO; for jax.jit, `.lower()`), each loopfuse pass by name, "xla" (XLA; for jax.jit,

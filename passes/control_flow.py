@@ -15,8 +15,9 @@ the loop reads the new value. That needs a loop of the program's own, nested in 
 reading a donated buffer (tests/py/corpus.py, ``region_analysis_triggers``). Conditionals never
 triggered it; they are gated too, to be safe.
 
-loopfuse's passes add no control flow besides wrap-loop's loop, so the traced module and the final
-one give the same answer.
+loopfuse's passes add no control flow besides wrap-loop's loop (with ``rows``, a loop over blocks of
+steps around a loop over a block's steps), so the traced module and the final one give the same
+answer.
 
 Examples:
     >>> from loopfuse.mlir_context import parse_module

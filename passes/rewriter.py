@@ -76,9 +76,14 @@ def static_row(stacked: ir.Value, index: int) -> ir.Value:
 def write_row(stacked: ir.Value, value: ir.Value, index: ir.Value) -> ir.Value:
     """`stacked` with row `index` (a 0-d i32) replaced by `value` (any shape of the row's size)."""
     t = ir.RankedTensorType(stacked.type)
-    piece = reshape(value, [1, *t.shape[1:]])
+    return write_rows(stacked, reshape(value, [1, *t.shape[1:]]), index)
+
+
+def write_rows(stacked: ir.Value, rows: ir.Value, index: ir.Value) -> ir.Value:
+    """`stacked` with the rows from `index` (a 0-d i32) on replaced by `rows` (``[m, *shape]``)."""
+    t = ir.RankedTensorType(stacked.type)
     start = [index] + ([scalar(0)] * (t.rank - 1) if t.rank > 1 else [])
-    return stablehlo.DynamicUpdateSliceOp(stacked, piece, start).result
+    return stablehlo.DynamicUpdateSliceOp(stacked, rows, start).result
 
 
 def clone(op: ir.Operation, operands: list, captured: dict | None = None) -> ir.Operation:

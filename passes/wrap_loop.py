@@ -25,14 +25,25 @@ stop's): whether the stop ended the loop, also when it asked to at the K-th step
 true runs no step (steps run 0, the state returned as it came, the flag true). Safe for the same
 reasons: the iterations that run are the same, and the flag only decides how many run. Without a
 ``loopfuse.stop`` result the output is exactly the plain K-step loop.
+
+Blocks (``rows``, 0 < rows < K): ``@main`` is an outer loop over blocks of ``rows`` steps (the last
+one shorter) whose body runs an inner loop over the block's steps, as above but writing each aux
+result into row ``i - block start`` of a ``tensor<rows x ...>`` block (NaN or 0 at first, like the
+histories), then writes the blocks into the histories at the block's start; the histories are
+padded to whole blocks and cut to K rows at the end. A stopping loop carries its flag through both
+loops, and both stop on it. XLA:CPU runs a loop body sequentially only where every buffer it touches
+is small (``runtime.SEQUENTIAL_BYTES``): a long history is such a buffer, a block of it need not be.
+Safe for the same reasons: the same steps run in the same order on the same state, each history row
+is written once (rows of steps that never ran keep their initial value), and the stop ends both
+loops after the same step.
 """
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
-from .functions import arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
 from . import rewriter as rw
+from .functions import arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
 from .module_pass import ModulePass, PassError, option
 from .vocabulary import BODY, RESULT, SDY_SHARDING, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
 
@@ -44,7 +55,7 @@ class WrapLoop(ModulePass):
     Examples:
         >>> from loopfuse.pass_manager import parse_pipeline
         >>> parse_pipeline("builtin.module(wrap-loop{steps=8},cse)")
-        [WrapLoop(steps=8), UpstreamPass(name='cse', options='')]
+        [WrapLoop(steps=8, rows=0), UpstreamPass(name='cse', options='')]
         >>> try:
         ...     parse_pipeline("wrap-loop{steps=0}")
         ... except ValueError as e:
@@ -56,12 +67,14 @@ class WrapLoop(ModulePass):
     summary = "Run K steps of the update in one device call (a stablehlo.while around the step)"
 
     steps: int = option(1, "iterations of the step per call (K)", minimum=1, maximum=2**31 - 1)  # an i32 counter
+    rows: int = option(0, "with 0 < rows < steps, an outer loop over blocks of `rows` steps, each an inner loop "
+                          "writing a block of `rows` rows of each history (0: one loop)", minimum=0, maximum=2**31 - 1)
 
     def apply(self, module_op: ir.Operation) -> None:
-        _wrap(main_func(module_op), self.steps)
+        _wrap(main_func(module_op), self.steps, self.rows)
 
 
-def _wrap(f: func.FuncOp, k: int) -> None:
+def _wrap(f: func.FuncOp, k: int, rows: int) -> None:
     args, results = arg_attrs(f), result_attrs(f)
     in_types, out_types = list(f.type.inputs), list(f.type.results)
     state_arg = {ir.StringAttr(a[STATE]).value: i for i, a in enumerate(args) if STATE in a}
@@ -95,39 +108,50 @@ def _wrap(f: func.FuncOp, k: int) -> None:
     block = f.body.blocks[0]
     for op in reversed(list(block.operations)):
         op.operation.erase()
-    hist_types = [ir.RankedTensorType.get([k, *ir.RankedTensorType(out_types[j]).shape],
-                                          ir.RankedTensorType(out_types[j]).element_type) for j in aux]
+    blocked = 0 < rows < k and bool(aux)
+    hist_types = [_stacked(k, out_types[j]) for j in aux]
     with ir.InsertionPoint(block), f.location:
         zero = rw.scalar(0, i32)
         hist_init = rw.zeros if stop is None else _unwritten
-        init = [zero, *block.arguments, *[hist_init(t) for t in hist_types]]
+        n_args = len(in_types)
+        padded = [_stacked(-(-k // rows) * rows, out_types[j]) for j in aux] if blocked else hist_types  # whole blocks
+        init = [zero, *block.arguments, *[hist_init(t) for t in padded]]
         if stop is not None:
             init.append(rw.scalar(0, ir.RankedTensorType(out_types[stop])) if stopped_arg is None
                         else block.arguments[stopped_arg])  # the "stopped" flag, last
+        step = _Step(out_types, carried, aux, stop, step_args)
         loop = stablehlo.WhileOp([v.type for v in init], init)
-        n_args = len(in_types)
-
-        cond = loop.regions[0].blocks.append(*[v.type for v in init])
-        with ir.InsertionPoint(cond):
-            lt = stablehlo.CompareOp(cond.arguments[0], rw.scalar(k, i32), stablehlo.ComparisonDirectionAttr.get("LT"))
-            stablehlo.ReturnOp([lt.result if stop is None else _and_not(lt.result, cond.arguments[-1])])
+        _condition(loop, lambda args: rw.scalar(k, i32), stop)
 
         body = loop.regions[1].blocks.append(*[v.type for v in init])
         with ir.InsertionPoint(body):
             i, state = body.arguments[0], list(body.arguments[1:1 + n_args])
             hist = list(body.arguments[1 + n_args:1 + n_args + len(aux)])
-            call_args = list(state)
-            for s in step_args:
-                call_args[s] = stablehlo.AddOp(state[s], i).result
-            outs = func.CallOp(out_types, ir.FlatSymbolRefAttr.get(BODY), call_args).results
-            new_args = list(state)
-            for j, arg in carried.items():
-                new_args[arg] = outs[j]
-            new_hist = [rw.write_row(h, outs[j], i) for h, j in zip(hist, aux)]
-            flag = [] if stop is None else [outs[stop]]
-            stablehlo.ReturnOp([stablehlo.AddOp(i, rw.scalar(1, i32)).result, *new_args, *new_hist, *flag])
+            flag = list(body.arguments[1 + n_args + len(aux):])
+            if blocked:   # rows steps (fewer in the last block) writing a block of each history
+                end = stablehlo.MinOp(stablehlo.AddOp(i, rw.scalar(rows, i32)).result, rw.scalar(k, i32)).result
+                inner_init = [i, i, end, *state, *[hist_init(_stacked(rows, out_types[j])) for j in aux], *flag]
+                inner = stablehlo.WhileOp([v.type for v in inner_init], inner_init)
+                _condition(inner, lambda args: args[2], stop)
+                inner_body = inner.regions[1].blocks.append(*[v.type for v in inner_init])
+                with ir.InsertionPoint(inner_body):
+                    j, first, last = inner_body.arguments[:3]
+                    offset = stablehlo.SubtractOp(j, first).result
+                    new_args, new_blocks, new_flag = step(j, offset, list(inner_body.arguments[3:3 + n_args]),
+                                                          list(inner_body.arguments[3 + n_args:3 + n_args + len(aux)]))
+                    stablehlo.ReturnOp([_next(j), first, last, *new_args, *new_blocks, *new_flag])
+                out = list(inner.results)
+                new_hist = [rw.write_rows(h, b, i) for h, b in zip(hist, out[3 + n_args:3 + n_args + len(aux)])]
+                stablehlo.ReturnOp([out[0], *out[3:3 + n_args], *new_hist, *out[3 + n_args + len(aux):]])
+            else:
+                new_args, new_hist, new_flag = step(i, i, state, hist)
+                stablehlo.ReturnOp([_next(i), *new_args, *new_hist, *new_flag])
 
-        final = loop.results
+        final = list(loop.results)
+        for h, t in enumerate(hist_types):   # a blocked loop's histories, padded to whole blocks, cut to k rows
+            if t != padded[h]:
+                final[1 + n_args + h] = stablehlo.SliceOp(final[1 + n_args + h], [0] * t.rank, t.shape,
+                                                          [1] * t.rank).result
         row = {j: 1 + n_args + h for h, j in enumerate(aux)}  # aux result -> its history's loop result
         new_results = [final[1 + carried[j]] if j in carried else final[0] if j == stop else final[row[j]]
                        for j in range(len(out_types))]
@@ -147,6 +171,83 @@ def _wrap(f: func.FuncOp, k: int) -> None:
         if SDY_SHARDING in results[j]:
             results[j][SDY_SHARDING] = _prepend_unsharded_dim(results[j][SDY_SHARDING])
     set_result_attrs(f, results)
+
+
+def history_rows(module_op: ir.Operation, steps: int, max_bytes: int) -> int:
+    """The ``rows`` option that keeps every buffer a loop of `steps` steps of this module's ``@main``
+    touches at most `max_bytes`: the most rows of each aux result that fit, where every tensor of the
+    module is that small and the histories of `steps` rows would not be; else 0 (one loop)."""
+    sizes: list[int] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        for region in op.regions:
+            for block in region.blocks:
+                sizes.extend(_bytes(a.type) for a in block.arguments)
+        sizes.extend(_bytes(r.type) for r in op.results)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    f = main_func(module_op)
+    aux = [_bytes(t) for t, a in zip(f.type.results, result_attrs(f)) if STATE not in a and STOP not in a]
+    if not aux or max(sizes) > max_bytes or any(n == 0 for n in aux):
+        return 0
+    rows = min(max_bytes // n for n in aux)
+    return rows if rows < steps else 0
+
+
+def _bytes(t: ir.Type) -> int:
+    """The bytes of a tensor of static shape, 0 for other types (tokens), a huge number for a dynamic shape."""
+    if not isinstance(t, ir.RankedTensorType):
+        return 0
+    t = ir.RankedTensorType(t)
+    if not t.has_static_shape:
+        return 2**62
+    et = t.element_type
+    part = ir.ComplexType(et).element_type if isinstance(et, ir.ComplexType) else et
+    width = part.width if isinstance(part, (ir.IntegerType, ir.FloatType)) else 64
+    count = 1
+    for d in t.shape:
+        count *= d
+    return count * max(1, width // 8) * (2 if isinstance(et, ir.ComplexType) else 1)
+
+
+class _Step:
+    """One step inside a loop body: call @loopfuse_step on the carried arguments (a step index argument
+    gets ``start + i``), carry its new state, write its aux results into row `row` of their histories."""
+
+    def __init__(self, out_types: list, carried: dict, aux: list, stop: int | None, step_args: list):
+        self.out_types, self.carried, self.aux, self.stop, self.step_args = out_types, carried, aux, stop, step_args
+
+    def __call__(self, i: ir.Value, row: ir.Value, state: list, hist: list) -> tuple[list, list, list]:
+        """(new arguments, new histories, [the stop flag] or [])."""
+        call_args = list(state)
+        for s in self.step_args:
+            call_args[s] = stablehlo.AddOp(state[s], i).result
+        outs = func.CallOp(self.out_types, ir.FlatSymbolRefAttr.get(BODY), call_args).results
+        new_args = list(state)
+        for j, arg in self.carried.items():
+            new_args[arg] = outs[j]
+        return new_args, [rw.write_row(h, outs[j], row) for h, j in zip(hist, self.aux)], \
+            [] if self.stop is None else [outs[self.stop]]
+
+
+def _condition(loop: stablehlo.WhileOp, limit, stop: int | None) -> None:
+    """`loop`'s condition: its counter (first) below ``limit(arguments)``, and for a stopping loop its
+    stopped flag (last) false."""
+    cond = loop.regions[0].blocks.append(*[v.type for v in loop.operands])
+    with ir.InsertionPoint(cond):
+        lt = stablehlo.CompareOp(cond.arguments[0], limit(cond.arguments), stablehlo.ComparisonDirectionAttr.get("LT"))
+        stablehlo.ReturnOp([lt.result if stop is None else _and_not(lt.result, cond.arguments[-1])])
+
+
+def _next(i: ir.Value) -> ir.Value:
+    return stablehlo.AddOp(i, rw.scalar(1, ir.RankedTensorType(i.type))).result
+
+
+def _stacked(rows: int, t: ir.Type) -> ir.RankedTensorType:
+    """The type of `rows` rows of values of type `t` (a history, or a block of one)."""
+    rt = ir.RankedTensorType(t)
+    return ir.RankedTensorType.get([rows, *rt.shape], rt.element_type)
 
 
 def _stop_result(f: func.FuncOp, results: list[dict], out_types: list, carried: dict) -> int | None:
@@ -212,3 +313,4 @@ def _clone_as_body(f: func.FuncOp) -> None:
     for name in ("arg_attrs", "res_attrs"):
         if name in body.attributes:
             del body.attributes[name]
+

@@ -124,7 +124,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
             k = run.next_chunk()
             if k is not None:
                 run.prepare(k)               # compiling stays interruptible: nothing is donated yet
-            with sigint.hold():
+            with sigint:
                 if k is not None:
                     run.dispatch(k)
                     if run.next_chunk() is not None:
@@ -325,9 +325,17 @@ def _paths(aux_def) -> list[str]:
 
 def _stack(aux_def, history: list) -> Any:
     """One aux tree whose leaves are the chunks' histories concatenated along the step axis (those
-    still on the device copied to the host together)."""
-    history = jax.device_get(history)
-    return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*history)])
+    still on the device copied to the host together, see `_host`)."""
+    return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*_host(history))])
+
+
+def _host(tree) -> Any:
+    """`tree` with its arrays on the host: `jax.device_get`, which starts every copy before it waits for
+    one, but where every array is on a CPU, whose memory is the host's, each is read in place (device_get
+    copies them: 0.3 ms for a minimize's 20 chunks of history, as long as 5 of their device calls)."""
+    devices: set[Any] = {d for x in jax.tree_util.tree_leaves(tree) if isinstance(x, jax.Array)
+                         for d in x.sharding.device_set}
+    return jax.tree_util.tree_map(np.asarray, tree) if all(d.platform == "cpu" for d in devices) else jax.device_get(tree)
 
 
 def progress_bar(total: int, initial: int = 0):

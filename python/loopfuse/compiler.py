@@ -41,7 +41,7 @@ def compile(traced: tracing.Traced, options: StepOptions, name: str, leaves: lis
     devices = options.program_devices
     program = program_options(traced, options, leaves[:len(traced.state_paths)])
     xla = runtime.compile_options(devices, program.values, shardy=runtime.uses_shardy(traced.module))
-    specs = options.pipeline()
+    specs = pipeline_of(traced, options)
     seconds = dict(seconds)
     t0 = time.perf_counter()
     where = compile_cache.folder(options.cache_dir)
@@ -70,6 +70,12 @@ def compile(traced: tracing.Traced, options: StepOptions, name: str, leaves: lis
         seconds["cache"] = cache_seconds
     return Executable.build(traced, module, executable, leaves, options.placement, devices[0], options.donate,
                             program, seconds)
+
+
+def pipeline_of(traced: tracing.Traced, options: StepOptions) -> list:
+    """The passes of `traced`'s program: `options.pipeline`, a loop's histories written in blocks where
+    that keeps its body's buffers small enough for XLA:CPU to run it sequentially (`runtime.history_rows`)."""
+    return options.pipeline(runtime.history_rows(traced.module, options.program_devices[0].platform, options.steps))
 
 
 def fn_name(fn: Callable) -> str:

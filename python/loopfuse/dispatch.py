@@ -21,8 +21,10 @@ def dispatcher(name: str, python, cache_miss, static_argnames=()):
 
 
 def fastpath(executable, args: tuple, outs) -> "_jax_compat.FastpathData | None":
-    """How the dispatcher repeats the call ``executable(args) -> outs`` (args: state, batch, step
-    index, and for a loop that can stop the initial stopped flag) for arguments of the same signature, or None when it must not."""
+    """How the dispatcher repeats the call ``executable(args) -> outs`` for arguments of the same
+    signature, or None when it must not. `args`: state and batch, then as the call passed them (none
+    where the executable takes no more) the step index and, for a loop that can stop, the initial
+    stopped flag."""
     t = executable.traced
     if t.effects.any:
         return None
@@ -33,7 +35,8 @@ def fastpath(executable, args: tuple, outs) -> "_jax_compat.FastpathData | None"
         return None
     if t.has_step_index and not _int32_scalar(args[2]) or t.stopped_arg and not _bool_scalar(args[3]):
         return None
-    kept = [True] * (len(flat) - 1 - t.stopped_arg) + [t.has_step_index] + [True] * t.stopped_arg
+    extra = [t.has_step_index, True][:len(args) - 2]   # the step index is taken only for a Dataset
+    kept = [True] * (len(flat) - len(extra)) + extra
     taken = [x for x, keep in zip(flat, kept) if keep]
     targets = executable.arg_targets
     n = len(targets[0].device_set) if targets else 1

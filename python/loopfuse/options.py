@@ -82,9 +82,11 @@ class StepOptions:
             object.__setattr__(self, "xla_options", MappingProxyType(runtime.check_xla_options(self.xla_options)))
         object.__setattr__(self, "placement", None if self.devices is None else Placement(self.devices, self.sharding or "data"))
 
-    def pipeline(self) -> list:
-        """The passes the program runs (`pipeline.build` of these options)."""
-        return pipeline.build(self.passes, steps=self.steps, donate=self.donate, memory_budget=self.memory_budget)
+    def pipeline(self, rows: int = 0) -> list:
+        """The passes the program runs (`pipeline.build` of these options; wrap-loop's `rows`, see
+        `runtime.history_rows`)."""
+        return pipeline.build(self.passes, steps=self.steps, donate=self.donate, memory_budget=self.memory_budget,
+                              rows=rows)
 
     @property
     def stops(self) -> bool:

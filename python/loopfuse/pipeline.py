@@ -28,13 +28,14 @@ DEFAULT_PASSES: tuple = ()
 
 
 def build(passes=None, *, steps: int | None = None, donate: bool = True,
-          memory_budget: float | None = None) -> list[Pass]:
+          memory_budget: float | None = None, rows: int = 0) -> list[Pass]:
     """Structural passes around the optimization passes (default ``DEFAULT_PASSES``).
 
     `passes` is a pipeline string or a sequence of pass objects and pipeline strings (``"simplify"``,
     ``"flatten-update{min-group=3}"``). drop-unused-outputs always runs first (it removes work), then
-    roll-layers for a `memory_budget` below 1, the chosen passes, wrap-loop for ``steps``, then the
-    chosen passes that rewrite its loop (``after_wrap_loop``: pack-state), alias-state last.
+    roll-layers for a `memory_budget` below 1, the chosen passes, wrap-loop for ``steps`` (its histories
+    written in blocks of `rows`, where no pass rewrites the step into loops or rewrites wrap-loop's loop),
+    then the chosen passes that rewrite its loop (``after_wrap_loop``: pack-state), alias-state last.
     """
     opt = chosen(passes)
     if memory_budget is not None and memory_budget < 1.0:
@@ -42,7 +43,8 @@ def build(passes=None, *, steps: int | None = None, donate: bool = True,
     on_loop = [p for p in opt if getattr(p, "after_wrap_loop", False)]
     specs = [DropUnusedOutputs(), *(p for p in opt if not getattr(p, "after_wrap_loop", False))]
     if steps is not None:
-        specs.append(WrapLoop(steps=steps))
+        blocked = not on_loop and not any(isinstance(p, RollLayers) for p in opt)
+        specs.append(WrapLoop(steps=steps, rows=rows if blocked else 0))
     specs += on_loop
     if donate:
         specs.append(AliasState())

@@ -10,7 +10,7 @@ from jaxlib.mlir import ir
 
 from . import _jax_compat
 from .mlir_context import parse_module
-from .passes import control_flow
+from .passes import control_flow, wrap_loop
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,14 @@ COPY_FREE = {"cpu": "xla_cpu_copy_insertion_use_region_analysis", "gpu": "xla_gp
 # one keeps the single collective, which costs less latency than many small ones.
 SPLIT_ALL_REDUCE = {"cpu": {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}}
 SPLIT_ALL_REDUCE_BYTES = 32 << 20
+
+# XLA:CPU runs the thunks of a computation (a while loop's body) one after the other on its thread
+# only where every buffer they use has at most SEQUENTIAL_BYTES (ThunkExecutor's
+# execute_sequential_buffer_threshold; no flag sets it); otherwise through its concurrent executor,
+# which costs a tiny step about 1 us more per iteration. The loss history of a loop of more than 128
+# float32 steps is such a buffer in the body of a step whose tensors are all smaller, so wrap-loop
+# writes the histories of such a loop in blocks that small (`history_rows`).
+SEQUENTIAL_BYTES = {"cpu": 512}
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,13 @@ def program_options(module: ir.Module, platform: str, replicated_state_bytes: in
             values[name] = value
             reasons.append(f"{name}={value!r} (xla_options)")
     return ProgramOptions(MappingProxyType(dict(sorted(values.items()))), tuple(reasons))
+
+
+def history_rows(module: ir.Module, platform: str, steps: int | None) -> int:
+    """wrap-loop's ``rows`` for a loop of `steps` steps of `module` on `platform` (0: one loop; see
+    `SEQUENTIAL_BYTES`)."""
+    limit = SEQUENTIAL_BYTES.get(platform)
+    return 0 if limit is None or steps is None else wrap_loop.history_rows(module.operation, steps, limit)
 
 
 def check_xla_options(xla_options) -> dict:

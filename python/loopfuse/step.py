@@ -29,9 +29,10 @@ class Step:
         self._cache: dict = {}             # signature -> Executable
         self._loops: dict = {}
         self._packed: dict = {}            # layout -> the Step of states packed so (see `_for`)
-        self._lock = threading.Lock()      # guards _compiled, _loops, _packed, _compiling and _dispatchers
+        self._lock = threading.Lock()      # guards _compiled, _loops, _packed, _compiling, _dispatchers and _entry
         self._compiling: dict = {}         # signature -> lock held while it compiles
         self._dispatchers: dict = {}       # static argument names -> call (see `dispatch`)
+        self._entry: Callable = self._bind  # a call without keywords: (state, batch) -> outputs (see `_bind`)
         self._verified: set = set()        # signatures whose first call `verify` checked
 
     @property
@@ -56,9 +57,13 @@ class Step:
         either, the loop stops after the first step that asks it to and a call returns
         ``(state, aux, steps_run, stopped)``: the int32 steps run and the bool "a step asked to
         stop" (true also when the K-th step did); history rows of steps not run are NaN (0 for integers).
-        A weakly typed state leaf that the step returns strongly typed is carried strongly typed from
-        the first step, as `lax.scan` carries it.
+        A weakly typed state leaf that the step returns strongly typed, or computes from one that is, is
+        carried strongly typed from the first step (`trace.trace`; README, "Results are jax.jit's").
         """
+        loop = (self._loops.get((steps, until, stop_on_nonfinite))
+                if type(steps) is int and type(stop_on_nonfinite) is bool else None)
+        if loop is not None:              # a driver asks for its loop once per chunk
+            return loop
         steps = validate.steps(steps)
         key = (steps, until, stop_on_nonfinite)
         with self._lock:
@@ -128,7 +133,7 @@ class Step:
         step = self._for(state)
         o = step.options
         traced = compiler.trace(step.fn, o, state, step._serve(batch, start), static)
-        specs = o.pipeline()
+        specs = compiler.pipeline_of(traced, o)
         stages: dict[str, str] = {}
         pipeline.lower(traced.module, specs, stages=stages,
                        dump=compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs))
@@ -153,7 +158,7 @@ class Step:
         batch = step._serve(batch, start)
         traced = compiler.trace(step.fn, o, state, batch, static)
         program = compiler.program_options(traced, o, jax.tree_util.tree_leaves(state))
-        specs = o.pipeline()
+        specs = compiler.pipeline_of(traced, o)
         dump = compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs)
         module = copy_module(traced.module)
         pipeline.lower(module, specs, dump=dump)
@@ -174,15 +179,26 @@ class Step:
         return batch.served(start, self.options.steps or 1, sharding)
 
     # ---- running ---------------------------------------------------------------------------
-    def __call__(self, state, batch, *, start: int = 0, **static) -> tuple[Any, ...]:
-        """Run one step (or `steps` steps) and return ``(new_state, aux)``.
+    def __call__(self, state, batch, **kwargs) -> tuple[Any, ...]:
+        """Run one step (or `steps` steps) and return ``(new_state, aux)``: ``step(state, batch, start=0, **static)``.
 
         With a `Dataset` batch, `start` is the global step index of the first step (it picks the
         batch and the epoch); `start` is reserved, never passed to the step function. Other
         keyword arguments are static arguments of the step function (part of the signature).
         The caller's donated state arrays are consumed: use the returned state.
+
+        A call without keywords goes straight to jaxlib's C++ dispatcher (`_bind`); one with
+        keywords, and a call the dispatcher refuses (a donated leaf, one array as two leaves), takes
+        `_general`.
         """
-        return self._for(state)._dispatch(state, batch, start, (False,) if self.options.stops else (), static)
+        if kwargs:
+            return self._general(state, batch, **kwargs)
+        try:
+            return self._entry(state, batch)
+        except ValueError:
+            if dispatch.refused((state, batch)):  # the Python path names the gone leaf or copies the shared one
+                return self._general(state, batch)
+            raise
 
     def after(self, stopped, state, batch, *, start: int = 0, **static) -> tuple[Any, ...]:
         """`__call__` of a loop that can stop early, following a call whose stopped flag (its fourth
@@ -192,6 +208,28 @@ class Step:
         if not self.options.stops:
             raise ValueError("Step.after is for a loop that can stop early: step.loop(K, until=...)")
         return self._for(state)._dispatch(state, batch, start, (stopped,), static)
+
+    def _general(self, state, batch, *, start: int = 0, **static) -> tuple[Any, ...]:
+        """`__call__` of any state, batch and keywords: a packed state's Step, a served `Dataset`, the static
+        arguments' dispatcher, a stopping loop's initial flag (false)."""
+        return self._for(state)._dispatch(state, batch, start, (False,) if self.options.stops else (), static)
+
+    def _bind(self, state, batch):
+        """`_entry` until the first call, which binds it and calls it: jaxlib's C++ dispatcher of
+        ``(state, batch)`` (`_entry_miss` on a new signature), or `_general` for a loop that can stop (its
+        calls pass the initial flag) and where this jax has no dispatcher."""
+        with self._lock:
+            if self._entry == self._bind:
+                self._entry = self._general if self.options.stops else dispatch.dispatcher(
+                    compiler.fn_name(self.fn), self._general, self._entry_miss)
+        return self._entry(state, batch)
+
+    def _entry_miss(self, state, batch):
+        """`_entry`'s first call of a signature: `_cache_miss`, or for a packed state or a `Dataset`, `_general`
+        on every call of it (no fast path)."""
+        if isinstance(state, packed.PackedState) or isinstance(batch, Dataset):
+            return self._general(state, batch), None, False
+        return self._cache_miss(state, batch)
 
     def _dispatch(self, state, batch, start, stopped: tuple, static):
         """Call through the C++ dispatcher; `stopped` is () or, for a loop that can stop, (initial flag,)."""
@@ -218,10 +256,12 @@ class Step:
         """One call through loopfuse's Python path."""
         return self._run(state, batch, start, stopped, static)[0]
 
-    def _cache_miss(self, state, batch, start, *stopped, **static):
-        """The C++ dispatcher's first call of a signature: the outputs, and how to repeat it in C++."""
-        outs, executable = self._run(state, batch, start, stopped, static)
-        return outs, dispatch.fastpath(executable, (state, batch, start, *stopped), outs), False
+    def _cache_miss(self, state, batch, *args, **static):
+        """A C++ dispatcher's first call of a signature (`args`: none, or the step index and a stopping loop's
+        flag): the outputs, and how to repeat it in C++."""
+        start, *stopped = args or (0,)
+        outs, executable = self._run(state, batch, start, tuple(stopped), static)
+        return outs, dispatch.fastpath(executable, (state, batch, *args), outs), False
 
     def _run(self, state, batch, start, stopped: tuple, static):
         key, leaves = self._signature(state, batch, static)

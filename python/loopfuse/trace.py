@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 from jaxlib.mlir import ir
 
@@ -79,7 +80,7 @@ class Traced:
     out_specs: list                # per flat output: dtype and weak type (typed keys as raw uint32 data)
     effects: "Effects"
     stops: bool = False            # a last flat output: the loop's stop flag (see `stopping`)
-    promoted: tuple = ()           # state leaves given weakly typed, traced strongly typed (a loop's carry)
+    promoted: tuple = ()           # state leaves given weakly typed, taken strongly typed (a loop's carry)
     stopped_arg: bool = False      # a last argument: the loop's initial stopped flag
 
 
@@ -91,9 +92,11 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     With `stop` (from `stopping.flag`), ``stop(new_state, aux, kept aux leaves)`` is one more output;
     with `stopped_arg` too, a scalar bool, the loop's initial stopped flag, is one more (last) argument.
     With `loop` (the step of a device loop), a weakly typed state leaf whose new value is strongly
-    typed is traced strongly typed, as `lax.scan` and `lax.while_loop` promote their carry (optax's
-    L-BFGS state, say, starts with weak scalars): every call of the loop, the first included, then
-    runs one program (`Traced.promoted` lists those leaves).
+    typed (optax's L-BFGS state, say, starts with weak scalars) is promoted: the program takes it strongly
+    typed, so every call of the loop, the first included, runs one program (`Traced.promoted` lists those
+    leaves). The step is traced once, on the state as given; that trace is the promoted program, a leaf
+    whose new value depends on a promoted one promoted too, unless it shows that weak types decide a
+    dtype, where the step is traced again with the promoted leaves strongly typed (`_carried`).
     `packed_paths` (a `packed.PackedState`'s): per state leaf, the key paths of the leaves it packs, or None.
     """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
@@ -144,22 +147,24 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         out_sh = (state_sh, placement.replicated) + ((placement.replicated,) if stop is not None else ())
         shardings = {"in_shardings": tuple(in_sh), "out_shardings": out_sh}
     jitted = jax.jit(flat, keep_unused=True, **shardings)
-
-    def lower(specs):
-        # keep_unused=True keeps every argument in place but also skips the dead-code elimination that
-        # jax.jit does by default; lower the pruned jaxpr, as jax.jit does, or XLA may compile a loop of
-        # the step to other last bits than jax.jit's (a diffrax L-BFGS fit with jaxlib 0.12)
-        return _jax_compat.lower_pruned(jitted.trace(*specs))
-
-    lowered = lower(specs)
+    traced = jitted.trace(*specs)
     promoted = tuple(i for i in range(n_state) if loop and specs[i].weak_type and not out_info["weak"][i])
-    if promoted:
-        try:
-            lowered = lower([jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) if i in promoted else x
-                             for i, x in enumerate(specs)])
+    carried = _carried(traced.jaxpr, promoted, [x.weak_type for x in specs[:n_state]], out_info["weak"]) \
+        if promoted else ()
+    if carried is None:
+        try:    # trace it again with the promoted leaves strongly typed
+            traced = jitted.trace(*[jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) if i in promoted
+                                    else x for i, x in enumerate(specs)])
         except StateMismatchError:   # strongly typed, the step changes a leaf's dtype (lax.scan refuses it)
             promoted = ()
-            lowered = lower(specs)
+    else:                            # the trace serves as the promoted program
+        promoted = carried
+        for i in carried:
+            out_info["weak"][i] = False
+    # keep_unused=True keeps every argument in place but also skips the dead-code elimination that jax.jit
+    # does by default; lower the pruned jaxpr, as jax.jit does, or XLA may compile a loop of the step to
+    # other last bits than jax.jit's (a diffrax L-BFGS fit with jaxlib 0.12)
+    lowered = _jax_compat.lower_pruned(traced)
     kept = aux_kept(out_info["aux_paths"], keep_aux)
     out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
@@ -171,6 +176,51 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], kept, has_step, in_sh, out_specs, effects,
                   stop is not None, promoted, stopped_arg)
+
+
+def _carried(jaxpr, promoted: tuple, weak_in: list, weak_out: list) -> tuple | None:
+    """The state leaves a loop carries strongly typed, from `jaxpr`, the step traced with the leaves given
+    weakly typed (`weak_in`, per state leaf; `weak_out`, per output) whose new values are strong
+    (`promoted`), or None when only tracing it again with those strongly typed can tell.
+
+    Weak types decide dtypes through jax's type promotion, which converts its operands to the promoted
+    dtype: where it converted a weakly typed value to another dtype, a strongly typed one may have gone
+    the other way (weak float32 with bfloat16 is bfloat16, strong float32 with it float32). Where it
+    never did (weak and strong float32 alike; an integer to float32), tracing any weak input strongly
+    typed computes the same values, but for conversions between weak and strong float32, which change no
+    value, and only outputs that depend on such an input may lose their weak type. So the trace serves
+    as the promoted program, those outputs strongly typed: a weak state leaf whose new value depends on
+    a promoted one is promoted too (carried strongly typed, Adam's first moment of weak params); a weakly
+    typed aux leaf that does leaves the answer to a second trace (None). A step that reads a weak type
+    itself (``jnp.result_type(leaf, x)`` as the dtype of another value) is beyond what the trace shows.
+    """
+    inner = getattr(jaxpr, "jaxpr", jaxpr)   # a ClosedJaxpr (jax 0.10) or a Jaxpr holding its constants
+    if _converts_weak(inner):
+        return None
+    carried = set(promoted)
+    while True:
+        tainted = set(inner.invars[i] for i in carried)
+        for eqn in inner.eqns:
+            if any(v in tainted for v in eqn.invars if not isinstance(v, jax.extend.core.Literal)):
+                tainted.update(eqn.outvars)
+        losing = {j for j, v in enumerate(inner.outvars)
+                  if weak_out[j] and not isinstance(v, jax.extend.core.Literal) and v in tainted}
+        more = {j for j in losing if j < len(weak_in) and weak_in[j]} - carried
+        if not more:
+            return None if losing - carried else tuple(sorted(carried))
+        carried |= more
+
+
+def _converts_weak(jaxpr) -> bool:
+    """Whether `jaxpr` or one it calls converts a weakly typed value to another dtype."""
+    for eqn in jaxpr.eqns:
+        x = eqn.invars[0] if eqn.primitive.name == "convert_element_type" else None
+        if (x is not None and not isinstance(x, jax.extend.core.Literal) and x.aval.weak_type
+                and eqn.params["new_dtype"] != x.aval.dtype):
+            return True
+        if any(_converts_weak(j) for j in jax.extend.core.jaxprs_in_params(eqn.params)):
+            return True
+    return False
 
 
 def _split_output(out):

@@ -9,7 +9,7 @@
 // STEPS: loopfuse-opt: error: pass 'wrap-loop' option 'steps': must be >= 1, got 0
 // BIG: loopfuse-opt: error: pass 'wrap-loop' option 'steps': must be <= 2147483647, got 2147483648
 // TYPE: loopfuse-opt: error: pass 'wrap-loop' option 'steps': expects int, got 'four'
-// NAME: loopfuse-opt: error: pass 'wrap-loop' option 'stepz': no such option (options of wrap-loop: steps)
+// NAME: loopfuse-opt: error: pass 'wrap-loop' option 'stepz': no such option (options of wrap-loop: steps, rows)
 
 // A state result whose path no argument has cannot be carried around the loop.
 // CHECK: invalid-wrap-loop.mlir:[[# @LINE + 1]]:1: error: pass 'wrap-loop{steps=4}' failed: state result 0 (['v']) has no argument of the same path and type to carry it around the loop

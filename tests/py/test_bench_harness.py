@@ -131,3 +131,19 @@ def test_bench_pack_times_compiles_in_rounds_with_their_parts(monkeypatch):
     assert [len(r["compile"]["seconds"]["rounds"]) for r in (scan, packed)] == [2, 2]
     assert packed["compile_s"] == statistics.median(packed["compile"]["seconds"]["rounds"])
     assert packed["bitwise_vs_scan"] and packed["steps_per_s"] > 0
+
+
+def test_hlo_ops_counts_the_instructions_in_and_outside_the_loop():
+    """A loop's work is in its while body, a step's outside any; an instruction with a tuple shape (the while
+    itself) is counted, parameters and tuples are not; a loopfuse Step's executable and jax.jit's alike."""
+    import jax.numpy as jnp
+
+    def fn(s, b):
+        return s * b + 1.0, jnp.sum(s)
+    s, b = jnp.ones(3), jnp.ones(3)
+    loop = harness.hlo_ops(harness.optimized_hlo(loopfuse.compile_step(fn).loop(100), s, b))
+    step = harness.hlo_ops(harness.optimized_hlo(jax.jit(fn), s, b))
+    assert loop["outside"]["while"] == 1 and loop["loop body"] and not step["loop body"]
+    assert not {"parameter", "tuple", "get-tuple-element", "call"} & (set(loop["loop body"]) | set(step["outside"]))
+    assert sum(step["outside"].values()) > 0
+    assert harness.ops_text({"copy": 1, "fusion": 3}) == "fusion 3, copy 1" and harness.ops_text({}) == "—"

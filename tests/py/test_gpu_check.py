@@ -51,6 +51,16 @@ def test_quick_gpu_check_runs_on_cpu(tmp_path):
     for row in report["speed"].values():
         assert set(row) == {"jax.jit + donation", "loopfuse step", "hand-written scan(4)", "loopfuse loop(4)"}
         assert all(v["steps_per_s"] > 0 for v in row.values())
+    # anatomy: the tiny MLP's executables, their instructions in and outside the loop, the host time of a call
+    anatomy = report["anatomy"]["variants"]
+    assert list(anatomy) == ["jax.jit + donation", "loopfuse step", "hand-written scan(4)", "loopfuse loop(4)"]
+    for name, r in anatomy.items():
+        looped = "(4)" in name
+        assert (r["ops"]["outside"].get("while") == 1) == looped and bool(r["ops"]["loop body"]) == looped
+        assert r["ops"]["loop body" if looped else "outside"].get("fusion", 0) > 0
+        assert (r["xla_options"] is None) == name.startswith(("jax.jit", "hand-written"))
+        assert 0 < r["host_us"] <= r["whole_us"]
+    assert "## What a call of the tiny MLP runs" in proc.stdout
     assert len(report["memory"]) == 2
     for m in report["memory"].values():
         assert m["option"] == "xla_cpu_copy_insertion_use_region_analysis" and m["bitwise_equal"]

@@ -311,6 +311,56 @@ def test_a_weakly_typed_state_leaf_is_carried_as_lax_scan_carries_it():
     assert loop.compile_count == 1
 
 
+def _weak_flags(tree):
+    return [x.aval.weak_type for x in jax.tree_util.tree_leaves(tree)]
+
+
+def test_a_weak_state_is_promoted_from_one_trace():
+    """Adam over weakly typed params (jnp.full): the step returns the params and second moments strongly
+    typed, and the first moments weakly typed but computed from them. The loop traces the step once (the
+    trace shows that weak types decide no dtype there), carries all of them strongly typed, runs one
+    executable for every call (the state it returns included) and computes the jitted scan's bits."""
+    opt, traced = optax.adam(1e-2), []
+
+    def step(state, target):
+        traced.append(1)
+        params, opt_state = state
+        loss, grads = jax.value_and_grad(lambda p: sum(jnp.sum((p[k] - target[k]) ** 2) for k in p))(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), {"loss": loss}
+
+    def weak_state():
+        params = {"a": jnp.full((3,), 0.5), "b": jnp.full((2, 2), 0.5)}
+        return params, opt.init(params)
+    target = {"a": jnp.arange(3.0), "b": jnp.ones((2, 2))}
+    assert sum(_weak_flags(weak_state())) == 6
+    loop = compile_step(step).loop(3)
+    out = loop(weak_state(), target)
+    assert len(traced) == 1 and not any(_weak_flags(out))
+    scan = jax.jit(lambda s, t: jax.lax.scan(lambda c, _: step(c, t), s, None, length=3))
+    want = scan(weak_state(), target)
+    assert_trees_equal(out, want)
+    assert_trees_equal(loop(out[0], target), scan(want[0], target))
+    assert loop.compile_count == 1
+
+
+def test_a_weak_aux_leaf_of_a_promoted_leaf_is_typed_as_the_promoted_step_types_it():
+    """The aux returns the weak leaf the loop promotes: the step traced on the weak state would return it
+    weakly typed, the promoted step (the program every call runs) strongly typed; so the loop traces the
+    step again to type it, and returns it as jax.jit of the step on the promoted state does."""
+    def step(state, target):
+        new, aux = _decay(state, target)
+        return new, {**aux, "c": state[1]}
+
+    loop = compile_step(step).loop(4)
+    out = loop((jnp.arange(3.0), jnp.asarray(0.5)), jnp.ones(3))
+    promoted = jax.jit(step)((jnp.arange(3.0), jnp.float32(0.5)), jnp.ones(3))
+    assert _weak_flags(out[1]) == _weak_flags(promoted[1]) == [False, False]
+    assert_trees_equal(out, jax.jit(lambda s, t: jax.lax.scan(lambda c, _: step(c, t), s, None, length=4))(
+        (jnp.arange(3.0), jnp.asarray(0.5)), jnp.ones(3)))
+    assert _weak_flags(loop(out[0], jnp.ones(3))[1]) == [False, False] and loop.compile_count == 1
+
+
 def test_a_leaf_whose_dtype_the_promotion_would_change_keeps_its_weak_type():
     """bf16 w times a weak f32 c stays bf16; promoted, it would become f32 (lax.scan refuses that
     loop): the leaf stays weakly typed in every step, as the step traced alone."""
@@ -321,3 +371,63 @@ def test_a_leaf_whose_dtype_the_promotion_would_change_keeps_its_weak_type():
     state, aux = compile_step(step).loop(2)((jnp.ones(2, jnp.bfloat16), jnp.asarray(0.5)), ())
     assert state[0].dtype == jnp.bfloat16 and state[0].tolist() == [0.25, 0.25]
     assert aux["w"].tolist() == [[1.0, 1.0], [0.5, 0.5]]
+
+
+def _blocked_step(state, data):
+    """A step whose tensors are all small: a [3] weight, a scalar rate, a [4] batch index into data."""
+    w, c = state
+    row = jax.lax.dynamic_index_in_dim(data, c.astype(jnp.int32) % 4, keepdims=False)
+    new = (w - 0.1 * (w - row), c + 1.0)
+    return new, {"loss": jnp.sum((w - row) ** 2), "w": w, "n": c.astype(jnp.int32)}
+
+
+def _blocked_state():
+    return jnp.arange(3.0), jnp.float32(0.0)
+
+
+def test_a_long_loop_of_a_small_step_writes_its_histories_in_blocks():
+    """On a CPU, a loop of more steps than a history of 512 bytes holds, of a step whose tensors are all
+    smaller, writes its histories in blocks (a loop over blocks around a loop over a block's steps), so
+    XLA:CPU runs its body sequentially: rows of the widest history per block ([3] float32: 42). It
+    computes bitwise what the jitted scan does, a last block shorter than the others included."""
+    data = jnp.arange(12.0).reshape(4, 3)
+    loop = compile_step(_blocked_step).loop(100)
+    executable = loop.compiled(_blocked_state(), data)
+    assert loopfuse.compiler.pipeline_of(executable.traced, loop.options)[1] == loopfuse.passes.WrapLoop(steps=100, rows=42)
+    assert str(executable.module).count("stablehlo.while") == 2
+    scan = jax.jit(lambda s, d: jax.lax.scan(lambda c, _: _blocked_step(c, d), s, None, length=100))
+    assert_trees_equal(loop(_blocked_state(), data), scan(_blocked_state(), data))
+    small = compile_step(_blocked_step).loop(40)       # its histories fit: one loop
+    assert str(small.compiled(_blocked_state(), data).module).count("stablehlo.while") == 1
+    large = compile_step(lambda s, d: _blocked_step(s, jnp.tile(d, (40, 1)))).loop(100)   # a [160, 3] tensor
+    assert str(large.compiled(_blocked_state(), data).module).count("stablehlo.while") == 1
+
+
+def test_a_blocked_loop_stops_mid_block_as_a_plain_loop_does():
+    """until stops at step 50 (in the second block of 42): steps run, the flag, the state and the
+    histories are a loop's of 50 steps, the rows of the steps not run NaN (0 for an integer leaf); a
+    call after the stop runs no step."""
+    data = jnp.arange(12.0).reshape(4, 3)
+    loop = compile_step(_blocked_step).loop(100, until=lambda s, aux: s[1] >= 50)
+    state, aux, steps, stopped = loop(_blocked_state(), data)
+    assert (int(steps), bool(stopped)) == (50, True)
+    want_state, want_aux = jax.jit(lambda s, d: jax.lax.scan(lambda c, _: _blocked_step(c, d), s, None, length=50))(
+        _blocked_state(), data)
+    assert_trees_equal(state, want_state)
+    assert_trees_equal(jax.tree_util.tree_map(lambda h: h[:50], aux), want_aux)
+    assert np.isnan(np.asarray(aux["loss"])[50:]).all() and not np.asarray(aux["n"])[50:].any()
+    again = loop.after(stopped, state, data)
+    assert int(again[2]) == 0 and bool(again[3])
+
+
+def test_a_blocked_loop_gives_a_dataset_the_global_step_index():
+    """The step index a Dataset batch is chosen by runs on across blocks: start + i, i the step's
+    index in the whole loop."""
+    def step(w, batch):
+        return w + jnp.sum(batch["x"]), {"x": batch["x"][:, 0]}
+    ds = Dataset({"x": jnp.arange(32.0).reshape(16, 2)}, batch_size=2)
+    loop = compile_step(step).loop(300)
+    assert str(loop.compiled(jnp.float32(0), ds).module).count("stablehlo.while") == 2
+    _, aux = loop(jnp.float32(0), ds, start=5)
+    want = np.asarray([[2 * ((5 + i) % 8 * 2), 2 * ((5 + i) % 8 * 2 + 1)] for i in range(300)], np.float32)
+    np.testing.assert_array_equal(np.asarray(aux["x"]), want)

@@ -220,14 +220,15 @@ def _batched(update: Callable, outcome: Callable) -> Callable:
         n = m.steps.shape[0]
         tile = m.order.shape[0] - n
         own = isinstance(batch, PerMember)
-        run = jax.vmap(member, in_axes=(0, 0 if own else None))
+        run = _vmapped(member, own, min(tile, n))
         if tile >= n:          # also GradOnly's eager step: nothing jitted here
             new, code, kept = run(m.state, batch.data if own else batch)
             going = m.code == RUNNING
-            code = jnp.where(going, code, m.code)
-            state = jax.tree_util.tree_map(lambda a, b: _where(going, a, b), new, m.state)
-            rows = jax.tree_util.tree_map(lambda x: _where(going, x, _unwritten(x)), kept)
-            return Members(state, m.steps + going, code, m.order, jnp.sum(code == RUNNING, dtype=jnp.int32)), rows
+            if n > 1:          # one member steps only while it runs (the loop ends when it stops): no select
+                code = jnp.where(going, code, m.code)
+                new = jax.tree_util.tree_map(lambda a, b: _where(going, a, b), new, m.state)
+                kept = jax.tree_util.tree_map(lambda x: _where(going, x, _unwritten(x)), kept)
+            return Members(new, m.steps + going, code, m.order, jnp.sum(code == RUNNING, dtype=jnp.int32)), kept
 
         def one_tile(t, carry):
             state, steps, code, rows = carry
@@ -254,6 +255,19 @@ def _batched(update: Callable, outcome: Callable) -> Callable:
                                    lambda: (m.order, m.live))
         return Members(state, steps, code, order, live), rows
     return step
+
+
+def _vmapped(member: Callable, own: bool, size: int) -> Callable:
+    """`member` over a batch of `size` members (batched data when `own`): vmapped, or for one member the
+    step itself on it (so that a one-member ensemble computes what one solve does: XLA may compile a
+    vmapped batch of one, its dots say, to other last bits)."""
+    if size > 1:
+        return jax.vmap(member, in_axes=(0, 0 if own else None))
+    first = partial(jax.tree_util.tree_map, lambda x: x[0])
+
+    def one(state, batch):
+        return jax.tree_util.tree_map(lambda x: x[None], member(first(state), first(batch) if own else batch))
+    return one
 
 
 def _where(going, new, old):

@@ -65,11 +65,12 @@ MIN_TILED = 8                           # fewer members run as one tile
 class Ensemble:
     """How an ensemble runs (``ensemble=True`` is ``Ensemble()``).
 
-    tile: members per tile (None: ``ceil(N / 4)``, or N below 8 members; see the module docstring).
+    tile: members per tile (None: ``ceil(N / 4)``; N, one tile, below 8 members or when no member can stop
+          before the others; see the module docstring).
 
     Examples:
-        >>> Ensemble().tile_size(1024), Ensemble().tile_size(4), Ensemble(tile=64).tile_size(1024)
-        (256, 4, 64)
+        >>> Ensemble().tile_size(1024), Ensemble().tile_size(1024, stops=False), Ensemble(tile=64).tile_size(1024)
+        (256, 1024, 64)
     """
 
     tile: int | None = None
@@ -78,11 +79,12 @@ class Ensemble:
         if self.tile is not None:
             validate.steps(self.tile, "Ensemble(tile=...)")
 
-    def tile_size(self, n: int) -> int:
-        """The members per tile of an ensemble of `n`."""
+    def tile_size(self, n: int, stops: bool = True) -> int:
+        """The members per tile of an ensemble of `n` (`stops`: whether a member can stop before the others, by
+        an `until`; without, members run every step unless they diverge, and one tile runs them)."""
         if self.tile is not None:
             return min(self.tile, n)
-        return n if n < MIN_TILED else -(-n // TILES)
+        return n if n < MIN_TILED or not stops else -(-n // TILES)
 
 
 def config(ensemble) -> Ensemble | None:
@@ -153,8 +155,32 @@ def size(tree, what: str) -> int:
 def start(state, tile: int) -> Members:
     """`Members` of the members' initial `state` (N from its leaves), all running, in tiles of `tile`."""
     n = size(state, "state")
-    return Members(state, jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int8),
-                   jnp.concatenate([jnp.arange(n, dtype=jnp.int32), jnp.full(tile, n, jnp.int32)]), jnp.int32(n))
+    order = np.concatenate([np.arange(n, dtype=np.int32), np.full(tile, n, np.int32)])
+    return Members(state, *jax.device_put((np.zeros(n, np.int32), np.zeros(n, np.int8), order, np.int32(n))))
+
+
+def sole(tree):
+    """The one member of a 1-member ensemble's state or params `tree` (such an ensemble runs the plain solve on it:
+    nothing to batch or compact)."""
+    return jax.tree_util.tree_map(lambda x: jax.lax.squeeze(x, (0,)), tree)
+
+
+def sole_data(data):
+    """What the one member of a 1-member ensemble sees of `data`: its entry of per-member data, else `data`."""
+    return sole(data.data) if isinstance(data, PerMember) else data
+
+
+def one_member(result):
+    """A plain `Solution` or `FitResult` as the result of a 1-member ensemble (see `sole`)."""
+    expand = partial(jax.tree_util.tree_map, lambda x: jax.lax.expand_dims(x, (0,)))
+    if isinstance(result, Solution):
+        last = result.loss_history[-1] if result.steps else np.nan
+        return replace(result, params=expand(result.params), loss_history=result.loss_history[None],
+                       steps=np.array([result.steps]), retcode=np.array([result.retcode]),
+                       best=0 if np.isfinite(last) else None)
+    history = None if result.history is None else jax.tree_util.tree_map(lambda h: h[None], result.history)
+    return FitResult(expand(result.state), history,
+                     np.array([result.steps]), np.array([result.retcode]), result.resumed_from)
 
 
 def check_data(data, n: int) -> None:
@@ -224,11 +250,10 @@ def _batched(update: Callable, outcome: Callable) -> Callable:
         if tile >= n:          # also GradOnly's eager step: nothing jitted here
             new, code, kept = run(m.state, batch.data if own else batch)
             going = m.code == RUNNING
-            if n > 1:          # one member steps only while it runs (the loop ends when it stops): no select
-                code = jnp.where(going, code, m.code)
-                new = jax.tree_util.tree_map(lambda a, b: _where(going, a, b), new, m.state)
-                kept = jax.tree_util.tree_map(lambda x: _where(going, x, _unwritten(x)), kept)
-            return Members(new, m.steps + going, code, m.order, jnp.sum(code == RUNNING, dtype=jnp.int32)), kept
+            code = jnp.where(going, code, m.code)
+            state = jax.tree_util.tree_map(lambda a, b: _where(going, a, b), new, m.state)
+            rows = jax.tree_util.tree_map(lambda x: _where(going, x, _unwritten(x)), kept)
+            return Members(state, m.steps + going, code, m.order, jnp.sum(code == RUNNING, dtype=jnp.int32)), rows
 
         def one_tile(t, carry):
             state, steps, code, rows = carry

@@ -7,7 +7,8 @@ from . import stopping, validate
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, check_checkpoint_options, drive
 from .data import Dataset
-from .ensemble import all_stopped, check_data, config as ensemble_config, fit_program, fit_result, size, start
+from .ensemble import (all_stopped, check_data, config as ensemble_config, sole, sole_data, fit_program, fit_result,
+                       one_member, size, start)
 from .errors import FitError
 from .packed import PackedState
 from .results import FitResult
@@ -68,8 +69,17 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     if members is not None:
         if isinstance(state, PackedState):
             raise TypeError("an ensemble's state is a pytree whose leaves lead with the member axis, not a PackedState")
-        check_data(batch, size(state, "state"))
-        step, state = fit_program(step, until, stop_on_nonfinite), start(state, members.tile_size(size(state, "state")))
+        n = size(state, "state")
+        check_data(batch, n)
+        if n == 1:
+            try:
+                return one_member(fit(step, sole(state), sole_data(batch), num_steps, chunk=chunk, progress=progress,
+                                      callback=callback, until=until, stop_on_nonfinite=stop_on_nonfinite,
+                                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, keep=keep))
+            except FitError as e:
+                e.result = one_member(e.result)
+                raise
+        step, state = fit_program(step, until, stop_on_nonfinite), start(state, members.tile_size(n, until is not None))
         until, stop_on_nonfinite = all_stopped, False
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
     try:

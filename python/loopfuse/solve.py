@@ -15,7 +15,8 @@ from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
-from .ensemble import PerMember, check_data, config as ensemble_config, minimize_step, size, solution, start
+from .ensemble import (PerMember, check_data, config as ensemble_config, sole, sole_data, minimize_step,
+                       one_member, size, solution, start)
 from .results import Solution
 from .step import Step, compile_step
 
@@ -71,6 +72,9 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     members = ensemble_config(ensemble)
     if members is not None:
         check_data(data, size(params, "params"))
+        if size(params, "params") == 1:
+            return one_member(minimize(loss, sole(params), sole_data(data), optimizer, steps, backend, progress, until,
+                                       stop_on_nonfinite, checkpoint_dir, checkpoint_every, keep))
     elif isinstance(data, PerMember):
         raise TypeError("per_member data gives each member of an ensemble its own data: pass ensemble=True")
     validate.steps(steps)
@@ -94,7 +98,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         state += (jnp.full(value.shape, jnp.inf, value.dtype),)
     if members is not None:
         state = start(state, size(params, "params") if isinstance(backend, GradOnly) else
-                      members.tile_size(size(params, "params")))
+                      members.tile_size(size(params, "params"), until is not None))
     flagged, stop_on_nonfinite = until is not None or members is not None, stop_on_nonfinite and members is None
     if isinstance(backend, GradOnly):
         runner: _Eager | _Stepped | _Loop = _Eager(program, batch, stop_on_nonfinite)

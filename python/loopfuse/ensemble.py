@@ -48,12 +48,14 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from . import stopping, validate
 from .data import Dataset
 from .errors import StateMismatchError
 from .leaves import aux_kept, dotted_paths
 from .results import FitResult, Solution
+from .sharding import AXIS, Placement
 from .step import Step
 
 RUNNING, UNTIL, NON_FINITE = 0, 1, 2    # `Members.code`: still running, or why the member stopped
@@ -126,13 +128,16 @@ def per_member(data) -> PerMember:
 
 
 class Members(NamedTuple):
-    """The state an ensemble's loop carries (and checkpoints)."""
+    """The state an ensemble's loop carries (and checkpoints). Over D devices each holds N / D members
+    and their bookkeeping (an `order` of local indices, a `live`), compacting them on its own."""
 
     state: Any              # the members' states: every leaf [N, ...]
     steps: jax.Array        # int32[N]: the steps each member ran
     code: jax.Array         # int8[N]: RUNNING, or why the member stopped (UNTIL, NON_FINITE)
-    order: jax.Array        # int32[N + T]: the members the tiles cover, running ones first; then N (padding)
-    live: jax.Array         # int32: members of `order` the tiles cover (the running ones at the last compaction)
+    order: jax.Array        # int32[D * (N / D + T)]: per device, the members the tiles cover, running ones
+                            # first; then N / D (padding)
+    live: jax.Array         # int32[D]: per device, the members of `order` the tiles cover (the running ones at
+                            # the last compaction)
 
 
 def size(tree, what: str) -> int:
@@ -152,11 +157,34 @@ def size(tree, what: str) -> int:
     return n
 
 
-def start(state, tile: int) -> Members:
-    """`Members` of the members' initial `state` (N from its leaves), all running, in tiles of `tile`."""
-    n = size(state, "state")
-    order = np.concatenate([np.arange(n, dtype=np.int32), np.full(tile, n, np.int32)])
-    return Members(state, *jax.device_put((np.zeros(n, np.int32), np.zeros(n, np.int8), order, np.int32(n))))
+def start(state, tile: int, devices: int = 1) -> Members:
+    """`Members` of the members' initial `state` (N from its leaves), all running, in tiles of `tile` on
+    each of `devices` devices (N / devices members each)."""
+    n = size(state, "state") // devices
+    order = np.tile(np.concatenate([np.arange(n, dtype=np.int32), np.full(tile, n, np.int32)]), devices)
+    # host values: the first call places them (on every process alike, over jax.distributed)
+    return Members(state, np.zeros(n * devices, np.int32), np.zeros(n * devices, np.int8), order,
+                   np.full(devices, n, np.int32))
+
+
+def share(n: int, devices) -> tuple[int, int]:
+    """(D, N / D): the device count of ``CompiledLoop(devices=...)`` (1 without) and each one's members
+    (a ValueError unless D divides N)."""
+    d = 1 if devices is None else len(devices)
+    if n % d:
+        raise ValueError(f"an ensemble of {n} members cannot be split evenly over {d} devices; pass a multiple of {d}")
+    return d, n // d
+
+
+def mesh_options(options: dict) -> dict:
+    """`compile_step` keywords of an ensemble run with `options` (a backend's or a Step's): over ``devices``,
+    sharding "members" (each device its share of the members)."""
+    if options.get("devices") is None:
+        return options
+    if options.get("sharding") not in (None, "members"):
+        raise ValueError(f"an ensemble splits its members over the devices; sharding={options['sharding']!r} "
+                         "does not apply (leave it unset)")
+    return {**options, "sharding": "members"}
 
 
 def sole(tree):
@@ -192,19 +220,20 @@ def check_data(data, n: int) -> None:
 
 def all_stopped(state: Members, aux=None) -> jax.Array:
     """Whether every member has stopped (the ensemble loop's `until`)."""
-    return state.live == 0
+    return jnp.sum(state.live) == 0
 
 
-def minimize_step(update: Callable, watch: bool) -> Callable:
+def minimize_step(update: Callable, watch: bool, devices=None) -> Callable:
     """`minimize`'s ensemble step from its member step ``update(state, batch) -> (state, {"loss", maybe
     "converged"})``: aux ``{"loss": [N] (NaN for members stopped before this step), "converged": every
-    member stopped}`` (the flag minimize's runners stop on). `watch`: a non-finite loss stops a member."""
+    member stopped}`` (the flag minimize's runners stop on). `watch`: a non-finite loss stops a member.
+    `devices`: split the members over these (see `Members`)."""
     def outcome(new_state, aux):
         value = aux["loss"]
         code = _code(aux["converged"] if "converged" in aux else False, watch & ~jnp.isfinite(value))
         return code, {"loss": value}
 
-    batched = _batched(update, outcome)
+    batched = _on_devices(_batched(update, outcome, devices is not None), devices)
 
     def step(members: Members, batch):
         members, rows = batched(members, batch)
@@ -212,7 +241,7 @@ def minimize_step(update: Callable, watch: bool) -> Callable:
     return step
 
 
-def fit_step(fn: Callable, until: Callable | None, watch: bool, keep_aux) -> Callable:
+def fit_step(fn: Callable, until: Callable | None, watch: bool, keep_aux, devices=None) -> Callable:
     """`fit`'s ensemble step from the user's ``fn(state, batch) -> (state, aux)`` of one member: each
     member stops after a step where ``until(new_state, aux)`` is true or (`watch`) its kept floating aux
     leaves hold a NaN or Inf. Aux: the member aux tree, kept leaves [N, ...] (NaN/0 for members stopped
@@ -224,7 +253,15 @@ def fit_step(fn: Callable, until: Callable | None, watch: bool, keep_aux) -> Cal
         flag = (stopping.predicate(until(new_state, aux)) if until is not None else False)
         bad = stopping.nonfinite({p: x for p, x, k in zip(paths, leaves, kept) if k}) if watch else False
         return _code(flag, bad), jax.tree_util.tree_unflatten(tree, [x if k else None for x, k in zip(leaves, kept)])
-    return _batched(fn, outcome)
+    return _on_devices(_batched(fn, outcome, devices is not None), devices)
+
+
+def _on_devices(step: Callable, devices) -> Callable:
+    """`step` on each device's share of the members (``shard_map`` over the "members" mesh), or `step`."""
+    if devices is None:
+        return step
+    mesh = Placement(devices, "members").mesh
+    return jax.shard_map(step, mesh=mesh, in_specs=(P(AXIS), P()), out_specs=P(AXIS), check_vma=False)
 
 
 def _code(until, nonfinite) -> jax.Array:
@@ -232,11 +269,11 @@ def _code(until, nonfinite) -> jax.Array:
     return jnp.where(nonfinite, NON_FINITE, jnp.where(until, UNTIL, RUNNING)).astype(jnp.int8)
 
 
-def _batched(update: Callable, outcome: Callable) -> Callable:
+def _batched(update: Callable, outcome: Callable, sharded: bool = False) -> Callable:
     """``step(members, batch) -> (members, rows)``: `update` (one member's step) on every running member;
     ``outcome(new_state, aux) -> (code, kept aux)`` per member; `rows`: the kept aux, [N, ...], unwritten
     (NaN, 0) for the members that did not step. Tiled when the state's `order` says so (see the module
-    docstring)."""
+    docstring). `sharded`: `members` is one device's share (inside `shard_map`), per-member data whole."""
     def member(state, batch):
         new_state, aux = update(state, batch)
         code, kept = outcome(new_state, aux)
@@ -246,23 +283,28 @@ def _batched(update: Callable, outcome: Callable) -> Callable:
         n = m.steps.shape[0]
         tile = m.order.shape[0] - n
         own = isinstance(batch, PerMember)
+        live = m.live[0]
+        data = batch.data if own else None
+        if own and sharded:        # this device's members' rows of the (replicated) per-member data
+            at = jax.lax.axis_index(AXIS) * n
+            data = jax.tree_util.tree_map(lambda x: jax.lax.dynamic_slice_in_dim(x, at, n), data)
         run = _vmapped(member, own, min(tile, n))
         if tile >= n:          # also GradOnly's eager step: nothing jitted here
-            new, code, kept = run(m.state, batch.data if own else batch)
+            new, code, kept = run(m.state, data if own else batch)
             going = m.code == RUNNING
             code = jnp.where(going, code, m.code)
             state = jax.tree_util.tree_map(lambda a, b: _where(going, a, b), new, m.state)
             rows = jax.tree_util.tree_map(lambda x: _where(going, x, _unwritten(x)), kept)
-            return Members(state, m.steps + going, code, m.order, jnp.sum(code == RUNNING, dtype=jnp.int32)), rows
+            return Members(state, m.steps + going, code, m.order, jnp.sum(code == RUNNING, dtype=jnp.int32)[None]), rows
 
         def one_tile(t, carry):
             state, steps, code, rows = carry
             idx = jax.lax.dynamic_slice(m.order, (t * tile,), (tile,))
-            valid = (t * tile + jnp.arange(tile) < m.live) & (code.at[idx].get(mode="fill", fill_value=UNTIL) == RUNNING)
+            valid = (t * tile + jnp.arange(tile) < live) & (code.at[idx].get(mode="fill", fill_value=UNTIL) == RUNNING)
             read = jnp.where(valid, idx, idx[jnp.argmax(valid)])   # an idle slot computes a running member again
             take = lambda x: x.at[read].get(mode="promise_in_bounds")  # noqa: E731
             new, c, out = run(jax.tree_util.tree_map(take, state),
-                              jax.tree_util.tree_map(take, batch.data) if own else batch)
+                              jax.tree_util.tree_map(take, data) if own else batch)
             write = jnp.where(valid, idx, n)                        # n: dropped
             put = lambda x, y: x.at[write].set(y, mode="drop")      # noqa: E731
             return (jax.tree_util.tree_map(put, state, new), steps.at[write].add(1, mode="drop"), put(code, c),
@@ -270,15 +312,15 @@ def _batched(update: Callable, outcome: Callable) -> Callable:
 
         run = jax.jit(run, inline=True)   # so that `eval_shape` and the tile loop share one trace of the step
         shapes = jax.eval_shape(run, jax.tree_util.tree_map(lambda x: x[:tile], m.state),
-                                jax.tree_util.tree_map(lambda x: x[:tile], batch.data) if own else batch)[2]
+                                jax.tree_util.tree_map(lambda x: x[:tile], data) if own else batch)[2]
         rows = jax.tree_util.tree_map(lambda s: _unwritten(jax.ShapeDtypeStruct((n, *s.shape[1:]), s.dtype)), shapes)
-        tiles = (m.live + tile - 1) // tile
+        tiles = (live + tile - 1) // tile
         state, steps, code, rows = jax.lax.fori_loop(0, tiles, one_tile, (m.state, m.steps, m.code, rows))
         going = code == RUNNING
         count = jnp.sum(going, dtype=jnp.int32)
         order, live = jax.lax.cond((count + tile - 1) // tile < tiles, lambda: (_partition(going, tile), count),
-                                   lambda: (m.order, m.live))
-        return Members(state, steps, code, order, live), rows
+                                   lambda: (m.order, live))
+        return Members(state, steps, code, order, live[None]), rows
     return step
 
 
@@ -362,5 +404,8 @@ def fit_program(step: Step, until: Callable | None, watch: bool) -> Step:
     programs = _FIT_STEPS.setdefault(step, {})
     key = (until, watch)
     if key not in programs:
-        programs[key] = Step(fit_step(step.fn, until, watch, step.options.keep_aux), replace(step.options, keep_aux=None))
+        o = step.options
+        options = mesh_options({"devices": o.devices, "sharding": o.sharding})
+        programs[key] = Step(fit_step(step.fn, until, watch, o.keep_aux, o.devices),
+                             replace(o, keep_aux=None, sharding=options["sharding"]))
     return programs[key]

@@ -7,8 +7,8 @@ from . import stopping, validate
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, check_checkpoint_options, drive
 from .data import Dataset
-from .ensemble import (all_stopped, check_data, config as ensemble_config, sole, sole_data, fit_program, fit_result,
-                       one_member, size, start)
+from .ensemble import (all_stopped, check_data, config as ensemble_config, fit_program, fit_result, one_member, share,
+                       size, sole, sole_data, start)
 from .errors import FitError
 from .packed import PackedState
 from .results import FitResult
@@ -79,7 +79,9 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
             except FitError as e:
                 e.result = one_member(e.result)
                 raise
-        step, state = fit_program(step, until, stop_on_nonfinite), start(state, members.tile_size(n, until is not None))
+        devices, n = share(n, step.options.devices)
+        step = fit_program(step, until, stop_on_nonfinite)
+        state = start(state, members.tile_size(n, until is not None), devices)
         until, stop_on_nonfinite = all_stopped, False
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
     try:

@@ -15,8 +15,8 @@ from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
-from .ensemble import (PerMember, check_data, config as ensemble_config, sole, sole_data, minimize_step,
-                       one_member, size, solution, start)
+from .ensemble import (PerMember, check_data, config as ensemble_config, mesh_options, minimize_step, one_member,
+                       share, size, sole, sole_data, solution, start)
 from .results import Solution
 from .step import Step, compile_step
 
@@ -97,8 +97,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
                                first.data if isinstance(first, PerMember) else first)
         state += (jnp.full(value.shape, jnp.inf, value.dtype),)
     if members is not None:
-        state = start(state, size(params, "params") if isinstance(backend, GradOnly) else
-                      members.tile_size(size(params, "params"), until is not None))
+        devices, n = share(size(params, "params"), getattr(backend, "devices", None))
+        state = start(state, n if isinstance(backend, GradOnly) else members.tile_size(n, until is not None), devices)
     flagged, stop_on_nonfinite = until is not None or members is not None, stop_on_nonfinite and members is None
     if isinstance(backend, GradOnly):
         runner: _Eager | _Stepped | _Loop = _Eager(program, batch, stop_on_nonfinite)
@@ -143,15 +143,19 @@ def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransforma
 def _build_program(loss, has_data, optimizer, backend, until, watch=None):
     member_init = lambda params: jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))  # noqa: E731
     init = jax.jit(member_init if watch is None else jax.vmap(member_init))
-    batched = (lambda update: update) if watch is None else (lambda update: minimize_step(update, watch))  # noqa: E731
+    options = {} if isinstance(backend, GradOnly) else backend.compile_options()
+    if watch is not None:                    # an ensemble: its members over the devices
+        options = mesh_options(options)
+    batched = (lambda update: update) if watch is None else (  # noqa: E731
+        lambda update: minimize_step(update, watch, options.get("devices")))
     objective = _objective(loss, has_data)
     value_and_grad = backend.ad.value_and_grad(objective)
     if isinstance(backend, GradOnly):
         return init, batched(_update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True))
     update = batched(_update(value_and_grad, objective, optimizer, until))
     if isinstance(backend, CompiledLoop):    # the `until` flag is computed for the loop's stop, never returned
-        return init, compile_step(update, keep_aux=("loss",), **backend.compile_options())
-    return init, compile_step(_with_step_axis(update), **backend.compile_options())
+        return init, compile_step(update, keep_aux=("loss",), **options)
+    return init, compile_step(_with_step_axis(update), **options)
 
 
 _PROGRAMS = 64

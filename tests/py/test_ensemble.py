@@ -199,6 +199,38 @@ def test_a_repeated_ensemble_solve_compiles_nothing(problem):
     assert again.compile_seconds < 0.05
 
 
+def policy_work(steps, tile: int) -> int:
+    """The member steps the tiles compute (the stopped ones too) for members that run `steps`: each step
+    ``ceil(live / tile)`` tiles, `live` the members running at the last compaction, which runs after a
+    step when the running members fit in fewer tiles (`loopfuse.ensemble`'s policy, written again)."""
+    steps, live, work = np.asarray(steps), len(steps), 0
+    for i in range(steps.max()):
+        tiles = -(-live // tile)
+        work += tiles * tile
+        running = int((steps > i + 1).sum())
+        if -(-running // tile) < tiles:
+            live = running
+    return work
+
+
+@pytest.mark.parametrize("tile", [16, 4, 1])
+def test_stopped_members_cost_no_more_work(problem, tile):
+    """The loss's host callback runs once per member step computed: N per step in one tile (as a vmapped
+    loop), fewer as the tiles compact, exactly the member steps run in tiles of one."""
+    x0, h = problem
+    calls = []
+
+    def counted(x, h):
+        jax.debug.callback(lambda v: calls.append(1), x[0])     # per member: its argument is batched
+        return quadratic(x, h)
+    s = loopfuse.minimize(counted, x0, per_member(h), optax.sgd(1.0), STEPS, until=below(1e-6),
+                          ensemble=Ensemble(tile=tile))
+    jax.effects_barrier()
+    assert len(calls) == policy_work(s.steps, tile)
+    assert len(calls) == {16: 16 * s.steps.max(), 1: s.steps.sum()}.get(tile, len(calls))
+    assert tile == 16 or len(calls) < 0.6 * 16 * s.steps.max()
+
+
 # ---- errors --------------------------------------------------------------------------------------
 def test_params_leaves_must_share_the_member_axis():
     params = {"a": jnp.zeros((4, 2)), "b": jnp.zeros((3,))}

@@ -132,11 +132,11 @@ class Members(NamedTuple):
     and their bookkeeping (an `order` of local indices, a `live`), compacting them on its own."""
 
     state: Any              # the members' states: every leaf [N, ...]
-    steps: jax.Array        # int32[N]: the steps each member ran
-    code: jax.Array         # int8[N]: RUNNING, or why the member stopped (UNTIL, NON_FINITE)
-    order: jax.Array        # int32[D * (N / D + T)]: per device, the members the tiles cover, running ones
+    steps: Any              # int32[N]: the steps each member ran
+    code: Any               # int8[N]: RUNNING, or why the member stopped (UNTIL, NON_FINITE)
+    order: Any              # int32[D * (N / D + T)]: per device, the members the tiles cover, running ones
                             # first; then N / D (padding)
-    live: jax.Array         # int32[D]: per device, the members of `order` the tiles cover (the running ones at
+    live: Any               # int32[D]: per device, the members of `order` the tiles cover (the running ones at
                             # the last compaction)
 
 
@@ -389,7 +389,7 @@ def fit_result(result: FitResult) -> FitResult:
     steps and retcode (members still running have the run's: "max_steps", "interrupted" or "error")."""
     members: Members = result.state
     history = None if result.history is None else jax.tree_util.tree_map(lambda h: np.swapaxes(h, 0, 1), result.history)
-    running = "max_steps" if result.retcode in ("until", "non_finite") else result.retcode
+    running = "max_steps" if result.retcode in ("until", "non_finite") else str(result.retcode)
     return FitResult(members.state, history, np.asarray(members.steps), retcodes(members.code, FIT_RETCODES, running),
                      result.resumed_from)
 

@@ -31,8 +31,8 @@ class FitResult:
 
     state: Any
     history: Any
-    steps: int
-    retcode: str = "max_steps"
+    steps: int | np.ndarray
+    retcode: str | np.ndarray = "max_steps"
     resumed_from: int = 0
 
     @property
@@ -66,8 +66,8 @@ class Solution:
 
     params: Any
     loss_history: np.ndarray
-    steps: int
-    retcode: str
+    steps: int | np.ndarray
+    retcode: str | np.ndarray
     steps_per_second: float
     compile_seconds: float
     backend: Backend

@@ -121,8 +121,9 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     seconds = time.perf_counter() - t0
     if members is not None:
         return solution(result, backend, compile_seconds, seconds)
-    return Solution(result.state[0], result.history["loss"], result.steps, RETCODES[result.retcode],
-                    (result.steps - result.resumed_from) / seconds, compile_seconds, backend)
+    steps = int(result.steps)                # one solve's: an int (an ensemble's are per member)
+    return Solution(result.state[0], result.history["loss"], steps, RETCODES[str(result.retcode)],
+                    (steps - result.resumed_from) / seconds, compile_seconds, backend)
 
 
 def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransformation, backend: Backend,

@@ -34,5 +34,6 @@ run compile bench_compile.py "$@"
 run cache bench_cache.py "$@"
 run odefit bench_odefit.py "$@"
 run gpt bench_gpt.py "$@"
+run ensemble bench_ensemble.py "$@"
 echo "all figures in $((SECONDS - start)) s" >&2
 if [[ "$OUT" == bench/out ]]; then "$PY" bench/harness.py paste BENCHMARKS.md "$OUT"; fi

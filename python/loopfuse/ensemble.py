@@ -368,14 +368,22 @@ def retcodes(code, names: dict, running: str | None = None) -> np.ndarray:
     """Per member: why it stopped, by `names` (`running`: the retcode of members still running, if not
     `names[RUNNING]`)."""
     names = names if running is None else {**names, RUNNING: running}
-    return np.array([names[int(c)] for c in np.asarray(code)])
+    return np.array([names[int(c)] for c in host(code)])
+
+
+def host(x) -> np.ndarray:
+    """`x` on the host whole, also where it is split over several processes' devices (jax.distributed)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
 
 
 def solution(result: FitResult, backend, compile_seconds: float, seconds: float) -> Solution:
     """minimize's `Solution` of an ensemble run: per-member params, steps, retcode, loss history [N, steps]
     and the best member (the lowest finite last loss; None if no member's is finite)."""
     members: Members = result.state
-    steps = np.asarray(members.steps)
+    steps = host(members.steps)
     history = np.asarray(result.history["loss"]).T
     last = np.array([h[s - 1] if s else np.nan for h, s in zip(history, steps)])
     best = int(np.nanargmin(np.where(np.isfinite(last), last, np.nan))) if np.isfinite(last).any() else None
@@ -390,7 +398,7 @@ def fit_result(result: FitResult) -> FitResult:
     members: Members = result.state
     history = None if result.history is None else jax.tree_util.tree_map(lambda h: np.swapaxes(h, 0, 1), result.history)
     running = "max_steps" if result.retcode in ("until", "non_finite") else str(result.retcode)
-    return FitResult(members.state, history, np.asarray(members.steps), retcodes(members.code, FIT_RETCODES, running),
+    return FitResult(members.state, history, host(members.steps), retcodes(members.code, FIT_RETCODES, running),
                      result.resumed_from)
 
 

@@ -16,7 +16,7 @@ import pytest
 import loopfuse
 from loopfuse import CompiledLoop, CompiledStep, Dataset, Ensemble, GradOnly, per_member
 from loopfuse.errors import StateMismatchError
-from problems import assert_trees_equal
+from problems import NEWER_XLA, assert_trees_equal
 
 CODES = {0: "max_steps", 1: "converged", 2: "non_finite"}
 
@@ -76,15 +76,18 @@ def vmapped_solve(loss, params, data, opt, steps, until=None, nonfinite=True, ow
     return p, h, i, np.array([CODES[int(c)] for c in code])
 
 
-def assert_solution_is(s, reference):
-    """`s` (an ensemble Solution) bitwise the reference's params, history (up to the longest member's
-    steps; NaN after), steps and retcode."""
+def assert_solution_is(s, reference, history_bitwise=True):
+    """`s` (an ensemble Solution) bitwise the reference's params, steps, retcode and history (up to the
+    longest member's steps; NaN after; with `history_bitwise` false, within 1e-5 relative or 1e-6)."""
     params, history, steps, retcode = reference
     assert_trees_equal(s.params, params)
     np.testing.assert_array_equal(s.steps, steps)
     np.testing.assert_array_equal(s.retcode, retcode)
     assert s.loss_history.shape == (len(steps), steps.max())
-    assert_trees_equal(s.loss_history, history[:, :steps.max()])
+    if history_bitwise:
+        assert_trees_equal(s.loss_history, history[:, :steps.max()])
+    else:
+        np.testing.assert_allclose(s.loss_history, history[:, :steps.max()], rtol=1e-5, atol=1e-6)
     assert np.isnan(history[:, steps.max():]).all()
 
 
@@ -176,7 +179,9 @@ def test_lbfgs_with_its_line_search_per_member(until):
     s = loopfuse.minimize(rosenbrock, ROSENBROCK_STARTS, optimizer=optax.lbfgs(), steps=200, until=until,
                           ensemble=True)
     reference = vmapped_solve(rosenbrock, ROSENBROCK_STARTS, None, optax.lbfgs(), 200, until=until, lbfgs=True)
-    assert_solution_is(s, reference)
+    # jaxlib 0.12's XLA computes the loss that the vmapped while_loop records to other last bits (the
+    # params, the steps, and so every line-search decision, are the same)
+    assert_solution_is(s, reference, history_bitwise=not NEWER_XLA)
     assert (s.retcode == "converged").all() and len(set(s.steps.tolist())) > 3
     assert s.steps[3] <= 2              # the start at the minimum stops at once (ftol: after its second step)
 

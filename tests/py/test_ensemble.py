@@ -174,7 +174,8 @@ def rosenbrock(p):
     return jnp.sum(100.0 * (p[1:] - p[:-1] ** 2) ** 2 + (1.0 - p[:-1]) ** 2)
 
 
-@pytest.mark.parametrize("until", [loopfuse.gtol(1e-4), loopfuse.ftol(rtol=1e-7)], ids=["gtol", "ftol"])
+@pytest.mark.parametrize("until", [loopfuse.gtol(1e-4), pytest.param(loopfuse.ftol(rtol=1e-7), marks=pytest.mark.slow)],
+                         ids=["gtol", "ftol"])
 def test_lbfgs_with_its_line_search_per_member(until):
     s = loopfuse.minimize(rosenbrock, ROSENBROCK_STARTS, optimizer=optax.lbfgs(), steps=200, until=until,
                           ensemble=True)
@@ -186,6 +187,7 @@ def test_lbfgs_with_its_line_search_per_member(until):
     assert s.steps[3] <= 2              # the start at the minimum stops at once (ftol: after its second step)
 
 
+@pytest.mark.slow     # two L-BFGS ensembles compiled: ~10 s on 2 cores
 def test_continuing_from_an_ensemble_solution():
     adam = loopfuse.minimize(rosenbrock, ROSENBROCK_STARTS, optimizer=optax.adam(1e-2), steps=50, ensemble=True)
     polished = loopfuse.minimize(rosenbrock, adam, optimizer=optax.lbfgs(), steps=200, until=loopfuse.gtol(1e-4),

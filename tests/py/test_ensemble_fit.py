@@ -89,7 +89,7 @@ SWEEP = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
 RATES = [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]        # the last ones diverge
 
 
-@pytest.mark.parametrize("tile", [None, 8], ids=["tiles-of-2", "one-tile"])
+@pytest.mark.parametrize("tile", [None, pytest.param(8, marks=pytest.mark.slow)], ids=["tiles-of-2", "one-tile"])
 def test_a_learning_rate_sweep_stops_each_member_on_its_own(tile):
     step = loopfuse.compile_step(train_step(SWEEP), keep_aux=("loss",))
     until = lambda state, aux: aux["loss"] < 0.3       # noqa: E731

@@ -48,6 +48,10 @@ the route of each private jax API (`_jax_compat.status()`). Then the sections na
   order, and the ceiling (loopfuse's epoch loop gathering a fixed order's rows against slicing). It
   checks that the epoch loop of the shuffled Dataset (its order computed as on this platform) ends
   bitwise where the loop gathering the host-computed order does; the ratios are a report.
+- ensemble: issue 32's quadratic at `ENSEMBLE`'s size (65,536 members; bench/bench_ensemble.py's
+  quadratic section): ``minimize(..., ensemble=True)`` against ``jax.jit(jax.vmap(while_loop))`` with
+  and without the history and optimistix under vmap, whole calls, and whether loopfuse's outputs equal
+  the reference's bitwise (a report: it fails nothing).
 
 Writes gpu_check.md and gpu_check.json (or --json) into --out as each section's results come in
 (a run cut short keeps what it finished: `harness.Report.save`), prints each section's markdown and
@@ -93,7 +97,7 @@ QUICK = dict(k=4, rounds=1, problems={
 })
 BASELINE = "jax.jit + donation"
 MEMORY_PROBLEMS = 2       # the two large problems (the tiny MLP's bytes say nothing)
-SECTIONS = ("results", "corpus", "cache", "memory", "speed", "anatomy", "pack", "layers", "shuffle")
+SECTIONS = ("results", "corpus", "cache", "memory", "speed", "anatomy", "pack", "layers", "shuffle", "ensemble")
 CORPUS_K = 3              # tests/py/test_corpus.py's K
 CORPUS_QUICK = ("diffrax_saveat_t1", "cond_switch", "segment_sum_scatter_add")
 PACK = dict(full=dict(leaves=300, rounds=5, calls=10, compile_rounds=2),
@@ -107,6 +111,7 @@ ANATOMY_CALLS = dict(full=200, quick=5)   # calls per variant and round of the a
 SHUFFLE = dict(size="1M x 16", full=dict(rounds=3), quick=dict(rounds=1))  # bench_data.measure's (--quick: a tenth)
 LAYERS = dict(full="GPT 6x512", quick=dict(kind="gpt", layers=3, width=16, heads=2, seq=8, vocab=32, batch=2),
               steps=3, rtol=1e-4)
+ENSEMBLE = dict(full=dict(members=65536, steps=4000, rounds=3), quick=dict(members=64, steps=300, rounds=1))
 
 
 # ---- problems: (step, init_state, batch) ---------------------------------------------------
@@ -522,6 +527,8 @@ def markdown(section: str, data, k: int, quick: bool) -> str:
                          + [f"| {name} | {harness.mib(r['temp'])} | {r['temp'] / data['rows'][BASELINE]['temp']:.2f}x | "
                             f"{r['steps_per_s']:,.2f} | {r['vs_jit']:.2f}x |" for name, r in data["rows"].items()]
                          + ["", f"roll-layers: {data['report']}"])
+    if section == "ensemble":
+        return f"## Ensembles (issue 32): bench_ensemble's quadratic (a report, no check)\n\n{data['markdown']}"
     assert section == "shuffle", section
     return "\n".join([f"## Shuffled Dataset (issue 23 item 4): bench_data {data['size']!r}, {data['rounds']} interleaved "
                       f"round(s){' (a tenth of the examples)' if quick else ''}", "", *data["lines"]])
@@ -617,6 +624,12 @@ class Check:
         checks = {k: results["ceiling"][k] for k in ("random_equals_shuffled_dataset", "identity_equals_slice")}
         self.report["shuffle"] = {"size": SHUFFLE["size"], "rounds": rounds, "lines": lines,
                                   "bitwise": all(checks.values()), **checks, "results": results}
+
+    def ensemble(self) -> None:
+        import bench_ensemble
+        size = ENSEMBLE["quick" if self.report["quick"] else "full"]
+        markdown, results = bench_ensemble.quadratic_section(size, size["rounds"])
+        self.report["ensemble"] = {"markdown": markdown, **results}
 
     def run(self, section: str) -> None:
         """Run a section (an exception is recorded, the run goes on), add its markdown, save the report."""

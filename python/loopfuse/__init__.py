@@ -12,7 +12,7 @@ _EXPORTS = {
     "fit": "fitting", "FitResult": "results",
     "Dataset": "data", "pack": "packed", "PackedState": "packed",
     "MemoryStats": "runtime", "MemoryReport": "memory_report",
-    "minimize": "solve", "Solution": "results", "gtol": "convergence", "ftol": "convergence",
+    "minimize": "solve", "Solution": "results", "Ensemble": "ensemble", "per_member": "ensemble", "gtol": "convergence", "ftol": "convergence",
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
     "Forward": "backends",
     "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
     from .cache import CacheWarning
     from .data import Dataset
+    from .ensemble import Ensemble, per_member
     from .packed import PackedState, pack
     from .errors import (AuxPathError, DonatedArrayError, FitError, LoopfuseError, MemoryReportError, MiscompileError,
                          StateMismatchError)

@@ -7,6 +7,10 @@ from . import stopping, validate
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, check_checkpoint_options, drive
 from .data import Dataset
+from .ensemble import (all_stopped, check_data, config as ensemble_config, fit_program, fit_result, one_member, share,
+                       size, sole, sole_data, start)
+from .errors import FitError
+from .packed import PackedState
 from .results import FitResult
 from .step import Step
 
@@ -14,7 +18,7 @@ from .step import Step
 def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress: bool = True,
         callback: Callable[[int, Any], None] | None = None, until: Callable | None = None,
         stop_on_nonfinite: bool = False, checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int | None = None, keep: int | None = 3) -> FitResult:
+        checkpoint_every: int | None = None, keep: int | None = 3, ensemble=False) -> FitResult:
     """Run `num_steps` updates of `step` as device loops of at most `chunk` steps.
 
     Chunks are queued on the device: while one runs, the next ones are dispatched (as many as take
@@ -37,6 +41,12 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
                       remaining steps run, a `Dataset` continuing at the global step, so the result
                       is bitwise that of an uninterrupted run; ``result.resumed_from`` says from where.
                       A run that `until` or a non-finite value ended is finished: resuming it runs no step.
+    ensemble:         True (or a `loopfuse.Ensemble`) trains N copies in one call: `state` leaves lead with
+                      the member axis N, `step` is one member's; the batch is shared, or per member when
+                      wrapped as ``loopfuse.per_member(batch)``. `until` and `stop_on_nonfinite` end each
+                      member on its own (a stopped member costs no more work, see `ensemble`), the run
+                      once all have stopped; the `FitResult` is per member. `callback` sees each chunk's
+                      history as run, leaves [k, N, ...].
 
     Examples:
         >>> import jax.numpy as jnp
@@ -55,6 +65,31 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if isinstance(batch, Dataset):
         batch.validate()
+    members = ensemble_config(ensemble)
+    if members is not None:
+        if isinstance(state, PackedState):
+            raise TypeError("an ensemble's state is a pytree whose leaves lead with the member axis, not a PackedState")
+        n = size(state, "state")
+        check_data(batch, n)
+        if n == 1:
+            try:
+                return one_member(fit(step, sole(state), sole_data(batch), num_steps, chunk=chunk, progress=progress,
+                                      callback=callback, until=until, stop_on_nonfinite=stop_on_nonfinite,
+                                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, keep=keep))
+            except FitError as e:
+                e.result = one_member(e.result)
+                raise
+        devices, n = share(n, step.options.devices)
+        step = fit_program(step, until, stop_on_nonfinite)
+        state = start(state, members.tile_size(n, until is not None), devices)
+        until, stop_on_nonfinite = all_stopped, False
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-    return drive(LoopChunks(step, batch, until, stop_on_nonfinite), state, num_steps, chunk=chunk, progress=progress,
-                 callback=callback, checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)
+    try:
+        result = drive(LoopChunks(step, batch, until, stop_on_nonfinite), state, num_steps, chunk=chunk,
+                       progress=progress, callback=callback, checkpoints=checkpoints,
+                       every=(checkpoint_every or chunk) if checkpoints else None)
+    except FitError as e:
+        if members is not None:
+            e.result = fit_result(e.result)
+        raise
+    return result if members is None else fit_result(result)

@@ -22,18 +22,23 @@ class FitResult:
                   A run resumed from the checkpoint of a run that "until" or "non_finite" ended keeps
                   that retcode and runs no step.
     resumed_from: the checkpoint's step count the run resumed from (0 for a fresh start).
+
+    Of an ensemble (``fit(..., ensemble=True)``), per member: `state` leaves and `history` leaves lead with
+    the member axis N (history [N, steps, ...], unwritten (NaN, 0) past each member's stop), `steps` is an
+    int array [N] and `retcode` a string array [N] (members still running when the run ended have its
+    retcode: "max_steps", "interrupted" or "error").
     """
 
     state: Any
     history: Any
-    steps: int
-    retcode: str = "max_steps"
+    steps: int | np.ndarray
+    retcode: str | np.ndarray = "max_steps"
     resumed_from: int = 0
 
     @property
     def interrupted(self) -> bool:
         """Stopped early by KeyboardInterrupt (Ctrl-C)."""
-        return self.retcode == "interrupted"
+        return bool(np.any(np.asarray(self.retcode) == "interrupted"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,12 +56,19 @@ class Solution:
     compile_seconds:  wall time before the loop spent building executables (for GradOnly: one
                       discarded warm-up step, which compiles the derivative and the eager ops).
     backend:          the backend that ran it.
+    best:             of an ensemble, the index of the member with the lowest last loss (None otherwise, or
+                      when no member's last loss is finite).
+
+    Of an ensemble (``minimize(..., ensemble=True)``), per member: `params` leaves lead with the member axis
+    N, `steps` is an int array [N], `retcode` a string array [N], `loss_history` [N, max(steps)] (NaN past
+    each member's stop), and steps_per_second counts member steps.
     """
 
     params: Any
     loss_history: np.ndarray
-    steps: int
-    retcode: str
+    steps: int | np.ndarray
+    retcode: str | np.ndarray
     steps_per_second: float
     compile_seconds: float
     backend: Backend
+    best: int | None = None

@@ -4,6 +4,8 @@
 optimizer state are replicated, so XLA inserts the gradient all-reduce. ``"params"``: as
 ``"data"``, and in addition every state leaf of at least `min_shard_bytes` whose leading axis
 divides by the device count is split along that axis (optimizer state follows its param).
+``"members"`` (an ensemble's, see `ensemble`): every state leaf is split along its leading (member)
+axis, each device holding its share of the members; the batch is replicated.
 """
 import jax
 import numpy as np
@@ -12,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from .errors import StateMismatchError
 
 AXIS = "data"
-MODES = ("data", "params")
+MODES = ("data", "params", "members")
 
 
 class Placement:
@@ -31,6 +33,8 @@ class Placement:
 
     def state(self, spec) -> NamedSharding:
         n = len(self.devices)
+        if self.mode == "members":
+            return self.split
         big = np.prod(spec.shape, dtype=np.int64) * np.dtype(spec.dtype).itemsize >= self.min_shard_bytes
         if self.mode == "params" and spec.shape and spec.shape[0] % n == 0 and big:
             return self.split
@@ -39,7 +43,7 @@ class Placement:
     def batch(self, path: str, spec) -> NamedSharding:
         """Split along the leading axis; scalars (e.g. a hyperparameter in the batch) are replicated."""
         n = len(self.devices)
-        if not spec.shape:
+        if not spec.shape or self.mode == "members":
             return self.replicated
         if spec.shape[0] % n:
             raise StateMismatchError(

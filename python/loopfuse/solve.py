@@ -15,6 +15,8 @@ from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
+from .ensemble import (PerMember, check_data, config as ensemble_config, mesh_options, minimize_step, one_member,
+                       share, size, sole, sole_data, solution, start)
 from .results import Solution
 from .step import Step, compile_step
 
@@ -25,7 +27,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
              steps: int = 1000, backend: Backend = CompiledLoop(), progress: bool = False,
              until: Callable | None = None, stop_on_nonfinite: bool = True,
              checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-             keep: int | None = 3) -> Solution:
+             keep: int | None = 3, ensemble=False) -> Solution:
     """Minimize `loss` from `params` with `steps` updates of `optimizer`, run by `backend`.
 
     loss: ``loss(params, batch)``, or ``loss(params)`` when `data` is None; a real scalar.
@@ -50,6 +52,11 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     stop_on_nonfinite: end the solve after the first step whose loss is NaN or Inf (``retcode="non_finite"``).
     checkpoint_dir, checkpoint_every, keep: as for `fit` (the checkpointed state is ``(params, opt_state)``,
     and the previous loss for an `until` that takes it; steps_per_second counts only the steps this call ran).
+    ensemble: True (or a `loopfuse.Ensemble`) solves N problems in one call, `params` leaves leading with
+    the member axis N: each member runs the same steps from its own params, on the shared `data` or, wrapped
+    as ``loopfuse.per_member(data)``, on its own ``data[m]``; `until` and the non-finite stop end each member
+    on its own, and a member that stopped costs no more work (see `ensemble`). The `Solution` is per member
+    (params, steps, retcode, loss_history [N, steps]) with the `best` member's index.
 
     Examples:
         >>> import jax.numpy as jnp, optax
@@ -62,6 +69,14 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         raise TypeError(f"loss must be callable, got {loss!r}")
     if isinstance(params, Solution):
         params = params.params
+    members = ensemble_config(ensemble)
+    if members is not None:
+        check_data(data, size(params, "params"))
+        if size(params, "params") == 1:
+            return one_member(minimize(loss, sole(params), sole_data(data), optimizer, steps, backend, progress, until,
+                                       stop_on_nonfinite, checkpoint_dir, checkpoint_every, keep))
+    elif isinstance(data, PerMember):
+        raise TypeError("per_member data gives each member of an ensemble its own data: pass ensemble=True")
     validate.steps(steps)
     stopping.check(until, stop_on_nonfinite, steps)
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
@@ -73,16 +88,23 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         data.validate()
     batch = () if data is None else data
     t0 = time.perf_counter()
-    init, program = _program(loss, data is not None, optimizer, backend, until)
+    watch = None if members is None else stop_on_nonfinite    # an ensemble watches each member's loss itself
+    init, program = _program(loss, data is not None, optimizer, backend, until, watch)
     state = init(params)
     if until is not None and "previous_loss" in _keywords(until, _UNTIL_KEYWORDS):
         first = data.batch(np.int32(0)) if isinstance(data, Dataset) else batch
-        state += (jnp.full((), jnp.inf, jax.eval_shape(_objective(loss, data is not None), params, first).dtype),)
+        value = jax.eval_shape(_member_objective(loss, data is not None, members, batch), params,
+                               first.data if isinstance(first, PerMember) else first)
+        state += (jnp.full(value.shape, jnp.inf, value.dtype),)
+    if members is not None:
+        devices, n = share(size(params, "params"), getattr(backend, "devices", None))
+        state = start(state, n if isinstance(backend, GradOnly) else members.tile_size(n, until is not None), devices)
+    flagged, stop_on_nonfinite = until is not None or members is not None, stop_on_nonfinite and members is None
     if isinstance(backend, GradOnly):
         runner: _Eager | _Stepped | _Loop = _Eager(program, batch, stop_on_nonfinite)
     else:
         assert isinstance(program, Step)
-        runner = (_Loop(program, backend.steps, batch, until is not None, stop_on_nonfinite)
+        runner = (_Loop(program, backend.steps, batch, flagged, stop_on_nonfinite)
                   if isinstance(backend, CompiledLoop) else _Stepped(program, batch, stop_on_nonfinite))
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
@@ -97,33 +119,44 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         raise KeyboardInterrupt
     jax.block_until_ready(result.state)
     seconds = time.perf_counter() - t0
-    return Solution(result.state[0], result.history["loss"], result.steps, RETCODES[result.retcode],
-                    (result.steps - result.resumed_from) / seconds, compile_seconds, backend)
+    if members is not None:
+        return solution(result, backend, compile_seconds, seconds)
+    steps = int(result.steps)                # one solve's: an int (an ensemble's are per member)
+    return Solution(result.state[0], result.history["loss"], steps, RETCODES[str(result.retcode)],
+                    (steps - result.resumed_from) / seconds, compile_seconds, backend)
 
 
 def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransformation, backend: Backend,
-             until: Callable | None) -> tuple[Callable, Callable | Step]:
+             until: Callable | None, watch: bool | None = None) -> tuple[Callable, Callable | Step]:
     """``(init, run)``: `init(params)` is the initial state ``(copy of params, optimizer state)`` in one
     jitted call; `run` runs the steps: GradOnly's eager update, or the compiled backends' `Step` (which
-    caches its executables by abstract signature). Kept for the last `_PROGRAMS` combinations of these
-    objects (by identity, as jax.jit keys its function), so repeating a solve compiles nothing."""
+    caches its executables by abstract signature). `watch`: None for one solve; for an ensemble, whether
+    a non-finite loss stops a member (init and the step are then the ensemble's, see `ensemble`). Kept
+    for the last `_PROGRAMS` combinations of these objects (by identity, as jax.jit keys its function),
+    so repeating a solve compiles nothing."""
     try:
         hash((loss, optimizer, backend, until))
     except TypeError:    # an unhashable loss, optimizer or predicate: built anew, never cached
-        return _build_program(loss, has_data, optimizer, backend, until)
-    return _cached_program(loss, has_data, optimizer, backend, until)
+        return _build_program(loss, has_data, optimizer, backend, until, watch)
+    return _cached_program(loss, has_data, optimizer, backend, until, watch)
 
 
-def _build_program(loss, has_data, optimizer, backend, until):
-    init = jax.jit(lambda params: jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params))))
+def _build_program(loss, has_data, optimizer, backend, until, watch=None):
+    member_init = lambda params: jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))  # noqa: E731
+    init = jax.jit(member_init if watch is None else jax.vmap(member_init))
+    options = {} if isinstance(backend, GradOnly) else backend.compile_options()
+    if watch is not None:                    # an ensemble: its members over the devices
+        options = mesh_options(options)
+    batched = (lambda update: update) if watch is None else (  # noqa: E731
+        lambda update: minimize_step(update, watch, options.get("devices")))
     objective = _objective(loss, has_data)
     value_and_grad = backend.ad.value_and_grad(objective)
     if isinstance(backend, GradOnly):
-        return init, _update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True)
-    update = _update(value_and_grad, objective, optimizer, until)
+        return init, batched(_update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True))
+    update = batched(_update(value_and_grad, objective, optimizer, until))
     if isinstance(backend, CompiledLoop):    # the `until` flag is computed for the loop's stop, never returned
-        return init, compile_step(update, keep_aux=("loss",), **backend.compile_options())
-    return init, compile_step(_with_step_axis(update), **backend.compile_options())
+        return init, compile_step(update, keep_aux=("loss",), **options)
+    return init, compile_step(_with_step_axis(update), **options)
 
 
 _PROGRAMS = 64
@@ -133,6 +166,12 @@ _cached_program = functools.lru_cache(maxsize=_PROGRAMS)(_build_program)
 def _objective(loss: Callable, has_data: bool) -> Callable:
     """``objective(params, batch)``: `loss`, or for a loss of params only, `loss` ignoring the batch."""
     return loss if has_data else (lambda p, _: loss(p))
+
+
+def _member_objective(loss: Callable, has_data: bool, members, batch) -> Callable:
+    """`_objective`, of every member of an ensemble (vmapped; per-member data unwrapped) when `members`."""
+    objective = _objective(loss, has_data)
+    return objective if members is None else jax.vmap(objective, in_axes=(0, 0 if isinstance(batch, PerMember) else None))
 
 
 def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.GradientTransformation,

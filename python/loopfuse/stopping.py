@@ -40,7 +40,7 @@ def flag(until: Callable | None, stop_on_nonfinite: bool):
     def stop(new_state, aux, kept: dict) -> jax.Array:
         flags = [predicate(until(new_state, aux))] if until is not None else []
         if stop_on_nonfinite:
-            flags.append(_nonfinite(kept))
+            flags.append(nonfinite(kept))
         return functools.reduce(operator.or_, flags)
 
     return stop
@@ -56,7 +56,8 @@ def predicate(value, example: str = "until=lambda state, aux: aux['loss'] < 1e-4
     raise TypeError(f"until must return a scalar bool, it returned {what}; compare a scalar, e.g. {example}")
 
 
-def _nonfinite(kept: dict) -> jax.Array:
+def nonfinite(kept: dict) -> jax.Array:
+    """Whether any of the floating `kept` aux leaves (dotted path -> value) holds a NaN or Inf."""
     leaves = {p: x for p, x in kept.items() if jnp.issubdtype(x.dtype, jnp.inexact)}
     if not leaves:
         raise ValueError(f"stop_on_nonfinite=True watches the floating aux leaves the call returns, and this "

@@ -176,6 +176,36 @@ def train(run: Run) -> dict:
     return facts
 
 
+def quadratic(x, h):
+    return 0.5 * jnp.sum(h * x * x)
+
+
+def converged(params, loss):
+    return loss < 1e-6
+
+
+def ensemble(run: Run) -> dict:
+    """minimize(ensemble=True) with 8 members split over the 4 devices of both processes (each compacting
+    its 2), against the same ensemble run by this process alone on one of its devices."""
+    import loopfuse
+    from loopfuse import CompiledLoop, Ensemble, per_member
+    from jax.experimental import multihost_utils
+    rng = np.random.default_rng(0)
+    x0 = rng.normal(size=(8, 4)).astype(np.float32)
+    h = (np.geomspace(0.01, 1.0, 8)[:, None] * np.ones((1, 4))).astype(np.float32)
+    kwargs = dict(optimizer=optax.sgd(1.0), steps=1000, until=converged, ensemble=Ensemble(tile=1))
+    split = run.state(x0, run.split)                       # each process fills its devices' members
+    sol = loopfuse.minimize(quadratic, split, per_member(run.state(h, run.replicated)),
+                            backend=CompiledLoop(steps=100, devices=run.devices), **kwargs)
+    alone = loopfuse.minimize(quadratic, x0, per_member(h), backend=CompiledLoop(steps=100, devices=jax.local_devices()[:1]),
+                              **kwargs)
+    params = np.asarray(multihost_utils.process_allgather(sol.params, tiled=True))
+    return {"steps": sol.steps.tolist(), "alone_steps": alone.steps.tolist(), "retcode": sol.retcode.tolist(),
+            "params_bitwise": params.tobytes() == np.asarray(alone.params).tobytes(),
+            "history_bitwise": sol.loss_history.tobytes() == alone.loss_history.tobytes(),
+            "fully_addressable": sol.params.is_fully_addressable}
+
+
 def hold(run: Run) -> None:
     import loopfuse
     host = host_state(DATA_SHAPE)
@@ -197,6 +227,11 @@ def main(process_id: int, num_processes: int, port: int, mode: str) -> None:
     run = Run()
     if mode == "hold":
         hold(run)
+    elif mode == "ensemble":
+        try:
+            print(json.dumps(ensemble(run)), flush=True)
+        except Exception as e:  # reported, asserted on by the test
+            print(json.dumps({"exception": type(e).__name__, "traceback": traceback.format_exc()}), flush=True)
     else:
         print(json.dumps(train(run)), flush=True)
 

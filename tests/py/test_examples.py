@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+import loopfuse
 from loopfuse import verify
 from problems import assert_trees_equal
 
@@ -89,6 +90,35 @@ def test_lotka_volterra_passes_verify(monkeypatch):
     monkeypatch.setenv(verify.VERIFY_ENV, "1")
     found = load("lotka_volterra").estimate()
     assert found["lbfgs"].retcode == "converged"
+
+
+@pytest.mark.slow     # ~2 min on 2 cores: the example's programs for 64 members, and the references
+def test_multistart_finds_the_parameters_each_member_as_its_own_solve(capsys):
+    ms = load("multistart")
+    lv = ms.lv
+    found = ms.main()
+    assert "starts reach the best loss" in capsys.readouterr().out
+    np.testing.assert_allclose(found["theta"], lv.TRUTH, rtol=0.01)
+    adam, lbfgs, data = found["adam"], found["lbfgs"], lv.observations()
+    assert (adam.steps == ms.ADAM_STEPS).all() and lbfgs.steps.max() < ms.LBFGS_STEPS
+
+    def adam_solve(p):
+        """One member's Adam solve, as minimize runs it (a non-finite loss stops it), for jax.vmap."""
+        def body(c):
+            i, p, s, h, _ = c
+            value, grad = jax.value_and_grad(ms.loss)(p, data)
+            updates, s = lv.ADAM.update(grad, s, p)
+            return i + 1, optax.apply_updates(p, updates), s, h.at[i].set(value), ~jnp.isfinite(value)
+        init = (0, p, lv.ADAM.init(p), jnp.full(ms.ADAM_STEPS, jnp.nan, jnp.float32), False)
+        _, p, _, h, _ = jax.lax.while_loop(lambda c: (c[0] < ms.ADAM_STEPS) & ~c[-1], body, init)
+        return p, h
+    # Adam runs the 64 members as one batch: bitwise jax.jit(jax.vmap(solve))
+    assert_trees_equal((adam.params, adam.loss_history), jax.jit(jax.vmap(adam_solve))(ms.starts()))
+    # L-BFGS runs one member per tile: each member bitwise its own minimize
+    for m in (lbfgs.best, int(np.argmax(lbfgs.steps)), int(np.argmin(lbfgs.steps))):
+        own = loopfuse.minimize(ms.loss, adam.params[m], data, lv.LBFGS, ms.LBFGS_STEPS, until=lv.UNTIL)
+        assert (own.steps, own.retcode) == (lbfgs.steps[m], lbfgs.retcode[m])
+        assert_trees_equal((own.params, own.loss_history), (lbfgs.params[m], lbfgs.loss_history[m, :own.steps]))
 
 
 def test_digits_classifies_and_resumes_bitwise(tmp_path, capsys):

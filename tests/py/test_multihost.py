@@ -176,3 +176,21 @@ def test_a_dead_peer_makes_the_survivor_exit(victim, tmp_path):
         pair.kill()
     assert exited, f"the survivor still ran {DEATH_S} s after its peer died:\n{pair.stderr(survivor)}"
     assert pair.procs[survivor].returncode != 0, pair.stderr(survivor)
+
+
+@pytest.mark.slow     # another pair of processes: ~1 min on 2 cores
+def test_an_ensemble_splits_its_members_over_the_processes(tmp_path):
+    """minimize(ensemble=True) over both processes' devices: each process holds its devices' members, and
+    the result is bitwise the same ensemble run in one process on one device."""
+    pair = Pair("ensemble", tmp_path)
+    try:
+        finished = [pair.wait(i, time.monotonic() + TIMEOUT_S) for i in range(2)]
+    finally:
+        pair.kill()
+    assert all(finished), f"the two-process ensemble did not finish within {TIMEOUT_S} s:\n{pair.stderr(0)}"
+    pair.skip_if_unsupported()
+    for i in range(2):
+        f = json.loads(next(ln for ln in pair.stdout(i).splitlines() if ln.startswith("{")))
+        assert "exception" not in f, f"process {i}:\n{f.get('traceback')}"
+        assert f["steps"] == f["alone_steps"] and len(set(f["steps"])) > 4 and set(f["retcode"]) == {"converged"}
+        assert f["params_bitwise"] and f["history_bitwise"] and not f["fully_addressable"]

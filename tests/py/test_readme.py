@@ -37,6 +37,10 @@ gpt_step, gpt_state, tokens = transformer.gpt(**transformer.TINY)
     "state = result.state                  # the packing block leaves it intact (pack copies)",
     "loss, params = loss_fn, state[0]",
     "",                                   # continues the block above (loss, params, batch, minimize)
+    """
+starts = jax.tree.map(lambda x: jnp.stack([x + 0.1 * i for i in range(4)]), params)   # 4 members
+states = jax.vmap(lambda p: (p, opt.init(p)))(starts)
+""",
 ]
 CLAIMS = [
     'assert aux["loss"].shape == (100,) and result.steps == 10_000 and result.history["loss"].shape == (10_000,)',
@@ -45,6 +49,7 @@ CLAIMS = [
     'assert 1 <= int(steps) <= 1000 and losses.shape == (int(steps),) and aux["loss"].shape == (1000,)',
     "assert sol.loss_history.shape == (2000,) and sol.steps == 2000 and sol.steps_per_second > 0",
     'assert sol.retcode == "converged" and sol.steps < 200',
+    'assert sol.steps.shape == (4,) and best["w"].shape == (8, 1) and result.steps.shape == (4,)',
 ]
 
 # CamelCase names the README mentions that are neither `loopfuse.X` nor listed with their module in

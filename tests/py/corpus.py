@@ -4,6 +4,7 @@
 `PROGRAMS` maps a name to a builder (nothing heavy runs at import); a builder returns a `Program`
 that also records the reference its ``loop(K)`` must equal bitwise: K ``jax.jit`` steps, or where
 XLA compiles the loop body differently from a lone step, ``jax.jit`` of a hand-written ``lax.scan``.
+`DEFAULT` names the programs the opt-in options' corpus tests run by default (`marked`).
 `REGION_ANALYSIS_UNSAFE` names the programs whose ``jax.jit`` result XLA changes under forced
 region-analysis copy insertion (``xla_cpu_copy_insertion_use_region_analysis``): the programs the
 copy-free loop carry must not reach. `region_analysis_triggers` are the smallest such programs found.
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import optimistix as optx
+import pytest
 from jax import lax
 
 from problems import NEWER_XLA, init_state, train_step
@@ -299,3 +301,15 @@ PROGRAMS: dict[str, Callable[[], Program]] = {f.__name__: f for f in [
     diffrax_pid_saveat_ts, diffrax_constant_saveat_ts, diffrax_saveat_t1, diffrax_backsolve,
     optimistix_root_find, optimistix_minimise, loops_dynamic_update_slice, nested_scans, cond_switch,
     sort_top_k, segment_sum_scatter_add, custom_vjp, rnn, transformer_adamw, batchnorm_state]}
+
+# The programs the opt-in options' corpus tests run by default: cheap, and between them a scan, a sort, a
+# scatter and a cond/switch; the others (the diffrax fits take seconds each) run with -m slow. sort_top_k
+# and rnn are programs whose packed loops XLA compiles to other last bits (test_pack_state's CORPUS_RTOL):
+# they stay here, so the default run holds that tolerance.
+DEFAULT = ("rnn", "sort_top_k", "segment_sum_scatter_add", "cond_switch")
+
+
+def marked(names=tuple(PROGRAMS), slow=()) -> list:
+    """`names` as pytest parameters, marked slow: the corpus programs not in `DEFAULT`, and `slow`."""
+    return [pytest.param(n, marks=pytest.mark.slow if n in slow or (n in PROGRAMS and n not in DEFAULT) else ())
+            for n in names]

@@ -58,6 +58,7 @@ def test_least_squares_sgd_all_backends_agree():
     assert np.all(np.diff(history) <= 0) and history[-1] < 1e-2 * history[0]
 
 
+@pytest.mark.slow     # all six backends agree: the test above; Adam on this MLP: the Dataset test below
 def test_mlp_adam_all_backends_agree():
     solutions = _solve_all(mlp_loss, _mlp_params(), lsq_data(), optax.adam(1e-2), 32)
     _assert_agree(solutions)
@@ -85,7 +86,9 @@ def _sine_mlp():
     return mlp_loss, params, (jnp.asarray(x), jnp.asarray(y))
 
 
-@pytest.mark.parametrize("optimizer", [optax.adam(1e-2), optax.lbfgs()], ids=["adam", "lbfgs"])
+# L-BFGS: test_minimize_lbfgs.py (the step bitwise jax.jit's; the loop's losses bitwise its scan's, to an ftol stop)
+@pytest.mark.parametrize("optimizer", [optax.adam(1e-2), pytest.param(optax.lbfgs(), marks=pytest.mark.slow)],
+                         ids=["adam", "lbfgs"])
 def test_compiled_step_and_compiled_loop_are_bitwise_the_same_to_the_stopping_step(optimizer):
     """CompiledLoop runs CompiledStep's steps in device loops: the same params and loss history bit for
     bit, and a sensitive stop (gtol with L-BFGS, where GradOnly stops at another step) at the same step."""

@@ -28,8 +28,10 @@ def arrays():
     return {"x": np.arange(N * 2, dtype=np.float32).reshape(N, 2), "idx": np.arange(N, dtype=np.int32)}
 
 
-@pytest.mark.parametrize("n", [100, 2000])  # one sort round, two sort rounds
-@pytest.mark.parametrize("make_key", [jax.random.key, jax.random.PRNGKey])
+@pytest.mark.parametrize("make_key, n", [   # one sort round, two sort rounds; each key kind and round count by default
+    (jax.random.key, 100), pytest.param(jax.random.key, 2000, marks=pytest.mark.slow),
+    pytest.param(jax.random.PRNGKey, 100, marks=pytest.mark.slow), (jax.random.PRNGKey, 2000)],
+    ids=["key-100", "key-2000", "PRNGKey-100", "PRNGKey-2000"])
 def test_epoch_order_is_jax_permutation_bitwise(n, make_key):
     key = make_key(3)
     for epoch in (0, 1, 7):
@@ -37,7 +39,9 @@ def test_epoch_order_is_jax_permutation_bitwise(n, make_key):
                                       np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n)))
 
 
-@pytest.mark.parametrize("steps, start", [(1, 4), (2, 2), (7, 5)])  # within, across one, across several epochs
+@pytest.mark.parametrize("steps, start", [pytest.param(1, 4, marks=pytest.mark.slow),   # within,
+                                         pytest.param(2, 2, marks=pytest.mark.slow),   # across one,
+                                         (7, 5)])                                      # across several epochs
 def test_served_batches_follow_the_documented_order(steps, start):
     key = jax.random.key(0)
     ds = Dataset(arrays(), batch_size=BS, key=key)

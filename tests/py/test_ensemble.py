@@ -112,6 +112,7 @@ def test_each_member_is_bitwise_the_vmapped_solve(problem, tile):
                                        for h, n in zip(s.loss_history, s.steps)]))
 
 
+@pytest.mark.slow     # each tile size is bitwise its own reference: test_each_member_is_bitwise_the_vmapped_solve
 def test_tiles_of_another_size_agree_to_the_last_bit(problem):
     """XLA compiles this loss's 8-wide sum over a batch of 4 and of 16 to other last bits (the gradient,
     elementwise, is the same): params and stops agree, the loss history to a few ulp."""
@@ -220,7 +221,8 @@ def policy_work(steps, tile: int) -> int:
     return work
 
 
-@pytest.mark.parametrize("tile", [16, 4, 1])
+# tiles of 4 compact as members stop (policy_work); one tile never compacts, tiles of one always do
+@pytest.mark.parametrize("tile", [pytest.param(16, marks=pytest.mark.slow), 4, pytest.param(1, marks=pytest.mark.slow)])
 def test_stopped_members_cost_no_more_work(problem, tile):
     """The loss's host callback runs once per member step computed: N per step in one tile (as a vmapped
     loop), fewer as the tiles compact, exactly the member steps run in tiles of one."""

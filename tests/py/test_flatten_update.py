@@ -102,6 +102,9 @@ def test_compile_step_matches_jit(tmp_path):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-5, atol=1e-6)
 
 
+# a big problem: test_optax_step_bits flattens 20 leaves, test_pack_state's test_reference_interpreter_bits
+# bounds the trees of concatenates (passes/_concat.py) by default
+@pytest.mark.slow
 def test_many_leaves_are_one_update():
     """With a thousand leaves the whole Adam update is a handful of flat vectors, made in seconds."""
     opt = optax.adam(1e-3)

@@ -48,11 +48,15 @@ def problem():
     return th0, data, scan((th0, OPT.init(th0)), data)
 
 
+# By default test_corpus.py runs the issue's reproducer, shortened (diffrax_pid_saveat_ts): loop(3) bitwise
+# jax.jit's, and changed by the forced region-analysis copy insertion; the fit as written runs with -m slow.
+@pytest.mark.slow
 def test_loop_of_500_steps_equals_the_jitted_scan(problem):
     th0, data, expected = problem
     assert_trees_equal(loopfuse.compile_step(_step).loop(STEPS)((fresh(th0), OPT.init(th0)), data), expected)
 
 
+@pytest.mark.slow
 def test_minimize_equals_the_jitted_steps(problem):
     """minimize's loop stops at a non-finite loss; with jaxlib 0.12 such a loop equals the jitted
     steps, and the jitted scan differs from both in the last bits (README, "Results are jax.jit's")."""

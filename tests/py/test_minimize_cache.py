@@ -35,8 +35,12 @@ def compiles(monkeypatch):
     jax.monitoring.unregister_event_duration_listener(listener)
 
 
-@pytest.mark.parametrize("make_optimizer", [lambda: optax.adam(1e-2), optax.lbfgs], ids=["adam", "lbfgs"])
-@pytest.mark.parametrize("backend", [GradOnly(), CompiledStep(), CompiledLoop(steps=4)], ids=["grad-only", "step", "loop4"])
+@pytest.mark.parametrize("backend, make_optimizer", [
+    *[(b, lambda: optax.adam(1e-2)) for b in (GradOnly(), CompiledStep(), CompiledLoop(steps=4))],
+    (GradOnly(), optax.lbfgs),
+    # the compiled backends key an L-BFGS program as any other (the last test: its loop compiles once)
+    *[pytest.param(b, optax.lbfgs, marks=pytest.mark.slow) for b in (CompiledStep(), CompiledLoop(steps=4))],
+], ids=["grad-only-adam", "step-adam", "loop4-adam", "grad-only-lbfgs", "step-lbfgs", "loop4-lbfgs"])
 def test_a_repeated_minimize_compiles_nothing(backend, make_optimizer, compiles):
     """Also L-BFGS, whose line search GradOnly compiles once (with the update), not at every step."""
     opt, until = make_optimizer(), loopfuse.gtol(1e-9)
@@ -84,6 +88,7 @@ print(json.dumps({"compiles": len(calls), "loss": sol.loss_history.tolist()}))
 """
 
 
+@pytest.mark.slow     # two processes; test_cache.py's second process loads a cached executable by default
 def test_the_persistent_cache_serves_a_new_process(tmp_path):
     env = {**os.environ, "LOOPFUSE_CACHE_DIR": str(tmp_path)}
 

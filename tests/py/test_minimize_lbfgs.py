@@ -69,7 +69,9 @@ def rosenbrock_reference():
     return {"step": _jit_loop(rosenbrock, X0, None, 20), "loop": _jit_scan(rosenbrock, X0, 20)}
 
 
-@pytest.mark.parametrize("backend", COMPILED, ids=IDS)
+# the loop's losses are bitwise the scan's, to its stop, in test_ftol_stops_where_the_loss_change_is_small
+@pytest.mark.parametrize("backend", [CompiledStep(), pytest.param(CompiledLoop(steps=8), marks=pytest.mark.slow)],
+                         ids=IDS)
 def test_lbfgs_on_rosenbrock_is_bitwise_the_jit_loop(backend, rosenbrock_reference):
     s = minimize(lambda p: rosenbrock(p), X0, optimizer=optax.lbfgs(), steps=20, backend=backend)
     params, losses = rosenbrock_reference["loop" if isinstance(backend, CompiledLoop) else "step"]
@@ -78,7 +80,10 @@ def test_lbfgs_on_rosenbrock_is_bitwise_the_jit_loop(backend, rosenbrock_referen
     assert s.retcode == "max_steps" and 0 < losses[-1] < 0.01 * losses[0]     # mid-way, not yet converged
 
 
-@pytest.mark.parametrize("backend", [GradOnly(), *COMPILED], ids=["grad-only", *IDS])
+# GradOnly's L-BFGS: its bitwise test; the loop's to gtol: test_adam_then_lbfgs_continues_from_the_solution
+@pytest.mark.parametrize("backend", [pytest.param(GradOnly(), marks=pytest.mark.slow), CompiledStep(),
+                                     pytest.param(CompiledLoop(steps=8), marks=pytest.mark.slow)],
+                         ids=["grad-only", *IDS])
 def test_lbfgs_converges_on_rosenbrock(backend):
     s = minimize(rosenbrock, X0, optimizer=optax.lbfgs(), steps=200, backend=backend, until=loopfuse.gtol(1e-5))
     assert s.retcode == "converged" and s.steps < 200
@@ -123,7 +128,8 @@ def test_lbfgs_mlp_with_a_fixed_batch_and_a_dataset_is_bitwise_the_jit_loop(back
         assert_trees_equal(s.loss_history, losses)
 
 
-@pytest.mark.parametrize("backend", COMPILED, ids=IDS)
+@pytest.mark.parametrize("backend", [CompiledStep(), pytest.param(CompiledLoop(steps=8), marks=pytest.mark.slow)],
+                         ids=IDS)    # one update for both: the loop runs the step's
 def test_adam_unchanged_by_the_extra_keywords(backend):
     """adam's update takes **extra_args: minimize passes value/grad/value_fn, which it ignores."""
     opt = optax.adam(1e-2)

@@ -156,8 +156,8 @@ def test_matches_a_single_process_run(facts, mode, shape):
             assert np.max(np.abs(np.asarray(value) - ref)) <= TOL * np.max(np.abs(ref)), path
 
 
-@pytest.mark.parametrize("victim", [pytest.param(0, id="coordinator-dies", marks=pytest.mark.slow),
-                                    pytest.param(1, id="worker-dies")])
+@pytest.mark.slow     # ~7 s each, another pair of processes; the exit is jax.distributed's heartbeat (the worker's)
+@pytest.mark.parametrize("victim", [pytest.param(0, id="coordinator-dies"), pytest.param(1, id="worker-dies")])
 def test_a_dead_peer_makes_the_survivor_exit(victim, tmp_path):
     pair = Pair("hold", tmp_path)
     survivor = 1 - victim

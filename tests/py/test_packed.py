@@ -12,7 +12,7 @@ from jax import lax
 
 import loopfuse
 from loopfuse import packed
-from corpus import PROGRAMS
+from corpus import PROGRAMS, marked
 from problems import assert_trees_close, assert_trees_equal, batch, fresh, init_state, train_step
 from test_pack_state import CLIP, FLATTEN_RTOL, OPTIMIZERS, PARAMS
 
@@ -22,9 +22,6 @@ K = 3
 # gradient of 2e-4; the RNN 2.5e-6 relative with 0.10.2, 4.5e-7 with 0.12); every other case here,
 # all 15 corpus programs but the RNN included, is bitwise with both.
 TOLERANCE = {"clip": (1e-5, 1e-8), "rnn": (1e-5, 0.0)}
-# The corpus programs of the default run; the other 11 are slow (their 22 tests: 120 s with jax 0.10.2,
-# 54 s with 0.12, on two shared cores at load 3.7).
-DEFAULT_CORPUS = ("diffrax_pid_saveat_ts", "segment_sum_scatter_add", "rnn", "batchnorm_state")
 
 
 def _cases():
@@ -37,8 +34,9 @@ def _cases():
 
 
 CASES = _cases()
-NAMES = [pytest.param(name, marks=pytest.mark.slow if name in PROGRAMS and name not in DEFAULT_CORPUS else ())
-         for name in CASES]
+# Slow: the corpus programs not in `corpus.DEFAULT`; Adam (its packed state is within the schedule's and
+# clipped Adam's) and momentum (the parameters' buffer and the trace's: Adam's without nu and the count).
+NAMES = marked(CASES, slow=("adam", "sgd_momentum"))
 
 
 def _reference(kind, fn, state, data):

@@ -11,6 +11,7 @@ and each must have changed the module in a stated share of the examples (else th
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from loopfuse import pipeline
@@ -153,6 +154,9 @@ def _kept(t, n_outputs: int) -> list[int]:
     return [j for j in range(n_outputs) if j < n_state or t.aux_kept[j - n_state]]
 
 
+# a soak: the default run holds each pass to its values bitwise on fixed programs (test_pass_semantics,
+# test_simplify, test_flatten_update)
+@pytest.mark.slow
 def test_passes_fire_and_keep_values_bitwise():
     fired, examples = {name: 0 for name in PASSES}, []
 

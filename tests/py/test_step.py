@@ -18,7 +18,8 @@ OPTIMIZERS = {
 }
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("name", [n if n in ("sgd", "adam") else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in OPTIMIZERS])     # by default a stateless and a stateful optimizer
 def test_matches_jax_jit_for_optax_optimizers(name):
     opt = OPTIMIZERS[name]
     fn, b = train_step(opt), batch()
@@ -211,6 +212,7 @@ def test_typed_prng_key_in_state_roundtrips():
     np.testing.assert_allclose(ours["w"], ref["w"])
 
 
+@pytest.mark.slow     # the steps are jax.jit's (test_matches_jax_jit_for_optax_optimizers); fit's tests train
 def test_mlp_loss_decreases_with_adam():
     opt = optax.adam(1e-2)
     step = loopfuse.compile_step(train_step(opt), keep_aux=("loss",))

@@ -108,12 +108,20 @@ def test_the_check_runs_once_per_executable_and_then_costs_nothing(monkeypatch):
     assert len(calls) == 1
 
 
-@pytest.mark.parametrize("loop", [dict(), dict(until=lambda s, aux: aux["loss"] < 2.0), dict(stop_on_nonfinite=True)])
-@pytest.mark.parametrize("keep_aux", [None, ("loss",)])
+LOOPS = {"plain": dict(), "until": dict(until=lambda s, aux: aux["loss"] < 2.0),
+         "nonfinite": dict(stop_on_nonfinite=True)}
+# the default run has each loop and each keep_aux: every aux leaf with the plain loop (the scan reference),
+# the loss alone with the stopping ones
+DEFAULT_LOOPS = {(None, "plain"), (("loss",), "until"), (("loss",), "nonfinite")}
+
+
+@pytest.mark.parametrize("keep_aux, loop", [
+    pytest.param(k, loop, id=f"{k and k[0]}-{loop}", marks=() if (k, loop) in DEFAULT_LOOPS else pytest.mark.slow)
+    for k in (None, ("loss",)) for loop in LOOPS])
 def test_loops_pass_against_k_jitted_steps_or_their_scan(monkeypatch, loop, keep_aux):
     monkeypatch.setenv(verify.VERIFY_ENV, "1")
     opt = optax.sgd(0.1)
-    step = loopfuse.compile_step(train_step(opt), keep_aux=keep_aux).loop(5, **loop)
+    step = loopfuse.compile_step(train_step(opt), keep_aux=keep_aux).loop(5, **LOOPS[loop])
     out = step(init_state(opt), batch())
     state = fresh(init_state(opt))
     for _ in range(int(out[2]) if len(out) > 2 else 5):
@@ -121,6 +129,7 @@ def test_loops_pass_against_k_jitted_steps_or_their_scan(monkeypatch, loop, keep
     assert_trees_equal(out[0], state)
 
 
+@pytest.mark.slow     # the same loop, verified, stops in test_packed's test_until_sees_the_unpacked_state
 def test_a_stopping_loop_may_equal_jax_jits_while_loop():
     """An Adam MLP stopping on a params leaf: loopfuse's loop equals jax.jit of the same steps as one
     `lax.while_loop` bitwise, but K lone jitted steps only to 1 ulp (XLA compiles the step inside a

@@ -100,7 +100,9 @@ def run_jit(step, state, batches):
 
 
 # ---- fixed batch -------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+# momentum and AdamW slow: the shuffled Dataset test runs momentum by default; AdamW is Adam and a decay
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n in ("momentum", "adamw") else ())
+                                  for n in sorted(OPTIMIZERS)])
 def test_loop_equals_separate_calls(name):
     opt = OPTIMIZERS[name]()
     step = make_step(opt)
@@ -195,10 +197,10 @@ def no_key_reference(name: str, num_steps: int):
     return run_jit(make_step(opt), make_state(opt), reference_batches(dataset_arrays(), rows))
 
 
-# Every optimizer runs on the fixed batch above; the Dataset paths do not depend on the optimizer,
-# so (to keep the suite fast) each Dataset mode runs with two of them, the first one also against
-# K separate compile_step calls.
-@pytest.mark.parametrize("name", ["adam", "sgd"])
+# Every optimizer runs on the fixed batch above (with -m slow); the Dataset paths do not depend on the
+# optimizer, so (to keep the suite fast) each Dataset mode runs with two of them, the first one also
+# against K separate compile_step calls, the second with -m slow.
+@pytest.mark.parametrize("name", ["adam", pytest.param("sgd", marks=pytest.mark.slow)])
 def test_dataset_no_key_wraps_epochs(name):
     opt = OPTIMIZERS[name]()
     step = make_step(opt)
@@ -235,7 +237,7 @@ def test_dataset_no_key_wraps_epochs(name):
     assert_trees_close(state1_host, state)
 
 
-@pytest.mark.parametrize("name", ["momentum", "adamw"])
+@pytest.mark.parametrize("name", ["momentum", pytest.param("adamw", marks=pytest.mark.slow)])
 def test_dataset_shuffled_with_key(name):
     opt = OPTIMIZERS[name]()
     step = make_step(opt)

@@ -54,6 +54,7 @@ from . import rewriter as rw
 from .rewriter import Builder
 from .vocabulary import PACKED, STATE
 
+
 @dataclass(frozen=True)
 class RollLayers(ModulePass):
     """Examples:

@@ -118,6 +118,18 @@ def interrupted_runs(run, rounds: int, seed: int):
         yield result
 
 
+def vmapped_in_tiles(fn, members, data, own: bool, tile: int | None = None):
+    """``jax.jit(jax.vmap(fn))(members, data)``, `tile` members at a time (all at once without one): the
+    ensembles' references. `members`' leaves lead with the member axis, `data`'s too when `own`; the
+    tiles' outputs are concatenated on the host."""
+    n = jax.tree_util.tree_leaves(members)[0].shape[0]
+    tile = tile or n
+    go = jax.jit(jax.vmap(fn, in_axes=(0, 0 if own else None)))
+    rows = lambda tree, a: jax.tree_util.tree_map(lambda x: x[a:a + tile], tree)  # noqa: E731
+    parts = [go(rows(members, a), rows(data, a) if own else data) for a in range(0, n, tile)]
+    return jax.tree_util.tree_map(lambda *x: np.concatenate(x), *parts)
+
+
 def fresh(tree):
     """A deep device copy (so a donating call cannot consume the original)."""
     return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)

@@ -16,7 +16,7 @@ import pytest
 import loopfuse
 from loopfuse import CompiledLoop, CompiledStep, Dataset, Ensemble, GradOnly, per_member
 from loopfuse.errors import StateMismatchError
-from problems import NEWER_XLA, assert_trees_equal
+from problems import NEWER_XLA, assert_trees_equal, vmapped_in_tiles
 
 CODES = {0: "max_steps", 1: "converged", 2: "non_finite"}
 
@@ -67,12 +67,7 @@ def vmapped_solve(loss, params, data, opt, steps, until=None, nonfinite=True, ow
         i, p, _, _, h, code = jax.lax.while_loop(cond, body, init)
         return p, h, i, code
 
-    n = jax.tree_util.tree_leaves(params)[0].shape[0]
-    batch = batch or n
-    run = jax.jit(jax.vmap(solve, in_axes=(0, 0 if own else None)))
-    parts = [run(jax.tree_util.tree_map(lambda x: x[a:a + batch], params),
-                 jax.tree_util.tree_map(lambda x: x[a:a + batch], data) if own else data) for a in range(0, n, batch)]
-    p, h, i, code = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *parts)
+    p, h, i, code = vmapped_in_tiles(solve, params, data, own, batch)
     return p, h, i, np.array([CODES[int(c)] for c in code])
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import loopfuse
 from loopfuse import Ensemble, FitError, per_member
-from problems import assert_trees_close, assert_trees_equal, batch, fresh, mlp_params, train_step
+from problems import assert_trees_close, assert_trees_equal, batch, fresh, mlp_params, train_step, vmapped_in_tiles
 
 RETCODES = {0: "max_steps", 1: "until", 2: "non_finite"}
 
@@ -35,12 +35,7 @@ def vmapped_fit(fn, state, data, steps, until=None, watch=False, keep=("loss",),
         i, s, h, code = jax.lax.while_loop(cond, body, (0, s, h, 0))
         return s, h, i, code
 
-    n = jax.tree_util.tree_leaves(state)[0].shape[0]
-    tile = tile or n
-    go = jax.jit(jax.vmap(run, in_axes=(0, 0 if own else None)))
-    parts = [go(jax.tree_util.tree_map(lambda x: x[a:a + tile], state),
-                jax.tree_util.tree_map(lambda x: x[a:a + tile], data) if own else data) for a in range(0, n, tile)]
-    s, h, i, code = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *parts)
+    s, h, i, code = vmapped_in_tiles(run, state, data, own, tile)
     return s, h, i, np.array([RETCODES[int(c)] for c in code])
 
 

@@ -140,24 +140,22 @@ def test_sigint_between_chunks_interrupts_unless_the_process_ignores_it(handler,
 
 def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted_fit(sigint_raises):
     """A real SIGINT mostly lands while a chunk runs in XLA."""
-    step, bias = loopfuse.compile_step(slow_step), jnp.float32(0.01)
-    run = lambda n, state: loopfuse.fit(step, state, bias, n, chunk=5, progress=False)
-    refs: dict = {}
-    for result in interrupted_runs(run, 25, seed=1):
-        assert result.interrupted and result.steps % 5 == 0
-        assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
-        if result.steps not in refs:
-            refs[result.steps] = run(result.steps, slow_state()).state if result.steps else slow_state()
-        assert_trees_equal(result.state, refs[result.steps])
+    _interrupted_fits_equal_uninterrupted_ones(25, seed=1)
 
 
 def test_sigint_with_a_deep_queue_returns_a_live_state_equal_to_an_uninterrupted_fit(sigint_raises, monkeypatch):
     """Chunks queued for up to a second behind the one running: a Ctrl-C stops after all of them."""
     monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", 1.0)
+    _interrupted_fits_equal_uninterrupted_ones(8, seed=3)
+
+
+def _interrupted_fits_equal_uninterrupted_ones(runs: int, seed: int) -> None:
+    """`runs` fits of the slow step, each hit by a real SIGINT at a random moment: each returns a live
+    state after a whole number of chunks, bitwise an uninterrupted fit of that many steps."""
     step, bias = loopfuse.compile_step(slow_step), jnp.float32(0.01)
     run = lambda n, state: loopfuse.fit(step, state, bias, n, chunk=5, progress=False)
     refs: dict = {}
-    for result in interrupted_runs(run, 8, seed=3):
+    for result in interrupted_runs(run, runs, seed=seed):
         assert result.interrupted and result.steps % 5 == 0
         assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(result.state))
         if result.steps not in refs:

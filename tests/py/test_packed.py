@@ -19,9 +19,10 @@ from test_pack_state import CLIP, FLATTEN_RTOL, OPTIMIZERS, PARAMS
 K = 3
 # XLA compiles these packed loops to other last bits than the unpacked ones: (rtol, atol) (measured:
 # clipped Adam 7.8e-8 relative with jax 0.10.2, with 0.12 1.7e-5 relative, 3.7e-9 absolute, on a
-# gradient of 2e-4; the RNN 2.5e-6 relative with 0.10.2, 4.5e-7 with 0.12); every other case here,
-# all 15 corpus programs but the RNN included, is bitwise with both.
-TOLERANCE = {"clip": (1e-5, 1e-8), "rnn": (1e-5, 0.0)}
+# gradient of 2e-4; the RNN 2.5e-6 relative with 0.10.2, 4.5e-7 with 0.12; the sort/top-k fit's Adam
+# update 1.4e-7 relative with 0.12, as in test_pack_state); every other case here, the other 13 corpus
+# programs included, is bitwise with both.
+TOLERANCE = {"clip": (1e-5, 1e-8), "rnn": (1e-5, 0.0), "sort_top_k": (1e-6, 0.0)}
 
 
 def _cases():

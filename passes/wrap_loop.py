@@ -96,7 +96,7 @@ def _wrap(f: func.FuncOp, k: int, rows: int) -> None:
         missing = sorted(set(state_arg) - {string_attr(results[j], STATE) for j in carried})
         raise PassError(f, f"state arguments {missing} have no matching result: the loop cannot carry them")
     step_args = [i for i, a in enumerate(args) if STEP_INDEX in a]
-    i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
+    i32 = rw.i32()
     for s in step_args:
         if in_types[s] != i32:
             raise PassError(f, f"step index argument {s} must be tensor<i32>, not {in_types[s]}")

@@ -177,14 +177,28 @@ def written_leaves(g: Dataflow, main: func.FuncOp) -> dict[tuple[int, int], str]
         if path not in held:
             out[ret, k] = path
             continue
-        concat = g.owner[g.operands[ret][k]]
-        if concat == ARG or g.ops[concat].name != "stablehlo.concatenate" or len(g.operands[concat]) != len(held[path]):
+        pieces = _pieces(g, g.operands[ret][k])
+        if len(pieces) != len(held[path]):
             continue
-        for j, (v, leaf) in enumerate(zip(g.operands[concat], held[path])):
+        for (concat, j), leaf in zip(pieces, held[path]):
             out[concat, j] = leaf
-            p = g.owner[v]
+            p = g.owner[g.operands[concat][j]]
             if p != ARG and g.ops[p].name == "stablehlo.reshape":     # the leaf, flattened (may be a role too)
                 out[p, 0] = leaf
+    return out
+
+
+def _pieces(g: Dataflow, v: int) -> list[tuple[int, int]]:
+    """(concatenate op id, operand index) of each piece of value `v` built by a concatenate, in
+    order, through a tree of concatenates (`_concat`: how ``jnp.concatenate`` builds a packed
+    buffer of more than 16 leaves); [] if `v` is not built by one."""
+    op = g.owner[v]
+    if op == ARG or g.ops[op].name != "stablehlo.concatenate":
+        return []
+    out = []
+    for j, u in enumerate(g.operands[op]):
+        inner = _pieces(g, u) if len(g.users[u]) == 1 else []
+        out += inner or [(op, j)]
     return out
 
 
@@ -202,14 +216,15 @@ def _i64s(op: ir.Operation, name: str) -> list[int]:
 
 
 def join_rows(block: ir.Block) -> None:
-    """Each ``concatenate`` of the rows 0 .. n-1 of one tensor (each a unit slice of its first axis,
-    reshaped any way), in order and covering it, becomes a reshape of that tensor: what a packed
-    state's buffer is made of after its layers' leaves were rolled. Exact: the same elements in the
-    same order."""
+    """Each ``concatenate`` of consecutive rows of one tensor (each piece a slice of whole rows of
+    its first axis, reshaped any way), in order, becomes a reshape of the slice of those rows, or of
+    the tensor where they cover it: what a packed state's buffer is made of after its layers' leaves
+    were rolled (a tree of concatenates over more than 16 layers joins from the inside out). Exact:
+    the same elements in the same order."""
     for op in [op.operation for op in block.operations]:
         if op.name != "stablehlo.concatenate":
             continue
-        source, rows = None, []
+        source, first, last = None, None, None
         for v in op.operands:
             while isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape":
                 v = v.owner.operands[0]
@@ -218,17 +233,22 @@ def join_rows(block: ir.Block) -> None:
                 break
             t = ir.RankedTensorType(piece.operands[0].type)
             start, limit = _i64s(piece, "start_indices"), _i64s(piece, "limit_indices")
-            if (source is not None and piece.operands[0] != source) or _i64s(piece, "strides") != [1] * t.rank \
-                    or start[1:] != [0] * (t.rank - 1) or limit[1:] != list(t.shape[1:]) or limit[0] != start[0] + 1:
+            if (source is not None and (piece.operands[0] != source or start[0] != last)) \
+                    or _i64s(piece, "strides") != [1] * t.rank or start[1:] != [0] * (t.rank - 1) \
+                    or limit[1:] != list(t.shape[1:]):
                 break
-            source = piece.operands[0]
-            rows.append(start[0])
+            source, first, last = piece.operands[0], start[0] if first is None else first, limit[0]
         else:
-            if source is not None and rows == list(range(ir.RankedTensorType(source.type).shape[0])):
-                with Builder.before(op):
-                    joined = rw.reshape(source, list(ir.RankedTensorType(op.result.type).shape))
-                op.result.replace_all_uses_with(joined)
-                op.erase()
+            if source is None:
+                continue
+            t = ir.RankedTensorType(source.type)
+            with Builder.before(op):
+                rows = source if (first, last) == (0, t.shape[0]) else stablehlo.SliceOp(
+                    source, ir.DenseI64ArrayAttr.get([first] + [0] * (t.rank - 1)),
+                    ir.DenseI64ArrayAttr.get([last, *t.shape[1:]]), ir.DenseI64ArrayAttr.get([1] * t.rank)).result
+                joined = rw.reshape(rows, list(ir.RankedTensorType(op.result.type).shape))
+            op.result.replace_all_uses_with(joined)
+            op.erase()
 
 
 # ---- the plan ----------------------------------------------------------------------------------
@@ -488,6 +508,18 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
             for j, v in enumerate(rw.clone(op, operands, captured).results):
                 env[r, j] = v
 
+    def invariant(v: int, built: dict) -> ir.Value:
+        """Value `v`, the same at every layer, as a loop body reads it: a broadcast of a smaller value
+        is built again in the body, where XLA fuses it into its users (read from outside the loop,
+        it would be a full-size buffer live across the loop); any other value is read from outside."""
+        op = g.owner[v]
+        if op == ARG or g.ops[op].name != "stablehlo.broadcast_in_dim" \
+                or g.nbytes(g.operands[op][0]) >= g.nbytes(v):
+            return g.values[v]
+        if v not in built:
+            built[v] = rw.clone(g.ops[op], [g.values[g.operands[op][0]]]).results[0]
+        return built[v]
+
     def replace(key: tuple, layer: int, value: ir.Value) -> None:
         """Outside uses of role `key`'s value at `layer` read `value` (in that value's shape: a new leaf
         may be written flat, as a packed state's buffer takes it)."""
@@ -511,6 +543,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
     through = {s: body.arguments[1 + 2 * n_c + n_h + k] for k, s in enumerate(seeds_read)}
     env: dict = {}
     rows: dict = {}
+    built: dict = {}
 
     def seed_row(s: int, source: dict, index) -> ir.Value:
         if s not in rows:
@@ -521,7 +554,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
         if isinstance(c, Seed):
             return seed_row(c.leaf, through, i)
         if isinstance(c, Invariant):
-            return g.values[c.value]
+            return invariant(c.value, built)
         if isinstance(c, Internal):
             return env[c.role, c.result]
         return carry_in[c.role, c.result, c.init]
@@ -561,12 +594,13 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
                  and not (key in bcarried_out and layers == {0})]
     n_b, n_s = len(plan.bcarries), len(state_seeds)
     with outer:
+        last = _last_row(forward, L)
         backward = _while([rw.scalar(0), *[g.values[v] for _, _, v in plan.bcarries], *[stacked[s] for s in state_seeds],
-                           *[rw.static_row(stacked[s], L - 1) for s in state_seeds],   # pending: layer L-1 as it is
+                           *[rw.row(stacked[s], last) for s in state_seeds],   # pending: layer L-1 as it is
                            *[history(template(r).results[j].type) for r, j in b_exports]], L)
     body = backward.regions[1].blocks[0]
     i = body.arguments[0]
-    env, rows = {}, {}
+    env, rows, built = {}, {}, {}
     carry_rows: dict = {}
     bcarry_in = {key: body.arguments[1 + k] for k, key in enumerate(plan.bcarries)}
     with Builder.at_end(body, first.location):
@@ -580,7 +614,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
             if isinstance(c, Seed):
                 return seed_row(c.leaf, current, layer)
             if isinstance(c, Invariant):
-                return g.values[c.value]
+                return invariant(c.value, built)
             if isinstance(c, Internal):
                 if (c.role, c.result) not in env:          # a saved forward value
                     env[c.role, c.result] = rw.row(saved_hist[c.role, c.result], layer)
@@ -639,6 +673,22 @@ def _packed_buffer(g: Dataflow, values: list) -> int | None:
     if source is None or ir.RankedTensorType(g.values[source].type).shape != [len(values) * size]:
         return None
     return source
+
+
+def _last_row(loop: ir.Operation, rows: int) -> ir.Value:
+    """The index of the last of `rows` rows (0-d i32), computed from `loop`'s carried value so that a
+    read of a row at it is scheduled after the loop (XLA schedules a read that does not depend on a
+    loop before it, keeping the row live through the loop): ``rows - 1 + (x != x)`` for the first
+    element x of the first floating-point carry, which XLA cannot fold; where x is NaN, the dynamic
+    slice clamps the index `rows` back to ``rows - 1``. ``rows - 1`` where no carry is floating-point."""
+    for v in list(loop.results)[1:]:
+        t = ir.RankedTensorType(v.type)
+        if isinstance(t.element_type, ir.FloatType) and 0 not in t.shape:
+            ones = ir.DenseI64ArrayAttr.get([1] * t.rank)
+            x = rw.reshape(stablehlo.SliceOp(v, ir.DenseI64ArrayAttr.get([0] * t.rank), ones, ones).result, [])
+            nan = stablehlo.CompareOp(x, x, stablehlo.ComparisonDirectionAttr.get("NE")).result
+            return stablehlo.AddOp(rw.scalar(rows - 1), stablehlo.ConvertOp(rw.i32(), nan).result).result
+    return rw.scalar(rows - 1)
 
 
 def _while(init: list, trips: int) -> ir.Operation:

@@ -17,8 +17,11 @@
 // (a) Three alike layers: the whole run rolls. The leaves are stacked; the forward loop runs one
 // layer's forward ops, carrying x and saving it per layer; the backward loop recomputes the layer's
 // forward ops from the saved x, runs its backward ops carrying the cotangent, and applies the SGD
-// update there, to the stacked leaves (written one iteration late, in place); the new leaves are
-// sliced out after the loop. The ops outside the run (x * v, the loss, v's update) stay as they are.
+// update there, to the stacked leaves (written one iteration late, in place; the first rows it
+// carries are read at an index computed from the forward loop's result, so XLA reads them after that
+// loop); the body builds the broadcasts of constants it reads anew (XLA fuses them there); the new
+// leaves are sliced out after the loop. The ops outside the run (x * v, the loss, v's update) stay
+// as they are.
 // CHECK-LABEL: module
 // CHECK-SAME: "loopfuse.report.roll-layers" = "rolled ['w'] [0:3]: 3 layers of 12 ops each (4 forward, 8 backward); forward loop carries 1 value(s) of 8 B and saves it per layer; backward loop recomputes 3 forward op(s), carries 1 value(s); 1 stacked leaves updated inside the backward loop"
 // CHECK: %[[X0:[0-9]+]] = stablehlo.multiply %arg4, %arg0
@@ -31,12 +34,18 @@
 // CHECK: stablehlo.dynamic_update_slice
 // CHECK: stablehlo.return
 // CHECK: stablehlo.reduce(%[[FWD]]#1
+// CHECK: %[[X:[0-9]+]] = stablehlo.reshape
+// CHECK: %[[NAN:[0-9]+]] = stablehlo.compare NE, %[[X]], %[[X]]
+// CHECK: %[[ONE:[0-9]+]] = stablehlo.convert %[[NAN]]
+// CHECK: %[[FIRST:[0-9]+]] = stablehlo.add %{{[a-z0-9_]+}}, %[[ONE]]
+// CHECK: stablehlo.dynamic_slice %[[FWD]]#3, %[[FIRST]]
 // CHECK: %[[BWD:[0-9]+]]:4 = stablehlo.while({{.*}} = %[[FWD]]#3,
 // CHECK: } do {
 // CHECK: %[[NEXT:[0-9]+]] = stablehlo.dynamic_update_slice
 // CHECK: stablehlo.dynamic_slice %[[FWD]]#2
 // CHECK: stablehlo.dynamic_slice %[[NEXT]]
 // CHECK: stablehlo.tanh
+// CHECK: stablehlo.broadcast_in_dim %cst, dims = []
 // CHECK: stablehlo.subtract
 // CHECK: stablehlo.return
 // CHECK: %[[LAST:[0-9]+]] = stablehlo.dynamic_update_slice %[[BWD]]#2, %{{[0-9]+}}

@@ -11,9 +11,11 @@ it, and compiled with the XLA options loopfuse compiled its executable with) and
 `--calls` calls per variant (a twentieth of them at `--leaves`), chaining the returned state.
 Reported: median microseconds per call (wall, and this process's CPU time, XLA's worker threads
 included) with min-max, the ratio of medians, and what `Step.__call__` adds over the C++
-dispatcher. `--executables` times, instead, jax.jit's executables of the `--leaves` step (both
-ways) against loopfuse's (default, copy-free option off, no passes), all through the same C++
-call path.
+dispatcher: on a no-op (first line, warm caches) and in the tables, where the step's C++
+dispatcher alone (`Step._entry`, the same executable without `Step.__call__`'s frame) runs as a
+variant of its own. `--executables` times, instead, jax.jit's executables of the `--leaves` step
+(both ways) against loopfuse's (default, copy-free option off, no passes), all through the same
+C++ call path (loopfuse's through their dispatchers alone).
 """
 import sys
 import time
@@ -34,6 +36,7 @@ from problems import fresh  # noqa: E402
 import loopfuse  # noqa: E402
 
 SAME = "jax.jit + donation, loopfuse's XLA options"
+DISPATCHER = "loopfuse's C++ dispatcher alone"
 
 
 def problems(leaves: int) -> dict:
@@ -63,10 +66,17 @@ def per_call_us(call, state, batch, calls: int):
 
 
 def variants_of(fn, init, batch, **options) -> dict:
-    """jax.jit + donation both ways and loopfuse's step, each a ``call(state, batch)``."""
+    """jax.jit + donation both ways, loopfuse's step and its C++ dispatcher alone, each a ``call(state, batch)``."""
     step = loopfuse.compile_step(fn, **options)
     opts = harness.loopfuse_options(step, init(), batch)
-    return {"jax.jit + donation": harness.jit(fn), SAME: harness.jit(fn, opts), "loopfuse": step}
+    return {"jax.jit + donation": harness.jit(fn), SAME: harness.jit(fn, opts), "loopfuse": step,
+            DISPATCHER: dispatcher(step, init(), batch)}
+
+
+def dispatcher(step, state, batch):
+    """`step`'s jaxlib C++ dispatcher (`Step._entry`, bound by a first call): its calls without `Step.__call__`'s frame."""
+    step(state, batch)
+    return step._entry
 
 
 def interleaved(variants: dict, init, batch, calls: int, rounds: int) -> tuple[dict, dict]:
@@ -104,13 +114,15 @@ def frame_us() -> float:
 
 def executables(leaves: int, calls: int, rounds: int) -> tuple[list, dict]:
     """Device-batch calls at `leaves` through jax.jit's executables (both ways) and three of
-    loopfuse's (default, copy-free option off, no passes). All take the same C++ call path."""
+    loopfuse's (default, copy-free option off, no passes). All take the same C++ call path (loopfuse's
+    dispatchers alone, without `Step.__call__`'s frame)."""
     fn, state, batch = bench_compile.problem(leaves)
     init = lambda: fresh(state)  # noqa: E731
-    variants = {**variants_of(fn, init, batch),
-                "loopfuse, copy-free off": loopfuse.compile_step(
-                    fn, xla_options={"xla_cpu_copy_insertion_use_region_analysis": False}),
-                "loopfuse, passes=()": loopfuse.compile_step(fn, passes=())}
+    variants = variants_of(fn, init, batch)
+    variants = {**{v: call for v, call in variants.items() if v != "loopfuse"},
+                "loopfuse, copy-free off": dispatcher(loopfuse.compile_step(
+                    fn, xla_options={"xla_cpu_copy_insertion_use_region_analysis": False}), init(), batch),
+                "loopfuse, passes=()": dispatcher(loopfuse.compile_step(fn, passes=()), init(), batch)}
     times, cpu = interleaved(variants, init, batch, calls, rounds)
     return [f"Executables at {leaves} leaves, device batch, {rounds} rounds of {calls} calls; speed ratios of medians "
             "(> 1: faster than jax.jit + donation):", "",

@@ -15,9 +15,11 @@ the loop reads the new value. That needs a loop of the program's own, nested in 
 reading a donated buffer (tests/py/corpus.py, ``region_analysis_triggers``). Conditionals never
 triggered it; they are gated too, to be safe.
 
-loopfuse's passes add no control flow besides wrap-loop's loop (with ``rows``, a loop over blocks of
-steps around a loop over a block's steps), so the traced module and the final one give the same
-answer.
+The runtime asks the traced module (the options are decided before the passes run, to look the
+program up in the compile cache), so a pass that adds loops of the module's own says so
+(`ModulePass.adds_control_flow`: roll-layers, whose loops read the donated stacked leaves); the
+others add none besides wrap-loop's loop (with ``rows``, a loop over blocks of steps around a loop
+over a block's steps).
 
 Examples:
     >>> from loopfuse.mlir_context import parse_module

@@ -73,6 +73,11 @@ class ModulePass:
         """Rewrite `module_op` (a builtin.module) in place; raise `PassError` if it cannot."""
         raise NotImplementedError
 
+    def adds_control_flow(self) -> bool:
+        """Whether the pass may add control flow of the module's own (loops besides wrap-loop's): then
+        the program is compiled as one that has some (`runtime.program_options`)."""
+        return False
+
     def report(self, module_op: ir.Operation, text: str) -> None:
         """Say what the pass did: `text` goes on the module (``loopfuse.report.<name>``), into the
         dump as ``<name>.txt`` and to ``Executable.reports``."""

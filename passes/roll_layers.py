@@ -72,6 +72,9 @@ class RollLayers(ModulePass):
     force: bool = option(False, "roll a state given leaf by leaf also where stacking its layers' leaves inside "
                                 "the call costs more temporaries than the activations rolling saves")
 
+    def adds_control_flow(self) -> bool:
+        return self.memory_budget < 1.0
+
     def apply(self, module_op: ir.Operation) -> None:
         lines: list[str] = []
         if self.memory_budget >= 1.0:

@@ -39,9 +39,9 @@ def compile(traced: tracing.Traced, options: StepOptions, name: str, leaves: lis
     run the passes (on a copy of ``traced.module``: `traced` stays as traced) and XLA, and store it.
     `leaves`: the flat state and batch leaves it is compiled for; `seconds`: the time so far, by stage."""
     devices = options.program_devices
-    program = program_options(traced, options, leaves[:len(traced.state_paths)])
-    xla = runtime.compile_options(devices, program.values, shardy=runtime.uses_shardy(traced.module))
     specs = pipeline_of(traced, options)
+    program = program_options(traced, options, leaves[:len(traced.state_paths)], specs)
+    xla = runtime.compile_options(devices, program.values, shardy=runtime.uses_shardy(traced.module))
     seconds = dict(seconds)
     t0 = time.perf_counter()
     where = compile_cache.folder(options.cache_dir)
@@ -90,9 +90,10 @@ def dump_folder(name: str, options: StepOptions, traced: tracing.Traced, specs) 
         root, name, traced.module, specs, (options.device, options.devices, options.xla_options))
 
 
-def program_options(traced: tracing.Traced, options: StepOptions, state_leaves: list) -> runtime.ProgramOptions:
+def program_options(traced: tracing.Traced, options: StepOptions, state_leaves: list, specs: list) -> runtime.ProgramOptions:
     """The XLA options of `traced`'s program (`runtime.program_options`), given the bytes of
-    floating-point state it replicates over a mesh."""
+    floating-point state it replicates over a mesh and the passes `specs` it runs (those that may
+    add control flow of their own)."""
     replicated = 0
     if traced.arg_shardings is not None:
         for x, s in zip(state_leaves, traced.arg_shardings):
@@ -100,7 +101,7 @@ def program_options(traced: tracing.Traced, options: StepOptions, state_leaves: 
             if s.is_fully_replicated and jax.numpy.issubdtype(a.dtype, jax.numpy.floating):
                 replicated += a.size * a.dtype.itemsize
     return runtime.program_options(traced.module, options.program_devices[0].platform, replicated,
-                                   options.xla_options)
+                                   options.xla_options, [p.name for p in specs if p.adds_control_flow()])
 
 
 def _origin(entry: compile_cache.Entry | None, loaded, cache_set: bool) -> str:

@@ -76,10 +76,11 @@ class ProgramOptions:
 
 
 def program_options(module: ir.Module, platform: str, replicated_state_bytes: int = 0,
-                    xla_options=None) -> ProgramOptions:
+                    xla_options=None, adding_control_flow=()) -> ProgramOptions:
     """The XLA options of `module` on `platform`: the only place they are decided.
 
-    - the copy-free loop carry (`COPY_FREE`) when the module has no control flow of its own;
+    - the copy-free loop carry (`COPY_FREE`) when the module has no control flow of its own and
+      none of its passes adds some (`adding_control_flow`: their names, as roll-layers' loops);
     - all-reduces left uncombined when the floating-point state a mesh replicates reaches
       `SPLIT_ALL_REDUCE_BYTES`;
     - then the caller's `xla_options` over both (a value of None removes an option).
@@ -97,7 +98,10 @@ def program_options(module: ir.Module, platform: str, replicated_state_bytes: in
     flag = COPY_FREE.get(platform)
     if flag is not None:
         own = control_flow.own_control_flow(module.operation)
-        if own:
+        if adding_control_flow:
+            reasons.append(f"{flag}: off, {' and '.join(adding_control_flow)} adds control flow of its own, where "
+                           "XLA's region analysis can change results")
+        elif own:
             reasons.append(f"{flag}: off, the program has control flow of its own ({control_flow.describe(own[0])}"
                            f"{f' and {len(own) - 1} more' if len(own) > 1 else ''}), where XLA's region analysis "
                            "can change results")

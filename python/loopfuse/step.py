@@ -157,8 +157,8 @@ class Step:
         o = step.options
         batch = step._serve(batch, start)
         traced = compiler.trace(step.fn, o, state, batch, static)
-        program = compiler.program_options(traced, o, jax.tree_util.tree_leaves(state))
         specs = compiler.pipeline_of(traced, o)
+        program = compiler.program_options(traced, o, jax.tree_util.tree_leaves(state), specs)
         dump = compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs)
         module = copy_module(traced.module)
         pipeline.lower(module, specs, dump=dump)

@@ -46,21 +46,23 @@ class Dataflow:
         for a in block.arguments:
             types.append(_text(a.type, texts))
             g._value(a, ARG)
-        for view in block.operations:
+        id_of, users = g.id_of, g.users
+        for n, view in enumerate(block.operations):
             op = view.operation
-            n = len(g.ops)
-            direct = tuple(g.id_of[v] for v in op.operands)
-            results = tuple(g._value(r, n) for r in op.results)
-            types += [_text(g.values[r].type, texts) for r in results]
+            direct = tuple([id_of[v] for v in op.operands])
+            results = []
+            for r in op.results:
+                types.append(_text(r.type, texts))
+                results.append(g._value(r, n))
             captured: list = []
-            key = _signature(op, captured, texts, types=(tuple(types[v] for v in direct), tuple(types[r] for r in results)))
+            key = _signature(op, captured, texts, types=(tuple([types[v] for v in direct]), tuple([types[r] for r in results])))
             g.ops.append(op)
             g.signature.append(g.signatures.setdefault(key, len(g.signatures)))
-            operands = direct + tuple(g.id_of[v] for v in captured)
+            operands = direct + tuple([id_of[v] for v in captured]) if captured else direct
             g.operands.append(operands)
             for k, v in enumerate(operands):
-                g.users[v].append((n, k))
-            g.results.append(results)
+                users[v].append((n, k))
+            g.results.append(tuple(results))
         return g
 
     def _value(self, value: ir.Value, owner: int) -> int:

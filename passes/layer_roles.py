@@ -249,38 +249,46 @@ def _cut_binary(g: Dataflow, long: list, chains: list, placed: dict, length: int
 
 
 def _min_cut(capacity: dict, source: int, sink: int) -> set:
-    """The nodes on the source side of a minimum source-sink cut (Edmonds-Karp, the paths source -> a
-    -> sink filled first: the residual graph of any maximum flow leaves the same nodes reachable);
-    `capacity` maps (from, to) to a capacity, with both directions present."""
+    """The nodes on the source side of a minimum source-sink cut (Dinic: augmenting paths along a
+    level graph of shortest paths, a phase at a time; the residual graph of any maximum flow leaves
+    the same nodes reachable); `capacity` maps (from, to) to a capacity, with both directions present."""
     out: dict = {}
     for a, b in capacity:
         out.setdefault(a, []).append(b)
     flow = dict.fromkeys(capacity, 0)
-    for a in out.get(source, ()):
-        if a != sink and (a, sink) in capacity:
-            push = min(capacity[source, a], capacity[a, sink])
-            for e in ((source, a), (a, sink)):
-                flow[e] += push
-                flow[e[::-1]] -= push
     while True:
-        parent: dict[int, int | None] = {source: None}
+        level = {source: 0}
         queue = deque([source])
-        while queue and sink not in parent:
+        while queue:
             a = queue.popleft()
             for b in out.get(a, ()):
-                if b not in parent and capacity[a, b] - flow[a, b] > 0:
-                    parent[b] = a
+                if b not in level and capacity[a, b] > flow[a, b]:
+                    level[b] = level[a] + 1
                     queue.append(b)
-        if sink not in parent:
-            return set(parent)
-        path, b = [], sink
-        while parent[b] is not None:
-            path.append((parent[b], b))
-            b = parent[b]
-        push = min(capacity[e] - flow[e] for e in path)
-        for a, b in path:
-            flow[a, b] += push
-            flow[b, a] -= push
+        if sink not in level:
+            return set(level)
+        arc = dict.fromkeys(level, 0)          # the next edge of a node to try in this phase
+        while True:
+            path = [source]
+            while path and path[-1] != sink:
+                a = path[-1]
+                edges = out.get(a, ())
+                while arc[a] < len(edges) and not (level.get(edges[arc[a]]) == level[a] + 1
+                                                   and capacity[a, edges[arc[a]]] > flow[a, edges[arc[a]]]):
+                    arc[a] += 1
+                if arc[a] < len(edges):
+                    path.append(edges[arc[a]])
+                else:                          # a dead end for this phase
+                    path.pop()
+                    if path:
+                        arc[path[-1]] += 1
+            if not path:
+                break
+            steps = list(zip(path, path[1:]))
+            push = min(capacity[e] - flow[e] for e in steps)
+            for a, b in steps:
+                flow[a, b] += push
+                flow[b, a] -= push
 
 
 def _crossing(g: Dataflow, placed: dict, chain: list, start: int, length: int, counts: dict | None = None) -> int:

@@ -39,8 +39,8 @@ The pass reports what it did (and why a run did not roll) with `ModulePass.repor
 """
 import math
 from collections import defaultdict
-from functools import cmp_to_key
 from dataclasses import dataclass, field
+from functools import cmp_to_key
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo

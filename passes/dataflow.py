@@ -36,24 +36,33 @@ class Dataflow:
     users: list = field(default_factory=list)           # value id -> [(op id, operand index)]
     id_of: dict = field(default_factory=dict)           # ir.Value -> value id
     signatures: dict = field(default_factory=dict)      # signature tuple -> id
+    sizes: dict = field(default_factory=dict)           # value id -> `nbytes`, once asked
 
     @classmethod
     def of(cls, block: ir.Block) -> "Dataflow":
         g = cls(block)
+        texts: dict = {}      # type or attribute -> its text: printing is most of the reading
+        types: list = []      # value id -> its type's text
         for a in block.arguments:
+            types.append(_text(a.type, texts))
             g._value(a, ARG)
-        for view in block.operations:
+        id_of, users = g.id_of, g.users
+        for n, view in enumerate(block.operations):
             op = view.operation
-            n = len(g.ops)
+            direct = tuple([id_of[v] for v in op.operands])
+            results = []
+            for r in op.results:
+                types.append(_text(r.type, texts))
+                results.append(g._value(r, n))
             captured: list = []
-            key = _signature(op, captured)
+            key = _signature(op, captured, texts, types=(tuple([types[v] for v in direct]), tuple([types[r] for r in results])))
             g.ops.append(op)
             g.signature.append(g.signatures.setdefault(key, len(g.signatures)))
-            operands = tuple(g.id_of[v] for v in [*op.operands, *captured])
+            operands = direct + tuple([id_of[v] for v in captured]) if captured else direct
             g.operands.append(operands)
             for k, v in enumerate(operands):
-                g.users[v].append((n, k))
-            g.results.append(tuple(g._value(r, n) for r in op.results))
+                users[v].append((n, k))
+            g.results.append(tuple(results))
         return g
 
     def _value(self, value: ir.Value, owner: int) -> int:
@@ -64,13 +73,42 @@ class Dataflow:
         self.id_of[value] = i
         return i
 
+    def _merged(self, gone: set, rename: list) -> "Dataflow":
+        """The Dataflow of the block after the ops `gone` were erased, uses of values renamed by
+        `rename` (value id -> value id), as `Dataflow.of` reads it, without reading the block again;
+        read again where an op's region captures two values that became one (its signature changes)."""
+        direct = {n: len(self.ops[n].operands) for n, operands in enumerate(self.operands)
+                  if n not in gone and any(rename[v] != v for v in operands)}
+        if any(len({rename[v] for v in self.operands[n][k:]}) < len(self.operands[n]) - k for n, k in direct.items()):
+            return Dataflow.of(self.block)
+        keep = [n for n in range(len(self.ops)) if n not in gone]
+        new_op = {n: i for i, n in enumerate(keep)}
+        values = [v for v, o in enumerate(self.owner) if o == ARG or o not in gone]
+        new_value = {v: i for i, v in enumerate(values)}
+        g = Dataflow(self.block, signatures=self.signatures)
+        g.ops = [self.ops[n] for n in keep]
+        g.signature = [self.signature[n] for n in keep]
+        g.operands = [tuple(new_value[rename[v]] for v in self.operands[n]) for n in keep]
+        g.results = [tuple(new_value[v] for v in self.results[n]) for n in keep]
+        g.values = [self.values[v] for v in values]
+        g.owner = [o if o == ARG else new_op[o] for o in (self.owner[v] for v in values)]
+        g.users = [[] for _ in values]
+        for n, operands in enumerate(g.operands):
+            for k, v in enumerate(operands):
+                g.users[v].append((n, k))
+        g.id_of = {value: i for i, value in enumerate(g.values)}
+        return g
+
     def arg_number(self, value: int) -> int | None:
         """The block argument number of value id `value`, or None for an op result."""
         return value if self.owner[value] == ARG else None
 
     def nbytes(self, value: int) -> int:
         """Bytes of a statically shaped tensor value (0 for other types)."""
-        return tensor_bytes(self.values[value].type)
+        n = self.sizes.get(value)
+        if n is None:
+            n = self.sizes[value] = tensor_bytes(self.values[value].type)
+        return n
 
 
 def tensor_bytes(t: ir.Type) -> int:
@@ -83,13 +121,24 @@ def tensor_bytes(t: ir.Type) -> int:
     return n * max(width, 8) // 8
 
 
-def _signature(op: ir.Operation, captured: list, outer: dict | None = None) -> tuple:
+def _text(x, texts: dict) -> str:
+    """str(x) of a type or an attribute, printed once per `texts` (they are uniqued: equal ones are one)."""
+    s = texts.get(x)
+    if s is None:
+        s = texts[x] = str(x)
+    return s
+
+
+def _signature(op: ir.Operation, captured: list, texts: dict, outer: dict | None = None,
+               types: tuple | None = None) -> tuple:
     """(name, attributes, operand types, result types, regions) of `op`; the regions' ops are
     numbered locally (`outer` maps values defined in enclosing regions of the same top-level op);
-    values from outside the top-level op are appended to `captured` and referred to by position."""
+    values from outside the top-level op are appended to `captured` and referred to by position.
+    `types`: the operand and result types' texts, where the caller has them."""
     attrs = op.attributes
-    named = tuple(sorted((attrs[i].name, str(attrs[i].attr)) for i in range(len(attrs))))
-    key: tuple = (op.name, named, tuple(str(v.type) for v in op.operands), tuple(str(r.type) for r in op.results))
+    named = tuple(sorted((a.name, _text(a.attr, texts)) for a in (attrs[i] for i in range(len(attrs)))))
+    key: tuple = (op.name, named, *(types or (tuple(_text(v.type, texts) for v in op.operands),
+                                              tuple(_text(r.type, texts) for r in op.results))))
     if len(op.regions) == 0:
         return key
     local = dict(outer or {})
@@ -110,27 +159,26 @@ def _signature(op: ir.Operation, captured: list, outer: dict | None = None) -> t
                         if v not in captured:
                             captured.append(v)
                         refs.append(("outer", captured.index(v)))
-                body.append((_signature(inner, captured, local), tuple(refs)))
+                body.append((_signature(inner, captured, texts, local), tuple(refs)))
                 for r in inner.results:
                     local[r] = len(local)
-            blocks.append((tuple(str(a.type) for a in block.arguments), tuple(body)))
+            blocks.append((tuple(_text(a.type, texts) for a in block.arguments), tuple(body)))
         regions.append(tuple(blocks))
     return (*key, tuple(regions))
 
 
-def common_subexpressions(block: ir.Block, pure_callees=frozenset()) -> int:
-    """Merge the side-effect-free ops of `block` that repeat an earlier op's signature on the same
+def common_subexpressions(g: Dataflow, pure_callees=frozenset()) -> Dataflow:
+    """Merge the side-effect-free ops of `g`'s block that repeat an earlier op's signature on the same
     operands: uses of the later op's results go to the earlier one's, and the later op is erased.
-    Returns how many were merged. Exact: the merged op computed the same function of the same values."""
-    g = Dataflow.of(block)
+    Returns the block's `Dataflow` after (`g` no longer describes it). Exact: the merged op computed
+    the same function of the same values."""
     seen: dict = {}
     rename = list(range(len(g.values)))       # value id -> the value id it is merged into
     merged = []
     for n, op in enumerate(g.ops):
-        key = (g.signature[n], tuple(rename[v] for v in g.operands[n]))
-        if has_side_effects(op, pure_callees) or not g.results[n]:
+        if not g.results[n] or has_side_effects(op, pure_callees):
             continue
-        first = seen.setdefault(key, n)
+        first = seen.setdefault((g.signature[n], tuple(rename[v] for v in g.operands[n])), n)
         if first == n:
             continue
         for mine, theirs in zip(g.results[n], g.results[first]):
@@ -141,4 +189,4 @@ def common_subexpressions(block: ir.Block, pure_callees=frozenset()) -> int:
             g.values[mine].replace_all_uses_with(g.values[rename[mine]])
     for n in reversed(merged):
         g.ops[n].erase()
-    return len(merged)
+    return g._merged(set(merged), rename) if merged else g

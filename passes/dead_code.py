@@ -4,20 +4,20 @@ from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from .functions import module_functions
 
-_EFFECTFUL = (
+_EFFECTFUL = frozenset(c.OPERATION_NAME for c in (
     func.ReturnOp, stablehlo.ReturnOp, stablehlo.CustomCallOp, stablehlo.SendOp, stablehlo.RecvOp,
     stablehlo.OutfeedOp, stablehlo.InfeedOp, stablehlo.AfterAllOp, stablehlo.AllReduceOp,
     stablehlo.AllGatherOp, stablehlo.AllToAllOp, stablehlo.CollectivePermuteOp,
-    stablehlo.ReduceScatterOp, stablehlo.RngBitGeneratorOp, sdy.ShardingConstraintOp)
+    stablehlo.ReduceScatterOp, stablehlo.RngBitGeneratorOp, sdy.ShardingConstraintOp))
 _PURE_DIALECTS = ("stablehlo", "chlo")  # apart from _EFFECTFUL, their ops only compute their results
 
 
 def has_side_effects(op: ir.Operation, pure_callees=frozenset()) -> bool:
     """Conservative: ops that must survive even when their results are unused."""
-    view = op.opview
-    if isinstance(view, func.CallOp):
-        return view.callee.value not in pure_callees
-    return isinstance(view, _EFFECTFUL) or op.name.split(".", 1)[0] not in _PURE_DIALECTS
+    name = op.name
+    if name == func.CallOp.OPERATION_NAME:
+        return ir.FlatSymbolRefAttr(op.attributes["callee"]).value not in pure_callees
+    return name in _EFFECTFUL or name.split(".", 1)[0] not in _PURE_DIALECTS
 
 
 def pure_callees(module_op: ir.Operation) -> frozenset:

@@ -29,7 +29,7 @@ any rewrite that runs role r's op at position l on the operands the classificati
 the same values as the original op. `roll_layers` builds its loops from that.
 """
 import re
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from .dataflow import ARG, Dataflow
@@ -223,8 +223,9 @@ def _cut_binary(g: Dataflow, long: list, chains: list, placed: dict, length: int
             capacity.setdefault((b, a), 0)
 
     here = {**placed, **{o: _UNPLACED for j in chains for o in long[j]}}
+    counts: dict = {}                      # `_uses_at` of `here`
     for i in chains:
-        cost = [_crossing(g, here, long[i], s, length) for s in (0, 1)]
+        cost = [_crossing(g, here, long[i], s, length, counts) for s in (0, 1)]
         add(source, index[i], cost[1] + 1)   # on the sink side, i is cut at 1 and pays cost[1] (ties go to 0)
         add(index[i], sink, cost[0])         # ... on the source side at 0
 
@@ -238,7 +239,7 @@ def _cut_binary(g: Dataflow, long: list, chains: list, placed: dict, length: int
                 if p not in chain_of or chain_of[p][1] != k or chain_of[p][0] == c:
                     continue
                 a = chain_of[p][0]
-                fixed = {here.get(q, _OUTSIDE) for q, _ in g.users[v]} - {_UNPLACED}
+                fixed = set(_uses_at(g, here, v, counts)) - {_UNPLACED}
                 if at(k - 1) != at(k) and at(k - 1) not in fixed:    # a at 0, c at 1: c reads it a position early
                     add(index[a], index[c], g.nbytes(v))
                 if at(k) != at(k - 1) and at(k) not in fixed:        # a at 1, c at 0
@@ -248,45 +249,68 @@ def _cut_binary(g: Dataflow, long: list, chains: list, placed: dict, length: int
 
 
 def _min_cut(capacity: dict, source: int, sink: int) -> set:
-    """The nodes on the source side of a minimum source-sink cut (Edmonds-Karp); `capacity` maps
-    (from, to) to a capacity, with both directions present."""
+    """The nodes on the source side of a minimum source-sink cut (Dinic: augmenting paths along a
+    level graph of shortest paths, a phase at a time; the residual graph of any maximum flow leaves
+    the same nodes reachable); `capacity` maps (from, to) to a capacity, with both directions present."""
     out: dict = {}
     for a, b in capacity:
         out.setdefault(a, []).append(b)
     flow = dict.fromkeys(capacity, 0)
     while True:
-        parent: dict[int, int | None] = {source: None}
+        level = {source: 0}
         queue = deque([source])
-        while queue and sink not in parent:
+        while queue:
             a = queue.popleft()
             for b in out.get(a, ()):
-                if b not in parent and capacity[a, b] - flow[a, b] > 0:
-                    parent[b] = a
+                if b not in level and capacity[a, b] > flow[a, b]:
+                    level[b] = level[a] + 1
                     queue.append(b)
-        if sink not in parent:
-            return set(parent)
-        path, b = [], sink
-        while parent[b] is not None:
-            path.append((parent[b], b))
-            b = parent[b]
-        push = min(capacity[e] - flow[e] for e in path)
-        for a, b in path:
-            flow[a, b] += push
-            flow[b, a] -= push
+        if sink not in level:
+            return set(level)
+        arc = dict.fromkeys(level, 0)          # the next edge of a node to try in this phase
+        while True:
+            path = [source]
+            while path and path[-1] != sink:
+                a = path[-1]
+                edges = out.get(a, ())
+                while arc[a] < len(edges) and not (level.get(edges[arc[a]]) == level[a] + 1
+                                                   and capacity[a, edges[arc[a]]] > flow[a, edges[arc[a]]]):
+                    arc[a] += 1
+                if arc[a] < len(edges):
+                    path.append(edges[arc[a]])
+                else:                          # a dead end for this phase
+                    path.pop()
+                    if path:
+                        arc[path[-1]] += 1
+            if not path:
+                break
+            steps = list(zip(path, path[1:]))
+            push = min(capacity[e] - flow[e] for e in steps)
+            for a, b in steps:
+                flow[a, b] += push
+                flow[b, a] -= push
 
 
-def _crossing(g: Dataflow, placed: dict, chain: list, start: int, length: int) -> int:
+def _crossing(g: Dataflow, placed: dict, chain: list, start: int, length: int, counts: dict | None = None) -> int:
     """Bytes of the values that would newly cross between positions (a value read at a position, or
     outside, other than its producer's) if `chain` were cut at `start`, given the ops `placed` so far
-    (ops of uncut chains do not count). A value that crosses to a position already is not counted again."""
+    (ops of uncut chains do not count). A value that crosses to a position already is not counted again.
+    `counts`: the caller's `_uses_at` cache, while `placed` stays as it is."""
     mine = {o: (k - start if 0 <= k - start < length else _OUTSIDE) for k, o in enumerate(chain)}
+    counts = {} if counts is None else counts
+    mine_uses: dict = {}                # value -> the chain's ops using it, once per use
+    for o in mine:
+        for v in g.operands[o]:
+            mine_uses.setdefault(v, []).append(o)
 
     def position(op: int):
         return mine[op] if op in mine else placed.get(op, _OUTSIDE)
 
     def crosses_already(v: int, to) -> bool:
-        p = g.owner[v]
-        return any(q not in mine and position(q) == to != position(p) for q, _ in g.users[v])
+        """Another op than the chain's reads `v` at position `to`, not its producer's."""
+        if to == position(g.owner[v]):
+            return False
+        return _uses_at(g, placed, v, counts).get(to, 0) > sum(placed.get(q, _OUTSIDE) == to for q in mine_uses.get(v, ()))
 
     new = set()
     for o, at in mine.items():
@@ -302,6 +326,14 @@ def _crossing(g: Dataflow, placed: dict, chain: list, start: int, length: int) -
     return sum(g.nbytes(v) for v, _ in new)
 
 
+def _uses_at(g: Dataflow, placed: dict, v: int, counts: dict) -> Counter:
+    """Position (by `placed`) -> how many uses of value `v` are there; cached in `counts`."""
+    found = counts.get(v)
+    if found is None:
+        found = counts[v] = Counter(placed.get(q, _OUTSIDE) for q, _ in g.users[v])
+    return found
+
+
 def _describe(g: Dataflow, op: int) -> str:
     """``stablehlo.dot_general (model.py:12)``: the op and the innermost file:line of its location."""
     o = g.ops[op]
@@ -311,25 +343,37 @@ def _describe(g: Dataflow, op: int) -> str:
 
 # ---- 3. validation ---------------------------------------------------------------------------
 def _validate(g: Dataflow, roles: Roles) -> None:
-    """Classify every role operand; drop roles with an operand that fits no class, until none is left."""
+    """Classify every role operand; drop roles with an operand that fits no class, until none is left.
+    A class names the one role its values come from, so after a drop only the roles reading a dropped
+    role are classified again; the others' classes stay, renumbered."""
     seed_at = {v: (s, l) for s, per in enumerate(roles.seeds) for l, v in enumerate(per)}
+
+    def classes(ops: list) -> list:
+        return [_classify(g, roles, seed_at, [g.operands[o][k] for o in ops]) for k in range(len(g.operands[ops[0]]))]
+
+    roles.operands = [classes(ops) for ops in roles.ops]
     while True:
-        bad = set()
-        roles.operands = []
-        for r, ops in enumerate(roles.ops):
-            classes = [_classify(g, roles, seed_at, [g.operands[o][k] for o in ops]) for k in range(len(g.operands[ops[0]]))]
-            if any(c is None for c in classes):
-                bad.add(r)
-            roles.operands.append(classes)
+        bad = {r for r, found in enumerate(roles.operands) if any(c is None for c in found)}
         if not bad:
             return
         for r in sorted(bad):
             k = next(k for k, c in enumerate(roles.operands[r]) if c is None)
             roles.dropped.append(f"{_describe(g, roles.ops[r][0])}: its operand {k} is not the same kind of value at "
                                  "every layer")
-        keep = [ops for r, ops in enumerate(roles.ops) if r not in bad]
-        roles.ops = keep
-        roles.role_of = {o: (r, l) for r, ops in enumerate(keep) for l, o in enumerate(ops)}
+        keep = [r for r in range(len(roles.ops)) if r not in bad]
+        new = {r: n for n, r in enumerate(keep)}
+        roles.ops = [roles.ops[r] for r in keep]
+        roles.role_of = {o: (r, l) for r, ops in enumerate(roles.ops) for l, o in enumerate(ops)}
+        roles.operands = [classes(roles.ops[new[r]]) if any(isinstance(c, (Internal, Carry)) and c.role in bad for c in found)
+                          else [_renumbered(c, new) for c in found] for r, found in enumerate(roles.operands) if r in new]
+
+
+def _renumbered(c: Operand, new: dict) -> Operand:
+    if isinstance(c, Internal):
+        return Internal(new[c.role], c.result)
+    if isinstance(c, Carry):
+        return Carry(new[c.role], c.result, c.init, c.backward)
+    return c
 
 
 def _classify(g: Dataflow, roles: Roles, seed_at: dict, values: list) -> Operand | None:

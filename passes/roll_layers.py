@@ -40,6 +40,7 @@ The pass reports what it did (and why a run did not roll) with `ModulePass.repor
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cmp_to_key
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
@@ -83,17 +84,19 @@ class RollLayers(ModulePass):
             main = main_func(module_op)
             block = main.body.blocks[0]
             tried: set = set()       # the leaf paths of the runs tried so far
-            as_traced = None
-            if self._candidates(Dataflow.of(block), main, tried):     # the module is left as it is otherwise
+            as_traced, g = None, None      # g: the block's Dataflow, read again after each rewrite
+            if self._candidates(state_leaves(main), tried):     # the module is left as it is otherwise
                 as_traced = main.operation.clone(ip=ir.InsertionPoint(main.operation))   # put back if nothing rolls
-                common_subexpressions(block, pure_callees(module_op))
+                g = common_subexpressions(Dataflow.of(block), pure_callees(module_op))
             rolled = False
             while True:
-                g = Dataflow.of(block)
-                leaves = state_leaves(g, main)
-                candidates = self._candidates(g, main, tried, leaves)
+                leaves = state_leaves(main)
+                candidates = self._candidates(leaves, tried)
                 if not candidates:
                     break
+                if g is None:
+                    g = Dataflow.of(block)
+                leaves = [(g.id_of[v], path) for v, path in leaves]
                 whole, names = candidates[0]
                 tried |= names
                 run, plan = self._plan(g, main, whole, leaves)
@@ -106,7 +109,7 @@ class RollLayers(ModulePass):
                              + (f"; layer {left[0]} left as it is: its ops differ from the others'" if left else ""))
                 _rewrite(main, g, plan)
                 join_rows(block)
-                rolled = True
+                g, rolled = None, True
             if as_traced is not None and not rolled:
                 main.operation.erase()
             elif as_traced is not None:
@@ -120,50 +123,58 @@ class RollLayers(ModulePass):
         first layer of a network that reads the data differs from the others (its input has no
         gradient), and so may the last."""
         tried = []
+        paths, written = dict(leaves), written_leaves(g, main)
         for first, last in ((0, 0), (1, 0), (0, 1)):
             part = run.trimmed(first, last)
             roles = analyze(g, part, lambda leaf: leaves[leaf][0])
-            tried.append((part, Plan.of(g, roles, self.memory_budget, dict(leaves), written_leaves(g, main), self.force),
-                          roles))
+            tried.append((part, Plan.of(g, roles, self.memory_budget, paths, written, self.force), roles))
             if len(tried) == 1 and (run.length - 1 < self.min_layers or not (tried[0][1].why_not or roles.short)):
                 break           # the whole run rolls with every op, or is too short to trim
         best = max(tried, key=lambda t: (not t[1].why_not, _score(t[1]) if not t[1].why_not else (0, 0)))
         return best[0], best[1]
 
-    def _candidates(self, g: Dataflow, main: func.FuncOp, tried: set, leaves: list | None = None) -> list:
-        """The runs (`layer_runs.runs`) of the state leaves not tried yet, with their leaves' paths."""
-        leaves = state_leaves(g, main) if leaves is None else leaves
+    def _candidates(self, leaves: list, tried: set) -> list:
+        """The runs (`layer_runs.runs`) of the state `leaves` not tried yet, with their leaves' paths."""
         paths = [p for _, p in leaves]
-        found = runs(paths, [str(g.values[v].type) for v, _ in leaves], self.min_layers)
+        found = runs(paths, [str(v.type) for v, _ in leaves], self.min_layers)
         return [(run, names) for run in found if not (names := {paths[leaf] for per in run.families.values()
                                                                 for layer in per for leaf in layer.values()}) & tried]
 
 
-def state_leaves(g: Dataflow, main: func.FuncOp) -> list[tuple[int, str]]:
-    """(value id, key path) of each state leaf as the step reads it: a state argument, or the piece of
+def state_leaves(main: func.FuncOp) -> list[tuple[ir.Value, str]]:
+    """(value, key path) of each state leaf as the step reads it: a state argument, or the piece of
     a packed buffer (an argument tagged ``loopfuse.packed``) that holds the leaf (its slice, reshaped)."""
+    args = main.body.blocks[0].arguments
     out = []
     for a, attrs in enumerate(arg_attrs(main)):
         path = string_attr(attrs, STATE)
         if path is None:
             continue
         if PACKED not in attrs:
-            out.append((a, path))
+            out.append((args[a], path))
             continue
         held = [ir.StringAttr(p).value for p in ir.ArrayAttr(attrs[PACKED])]
-        if len(held) == 1 and not any(_bounds(g.ops[op]) for op, _ in g.users[a]):
-            out.append((a, held[0]))        # a leaf a packed state keeps as it is
+        users = [use.owner.operation for use in args[a].uses]
+        if len(held) == 1 and not any(_bounds(op) for op in users):
+            out.append((args[a], held[0]))        # a leaf a packed state keeps as it is
             continue
-        pieces = sorted((bounds, op) for op, _ in g.users[a] if (bounds := _bounds(g.ops[op])) is not None)
+        pieces = sorted(((bounds, op) for op in users if (bounds := _bounds(op)) is not None), key=cmp_to_key(_by_bounds))
         if len(pieces) != len(held) or [lo for (lo, _), _ in pieces] != [0, *[hi for (_, hi), _ in pieces[:-1]]]:
             continue         # not sliced leaf by leaf: no leaf to name
         for (_, op), path in zip(pieces, held):
-            v = g.results[op][0]
-            users = g.users[v]
-            if len(users) == 1 and g.ops[users[0][0]].name == "stablehlo.reshape":
-                v = g.results[users[0][0]][0]
+            v = op.result
+            uses = list(v.uses)
+            if len(uses) == 1 and uses[0].owner.name == "stablehlo.reshape":
+                v = uses[0].owner.result
             out.append((v, path))
     return out
+
+
+def _by_bounds(x: tuple, y: tuple) -> int:
+    """Order of two (bounds, slice op) pieces: by bounds, equal ones in program order."""
+    if x[0] != y[0]:
+        return -1 if x[0] < y[0] else 1
+    return -1 if x[1].is_before_in_block(y[1]) else 1
 
 
 def written_leaves(g: Dataflow, main: func.FuncOp) -> dict[tuple[int, int], str]:

@@ -5,6 +5,7 @@ run in this process on a tiny Adam step.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -98,6 +99,26 @@ def entries(where: Path) -> list:
     return sorted(where.glob("*.lfx"))
 
 
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """store(where, **kw): the cache folder `where` holding the entry of ``compiled(**kw)``, copied from one
+    compiled once per module and keyword set; returns that call's outputs (so tests that only need an
+    entry to be there do not each compile it: a miss is tested by test_hit_skips_passes_and_xla...)."""
+    made = {}
+
+    def store(where: Path, **kw):
+        name = repr(sorted(kw.items()))
+        if name not in made:
+            folder = tmp_path_factory.mktemp("stored")
+            made[name] = folder, compiled(folder, **kw)[1]
+        folder, out = made[name]
+        where.mkdir(parents=True, exist_ok=True)
+        for path in entries(folder):
+            shutil.copy2(path, where / path.name)
+        return out
+    return store
+
+
 # ---- hits -----------------------------------------------------------------------------------
 def test_second_process_loads_the_executable_and_gets_the_same_bits(tmp_path):
     first = json.loads(finish(child("run", tmp_path)))
@@ -142,8 +163,9 @@ VARIANTS = {
 
 # shapes slow: they reach the key as the function does, in the traced module's text
 @pytest.mark.parametrize("what", [pytest.param(w, marks=pytest.mark.slow if w == "shapes" else ()) for w in VARIANTS])
-def test_programs_that_differ_never_share_an_entry(tmp_path, what):
-    compiled(tmp_path, steps=2)
+def test_programs_that_differ_never_share_an_entry(tmp_path, what, stored):
+    stored(tmp_path, steps=2)
+    assert len(entries(tmp_path)) == 1
     variant = dict(steps=2) | VARIANTS[what]
     ex, _ = compiled(tmp_path, **variant)
     assert "xla" in ex.seconds, f"a program with other {what} was served from the cache"
@@ -220,8 +242,8 @@ def _not_an_entry(path: Path):
 
 @pytest.mark.parametrize("damage", [_flip_a_byte, _truncate, _other_version, _not_an_entry],
                          ids=["corrupt", "truncated", "other version", "foreign file"])
-def test_damaged_entry_warns_once_and_recompiles(tmp_path, damage):
-    _, reference = compiled(tmp_path)
+def test_damaged_entry_warns_once_and_recompiles(tmp_path, damage, stored):
+    reference = stored(tmp_path)
     (path,) = entries(tmp_path)
     damage(path)
     with pytest.warns(cache.CacheWarning, match="unusable") as caught:

@@ -51,7 +51,8 @@ def test_served_batches_follow_the_documented_order(steps, start):
     expected = documented_rows(key, range(start, start + steps))
     np.testing.assert_array_equal(got, expected)
     # The same as the in-trace Dataset.batch (the definition of the order).
-    np.testing.assert_array_equal(got, np.stack([np.asarray(jax.jit(ds.batch)(np.int32(i))["idx"])
+    batch = jax.jit(ds.batch)
+    np.testing.assert_array_equal(got, np.stack([np.asarray(batch(np.int32(i))["idx"])
                                                  for i in range(start, start + steps)]))
 
 

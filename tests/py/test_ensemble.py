@@ -129,13 +129,22 @@ def test_one_member_is_the_plain_minimize(problem):
     assert_trees_equal((one.params[0], one.loss_history[0]), (plain.params, plain.loss_history))
 
 
+HOST_CHECKED = dict(optimizer=optax.sgd(1.0), steps=40, until=below(1e-3), ensemble=Ensemble(tile=4))
+
+
+@pytest.fixture(scope="module")
+def checked_loop(problem):
+    """The CompiledLoop solve the host-checked backends are compared with (compiled once for both)."""
+    x0, h = problem
+    return loopfuse.minimize(quadratic, x0, per_member(h), backend=CompiledLoop(steps=16), **HOST_CHECKED)
+
+
 @pytest.mark.parametrize("backend", [CompiledStep(), GradOnly()], ids=["step", "grad-only"])
-def test_host_checked_backends_stop_each_member_where_the_loop_does(problem, backend):
+def test_host_checked_backends_stop_each_member_where_the_loop_does(problem, checked_loop, backend):
     x0, h = problem      # 40 steps (GradOnly's eager step is slow): every retcode, non_finite at step 33
-    kwargs = dict(optimizer=optax.sgd(1.0), steps=40, until=below(1e-3), ensemble=Ensemble(tile=4))
-    loop = loopfuse.minimize(quadratic, x0, per_member(h), backend=CompiledLoop(steps=16), **kwargs)
+    loop = checked_loop
     assert set(loop.retcode) == {"converged", "non_finite", "max_steps"}
-    s = loopfuse.minimize(quadratic, x0, per_member(h), backend=backend, **kwargs)
+    s = loopfuse.minimize(quadratic, x0, per_member(h), backend=backend, **HOST_CHECKED)
     np.testing.assert_array_equal(s.retcode, loop.retcode)
     if isinstance(backend, CompiledStep):             # the same step, called once per step: bitwise the loop
         np.testing.assert_array_equal(s.steps, loop.steps)

@@ -80,10 +80,13 @@ def test_lbfgs_on_rosenbrock_is_bitwise_the_jit_loop(backend, rosenbrock_referen
     assert s.retcode == "max_steps" and 0 < losses[-1] < 0.01 * losses[0]     # mid-way, not yet converged
 
 
-# GradOnly's L-BFGS: its bitwise test; the loop's to gtol: test_adam_then_lbfgs_continues_from_the_solution
-@pytest.mark.parametrize("backend", [pytest.param(GradOnly(), marks=pytest.mark.slow), CompiledStep(),
-                                     pytest.param(CompiledLoop(steps=8), marks=pytest.mark.slow)],
-                         ids=["grad-only", *IDS])
+# All with -m slow (each compiles an L-BFGS program of its own). By default: the loop's L-BFGS to gtol in
+# test_adam_then_lbfgs_continues_from_the_solution; the compiled step's L-BFGS bitwise in
+# test_lbfgs_on_rosenbrock_is_bitwise_the_jit_loop[step] and its until stopping it in test_until_drivers'
+# test_minimize_converging_mid_chunk_stops_there_on_every_backend[step]; GradOnly's L-BFGS bitwise in
+# test_lbfgs_grad_only_is_bitwise_the_hand_written_grad_only_loop.
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [GradOnly(), CompiledStep(), CompiledLoop(steps=8)], ids=["grad-only", *IDS])
 def test_lbfgs_converges_on_rosenbrock(backend):
     s = minimize(rosenbrock, X0, optimizer=optax.lbfgs(), steps=200, backend=backend, until=loopfuse.gtol(1e-5))
     assert s.retcode == "converged" and s.steps < 200

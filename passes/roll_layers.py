@@ -238,7 +238,7 @@ def join_rows(block: ir.Block) -> None:
     for op in [op.operation for op in block.operations]:
         if op.name != "stablehlo.concatenate":
             continue
-        source, first, last = None, None, None
+        source, first, last = None, 0, 0
         for v in op.operands:
             while isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape":
                 v = v.owner.operands[0]
@@ -251,7 +251,8 @@ def join_rows(block: ir.Block) -> None:
                     or _i64s(piece, "strides") != [1] * t.rank or start[1:] != [0] * (t.rank - 1) \
                     or limit[1:] != list(t.shape[1:]):
                 break
-            source, first, last = piece.operands[0], start[0] if first is None else first, limit[0]
+            first = start[0] if source is None else first
+            source, last = piece.operands[0], limit[0]
         else:
             if source is None:
                 continue

@@ -23,6 +23,11 @@ class UpstreamPass:
     def __str__(self) -> str:
         return self.name + ("{" + self.options + "}" if self.options else "")
 
+    def adds_control_flow(self) -> bool:
+        """False: MLIR's registered passes rewrite or remove ops (canonicalize, cse, inlining,
+        StableHLO's legalizations), they build no loops of their own (see `ModulePass`)."""
+        return False
+
 
 Pass: TypeAlias = ModulePass | UpstreamPass
 

@@ -650,8 +650,8 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
     final_bcarry = {(r, j): backward.results[1 + k] for k, (r, j, _) in enumerate(plan.bcarries)}
     b_hist = {key: backward.results[1 + n_b + 2 * n_s + k] for k, key in enumerate(b_exports)}
     with outer:
-        final_state = {s: rw.write_row(backward.results[1 + n_b + k], backward.results[1 + n_b + n_s + k], rw.scalar(0))
-                       for k, s in enumerate(state_seeds)}
+        final_state = dict(zip(state_seeds, _write_first_rows(backward, list(backward.results)[1 + n_b:1 + n_b + n_s],
+                                                              list(backward.results)[1 + n_b + n_s:1 + n_b + 2 * n_s])))
         for key, layers in plan.exports.items():
             if key[0] in plan.backward:
                 for l in layers:
@@ -706,14 +706,32 @@ def _last_row(loop: ir.Operation, rows: int) -> ir.Value:
     return rw.scalar(rows - 1)
 
 
-def _while(init: list, trips: int) -> ir.Operation:
+def _write_first_rows(loop: ir.Operation, stacks: list, rows: list) -> list:
+    """`stacks` (results of `loop`) with row 0 of each replaced by the one of `rows`, written inside
+    a loop of its own: XLA:CPU copies a loop's result before a dynamic-update-slice that follows
+    the loop (every stack once per call), not before one inside a loop body. The loop runs once, or
+    twice where `_last_row`'s x is NaN (the same writes again): a trip count XLA cannot fold, so
+    it does not inline the body after the loop."""
+    if not stacks:
+        return []
+    n = len(stacks)
+    write = _while([rw.scalar(0), *stacks, *rows], _last_row(loop, 2))
+    body = write.regions[1].blocks[0]
+    with ir.InsertionPoint(body), loop.location:
+        stablehlo.ReturnOp([stablehlo.AddOp(body.arguments[0], rw.scalar(1)).result,
+                            *[rw.write_row(body.arguments[1 + k], body.arguments[1 + n + k], rw.scalar(0)) for k in range(n)],
+                            *body.arguments[1 + n:]])
+    return list(write.results)[1:1 + n]
+
+
+def _while(init: list, trips: int | ir.Value) -> ir.Operation:
     """A ``stablehlo.while`` here over `init` (the first a 0-d i32 counter from 0) running `trips`
-    times; its condition is built, its body block is empty."""
+    (an int, or a 0-d i32 value) times; its condition is built, its body block is empty."""
     types = [v.type for v in init]
     loop = stablehlo.WhileOp(types, init)
     cond = loop.regions[0].blocks.append(*types)
     with ir.InsertionPoint(cond):
-        stablehlo.ReturnOp([stablehlo.CompareOp(cond.arguments[0], rw.scalar(trips),
+        stablehlo.ReturnOp([stablehlo.CompareOp(cond.arguments[0], rw.scalar(trips) if isinstance(trips, int) else trips,
                                                 stablehlo.ComparisonDirectionAttr.get("LT")).result])
     loop.regions[1].blocks.append(*types)
     return loop.operation

@@ -66,11 +66,14 @@ def row(stacked: ir.Value, index: ir.Value) -> ir.Value:
 
 def static_row(stacked: ir.Value, index: int) -> ir.Value:
     """Row `index` (a Python int) of `stacked`, as a ``shape`` tensor."""
+    return reshape(static_rows(stacked, index, index + 1), list(ir.RankedTensorType(stacked.type).shape[1:]))
+
+
+def static_rows(stacked: ir.Value, start: int, stop: int) -> ir.Value:
+    """Rows `start` .. `stop` - 1 (Python ints) of `stacked` (``[n, *shape]``), as ``[stop - start, *shape]``."""
     t = ir.RankedTensorType(stacked.type)
-    piece = stablehlo.SliceOp(stacked, ir.DenseI64ArrayAttr.get([index] + [0] * (t.rank - 1)),
-                              ir.DenseI64ArrayAttr.get([index + 1, *t.shape[1:]]),
-                              ir.DenseI64ArrayAttr.get([1] * t.rank)).result
-    return reshape(piece, list(t.shape[1:]))
+    return stablehlo.SliceOp(stacked, ir.DenseI64ArrayAttr.get([start] + [0] * (t.rank - 1)),
+                             ir.DenseI64ArrayAttr.get([stop, *t.shape[1:]]), ir.DenseI64ArrayAttr.get([1] * t.rank)).result
 
 
 def write_row(stacked: ir.Value, value: ir.Value, index: ir.Value) -> ir.Value:

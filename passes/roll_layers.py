@@ -258,9 +258,7 @@ def join_rows(block: ir.Block) -> None:
                 continue
             t = ir.RankedTensorType(source.type)
             with Builder.before(op):
-                rows = source if (first, last) == (0, t.shape[0]) else stablehlo.SliceOp(
-                    source, ir.DenseI64ArrayAttr.get([first] + [0] * (t.rank - 1)),
-                    ir.DenseI64ArrayAttr.get([last, *t.shape[1:]]), ir.DenseI64ArrayAttr.get([1] * t.rank)).result
+                rows = source if (first, last) == (0, t.shape[0]) else rw.static_rows(source, first, last)
                 joined = rw.reshape(rows, list(ir.RankedTensorType(op.result.type).shape))
             op.result.replace_all_uses_with(joined)
             op.erase()
@@ -609,7 +607,7 @@ def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
                  and not (key in bcarried_out and layers == {0})]
     n_b, n_s = len(plan.bcarries), len(state_seeds)
     with outer:
-        last = _last_row(forward, L)
+        last = _after(forward, L - 1)   # a dynamic slice clamps L back to L - 1
         backward = _while([rw.scalar(0), *[g.values[v] for _, _, v in plan.bcarries], *[stacked[s] for s in state_seeds],
                            *[rw.row(stacked[s], last) for s in state_seeds],   # pending: layer L-1 as it is
                            *[history(template(r).results[j].type) for r, j in b_exports]], L)
@@ -690,32 +688,32 @@ def _packed_buffer(g: Dataflow, values: list) -> int | None:
     return source
 
 
-def _last_row(loop: ir.Operation, rows: int) -> ir.Value:
-    """The index of the last of `rows` rows (0-d i32), computed from `loop`'s carried value so that a
-    read of a row at it is scheduled after the loop (XLA schedules a read that does not depend on a
-    loop before it, keeping the row live through the loop): ``rows - 1 + (x != x)`` for the first
-    element x of the first floating-point carry, which XLA cannot fold; where x is NaN, the dynamic
-    slice clamps the index `rows` back to ``rows - 1``. ``rows - 1`` where no carry is floating-point."""
+def _after(loop: ir.Operation, value: int) -> ir.Value:
+    """The 0-d i32 `value`, computed from `loop`'s carried value so that what reads it is scheduled
+    after the loop (XLA schedules an op that does not depend on a loop before it, keeping its result
+    live through the loop, and folds the loop's counter): ``value + (x != x)`` for the first element
+    x of the first floating-point carry, which XLA cannot fold; `value` + 1 where x is NaN (the
+    callers give that the same effect). `value` where no carry is floating-point."""
     for v in list(loop.results)[1:]:
         t = ir.RankedTensorType(v.type)
         if isinstance(t.element_type, ir.FloatType) and 0 not in t.shape:
             ones = ir.DenseI64ArrayAttr.get([1] * t.rank)
             x = rw.reshape(stablehlo.SliceOp(v, ir.DenseI64ArrayAttr.get([0] * t.rank), ones, ones).result, [])
             nan = stablehlo.CompareOp(x, x, stablehlo.ComparisonDirectionAttr.get("NE")).result
-            return stablehlo.AddOp(rw.scalar(rows - 1), stablehlo.ConvertOp(rw.i32(), nan).result).result
-    return rw.scalar(rows - 1)
+            return stablehlo.AddOp(rw.scalar(value), stablehlo.ConvertOp(rw.i32(), nan).result).result
+    return rw.scalar(value)
 
 
 def _write_first_rows(loop: ir.Operation, stacks: list, rows: list) -> list:
     """`stacks` (results of `loop`) with row 0 of each replaced by the one of `rows`, written inside
     a loop of its own: XLA:CPU copies a loop's result before a dynamic-update-slice that follows
     the loop (every stack once per call), not before one inside a loop body. The loop runs once, or
-    twice where `_last_row`'s x is NaN (the same writes again): a trip count XLA cannot fold, so
-    it does not inline the body after the loop."""
+    twice (the same writes again): a trip count XLA cannot fold (`_after`), so it does not inline
+    the body after the loop."""
     if not stacks:
         return []
     n = len(stacks)
-    write = _while([rw.scalar(0), *stacks, *rows], _last_row(loop, 2))
+    write = _while([rw.scalar(0), *stacks, *rows], _after(loop, 1))
     body = write.regions[1].blocks[0]
     with ir.InsertionPoint(body), loop.location:
         stablehlo.ReturnOp([stablehlo.AddOp(body.arguments[0], rw.scalar(1)).result,

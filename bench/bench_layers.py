@@ -10,7 +10,7 @@ Every variant runs one step per call, the state donated, the tokens an argument:
 
 * jax.jit of the step as written (the reference: what loopfuse runs without a memory budget);
 * jax.jit of the hand-written rewrite: blocks stacked, ``lax.scan`` over ``jax.checkpoint(block,
-  policy=nothing_saveable)`` (gpt only);
+  policy=nothing_saveable)``;
 * loopfuse with ``memory_budget`` 0.0 on the state as it is (stacked and unstacked inside each call),
   and 0.0, 0.5 and 1.0 on the state kept stacked between calls (``loopfuse.pack(state, layers=True)``).
 
@@ -48,7 +48,8 @@ def model(name: str, layers: int, quick: bool):
     size = dict(dict(width=16, heads=2, seq=8, vocab=32, batch=2) if quick else
                 dict(width=256, heads=4, seq=32, vocab=256, batch=4), layers=layers)
     step, state, tokens = transformer.nnx_gpt(**size)
-    return step, state, tokens, None
+    scan_step, scan_state, _ = transformer.nnx_gpt_scan(**size)
+    return step, state, tokens, (scan_step, scan_state)
 
 
 def builders(step, state, scan) -> dict:

@@ -7,7 +7,8 @@ state ``(params, opt_state)``. `gpt_scan(...)`: the same model and initial value
 parameters stacked (``[layers, ...]`` per leaf) and applied by ``lax.scan`` over
 ``jax.checkpoint(block, policy=...)``: the rewrite users make by hand to save activation memory.
 `nnx_gpt(...)`: a flax nnx model (``nnx.MultiHeadAttention``, ``nnx.LayerNorm``, ``nnx.Linear``), its
-blocks an ``nnx.List``, its state the nnx parameter ``State`` and the optax state (bench_gpt.py's).
+blocks an ``nnx.List``, its state the nnx parameter ``State`` and the optax state (bench_gpt.py's);
+`nnx_gpt_scan(...)`: the same model and values, its blocks' states stacked and scanned as in `gpt_scan`.
 Each returns ``(step, state, tokens)``; the data are an argument of the step.
 """
 import jax
@@ -149,4 +150,27 @@ def nnx_gpt(layers: int, width: int, heads: int, seq: int, vocab: int, batch: in
         logits = nnx.merge(graphdef, p)(t[:, :-1])
         return optax.softmax_cross_entropy_with_integer_labels(logits, t[:, 1:]).mean()
 
+    return optax_step(loss, opt), (p, opt.init(p)), tokens(seq, batch, vocab)
+
+
+def nnx_gpt_scan(layers: int, width: int, heads: int, seq: int, vocab: int, batch: int, opt=None,
+                 policy=jax.checkpoint_policies.nothing_saveable):
+    """`nnx_gpt`'s model and values, its blocks' states stacked and applied by ``lax.scan`` over
+    ``jax.checkpoint(block, policy)``; the state ``((model without blocks, stacked blocks), optax state)``."""
+    model = NnxGPT(layers, width, heads, seq, vocab, nnx.Rngs(0))
+    block_def, _ = nnx.split(model.blocks[0])
+    blocks = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[nnx.split(b)[1] for b in model.blocks])
+    model.blocks = nnx.List([])
+    outer_def, outer = nnx.split(model)
+    opt = opt or optax.adamw(3e-4)
+    one = jax.checkpoint(lambda b, x, mask: nnx.merge(block_def, b)(x, mask), policy=policy)
+
+    def loss(p, t):     # NnxGPT.__call__ with its loop over the blocks as a scan
+        m, inputs = nnx.merge(outer_def, p[0]), t[:, :-1]
+        x = m.tokens(inputs) + m.positions(jnp.arange(inputs.shape[-1]))
+        mask = nnx.make_causal_mask(inputs)
+        x, _ = lax.scan(lambda x, b: (one(b, x, mask), None), x, p[1])
+        return optax.softmax_cross_entropy_with_integer_labels(m.head(m.ln(x)), t[:, 1:]).mean()
+
+    p = (outer, blocks)
     return optax_step(loss, opt), (p, opt.init(p)), tokens(seq, batch, vocab)

@@ -23,7 +23,7 @@ from loopfuse import CompiledLoop, Ensemble, per_member  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_ensemble import ROSENBROCK_STARTS, below, quadratic, quadratics, rosenbrock  # noqa: E402
-from problems import batch, mlp_params, train_step  # noqa: E402
+from problems import batch, mlp_params, stack_trees, train_step  # noqa: E402
 
 
 def same(a, b) -> bool:
@@ -59,7 +59,7 @@ def check_fit() -> dict:
     sweep = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
 
     def state():
-        params = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[mlp_params(seed=s) for s in range(8)])
+        params = stack_trees([mlp_params(seed=s) for s in range(8)])
         opt_state = jax.vmap(sweep.init)(params)
         opt_state.hyperparams["learning_rate"] = jnp.asarray([0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0])
         return params, opt_state

@@ -1,6 +1,6 @@
 """Small training problems shared by the tests (an MLP regression with any optax optimizer, a
 least-squares fit for `minimize`, a slow step to interrupt) and the tree comparisons they assert with:
-`assert_trees_equal` (bitwise) and `assert_trees_close`; `interrupted_runs`, runs a real SIGINT ends;
+`assert_trees_equal` (bitwise) and `assert_trees_close`; `stack_trees`; `interrupted_runs`, runs a real SIGINT ends;
 and `progress_bar_updates`, what a tqdm bar showed."""
 import os
 import re
@@ -128,6 +128,11 @@ def vmapped_in_tiles(fn, members, data, own: bool, tile: int | None = None):
     rows = lambda tree, a: jax.tree_util.tree_map(lambda x: x[a:a + tile], tree)  # noqa: E731
     parts = [go(rows(members, a), rows(data, a) if own else data) for a in range(0, n, tile)]
     return jax.tree_util.tree_map(lambda *x: np.concatenate(x), *parts)
+
+
+def stack_trees(trees):
+    """Alike pytrees as one, each leaf the trees' leaves stacked along a new leading axis."""
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
 
 
 def fresh(tree):

@@ -11,7 +11,7 @@ from jax import lax
 
 import loopfuse
 from corpus import PROGRAMS, REGION_ANALYSIS_UNSAFE, region_analysis_triggers
-from problems import assert_trees_equal, fresh
+from problems import assert_trees_equal, fresh, stack_trees
 
 OPTION = "xla_cpu_copy_insertion_use_region_analysis"
 K = 3
@@ -30,7 +30,7 @@ def _steps(fn, state, batch):
     for _ in range(K):
         state, aux = step(state, batch)
         auxes.append(aux)
-    return state, jax.tree_util.tree_map(lambda *rows: jnp.stack(rows), *auxes)
+    return state, stack_trees(auxes)
 
 
 def _scan(fn, state, batch):

@@ -11,7 +11,7 @@ import pytest
 
 import loopfuse
 from loopfuse import Ensemble, FitError, per_member
-from problems import assert_trees_close, assert_trees_equal, batch, fresh, mlp_params, train_step, vmapped_in_tiles
+from problems import assert_trees_close, assert_trees_equal, batch, fresh, mlp_params, stack_trees, train_step, vmapped_in_tiles
 
 RETCODES = {0: "max_steps", 1: "until", 2: "non_finite"}
 
@@ -59,7 +59,7 @@ def stepped_fit(fn, state, data, steps, own=False, tile=None):
 
 def members(n=8):
     """n MLPs of other initial weights, stacked (leaves [n, ...])."""
-    return jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[mlp_params(seed=s) for s in range(n)])
+    return stack_trees([mlp_params(seed=s) for s in range(n)])
 
 
 def sweep_state(opt, rates):
@@ -104,7 +104,7 @@ def test_a_deep_ensemble_with_per_member_batches_is_the_vmapped_step():
     opt = optax.adam(1e-2)
     step = loopfuse.compile_step(train_step(opt), keep_aux=("loss",))
     params = members(8)
-    data = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[batch(seed=s) for s in range(8)])
+    data = stack_trees([batch(seed=s) for s in range(8)])
     result = loopfuse.fit(step, fresh((params, jax.vmap(opt.init)(params))), per_member(data), 40, chunk=16,
                           progress=False, ensemble=Ensemble(tile=2))
     assert (result.retcode == "max_steps").all() and (result.steps == 40).all()

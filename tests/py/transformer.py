@@ -18,6 +18,8 @@ import optax
 from flax import nnx
 from jax import lax
 
+from problems import stack_trees
+
 ISSUE = dict(layers=8, width=256, heads=8, seq=128, batch=16, vocab=512)   # the model of issue 31
 TINY = dict(layers=3, width=16, heads=2, seq=8, batch=2, vocab=32)
 
@@ -103,7 +105,7 @@ def gpt_scan(layers: int, width: int, heads: int, seq: int, batch: int, vocab: i
         return _head(p, x, t)
 
     p = params(layers, width, heads, seq, vocab)
-    p["blocks"] = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *p["blocks"])
+    p["blocks"] = stack_trees(p["blocks"])
     return optax_step(loss, opt), (p, opt.init(p)), tokens(seq, batch, vocab)
 
 
@@ -111,7 +113,7 @@ def stacked(state):
     """A `gpt` state (params, opt_state) with its blocks' leaves stacked as `gpt_scan` holds them."""
     def stack(tree):
         if isinstance(tree, dict) and isinstance(tree.get("blocks"), list):
-            return {**tree, "blocks": jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *tree["blocks"])}
+            return {**tree, "blocks": stack_trees(tree["blocks"])}
         return tree
     return jax.tree_util.tree_map(stack, state, is_leaf=lambda t: isinstance(t, dict) and "blocks" in t)
 
@@ -158,8 +160,8 @@ def nnx_gpt_scan(layers: int, width: int, heads: int, seq: int, vocab: int, batc
     """`nnx_gpt`'s model and values, its blocks' states stacked and applied by ``lax.scan`` over
     ``jax.checkpoint(block, policy)``; the state ``((model without blocks, stacked blocks), optax state)``."""
     model = NnxGPT(layers, width, heads, seq, vocab, nnx.Rngs(0))
-    block_def, _ = nnx.split(model.blocks[0])
-    blocks = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[nnx.split(b)[1] for b in model.blocks])
+    parts = [nnx.split(b) for b in model.blocks]
+    block_def, blocks = parts[0][0], stack_trees([s for _, s in parts])
     model.blocks = nnx.List([])
     outer_def, outer = nnx.split(model)
     opt = opt or optax.adamw(3e-4)

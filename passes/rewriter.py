@@ -6,7 +6,16 @@ stacked buffer read or written at a dynamic index, a stack of equal-typed values
 on other operands. `Builder` holds an insertion point and a location for code that builds at
 several places in turn. All are exact by construction: reshape, slice, concatenate and
 dynamic_update_slice only move elements.
+
+Loops: every ``stablehlo.while`` a pass builds is a `Loop`, whose carried values are *named groups*
+given at the call site, as ``scf.for``'s iter_args are named there: ``Loop.counted(L, carry=[x],
+saved=[h])`` builds a loop of L trips, the body reads ``loop.arg("carry")``, ends with
+``loop.next(carry=[...], saved=[...])`` and the code after it reads ``loop.result("saved")``; no
+caller computes a carried value's position. `recarried` rebuilds an existing loop over other
+carried values (the regions moved, not copied), for passes that change what a loop carries.
 """
+from collections.abc import Sequence
+
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
@@ -129,3 +138,121 @@ class Builder:
     def __exit__(self, *exc) -> None:
         self.location.__exit__(*exc)
         self.ip.__exit__(*exc)
+
+
+class Loop:
+    """A ``stablehlo.while`` over a counter and named groups of carried values (see the module
+    docstring). The counter (a 0-d i32) is carried first, then the groups in the order given; the
+    condition is ``counter < limit``, and ``and not flag`` where a `stop` group (one tensor<i1>) is
+    named. Build the body with ``with Builder.at_end(loop.body, location):`` and end it with `next`.
+
+    Examples:
+        >>> from loopfuse.mlir_context import make_context
+        >>> from jaxlib.mlir.dialects import func
+        >>> with make_context(), ir.Location.unknown():
+        ...     module = ir.Module.create()
+        ...     t = ir.RankedTensorType.get([], ir.F32Type.get())
+        ...     with ir.InsertionPoint(module.body):
+        ...         f = func.FuncOp("main", ([t], [t]))
+        ...     with ir.InsertionPoint(f.add_entry_block()):
+        ...         loop = Loop.counted(3, total=[f.arguments[0]])
+        ...         with ir.InsertionPoint(loop.body):
+        ...             loop.next(total=[stablehlo.AddOp(*loop.arg("total"), *loop.arg("total")).result])
+        ...         _ = func.ReturnOp(loop.result("total"))
+        ...     print(module.operation.verify(), len(loop.op.operands), loop.names)
+        True 2 ('total',)
+    """
+
+    def __init__(self, op: ir.Operation, groups: dict[str, int]):
+        self.op = op
+        self.names = tuple(groups)
+        self._spans: dict[str, tuple[int, int]] = {}
+        at = 1
+        for name, n in groups.items():
+            self._spans[name] = (at, at + n)
+            at += n
+
+    @classmethod
+    def build(cls, start: ir.Value, limit: "int | ir.Value | str", carries: dict[str, Sequence[ir.Value]],
+              stop: str | None = None) -> "Loop":
+        """A loop here with counter `start` while it is below `limit` (an int, a 0-d i32 value from
+        outside, or the name of a one-value group, read as carried) and, with `stop`, the one value of
+        that group is false; its body block is empty."""
+        init = [start, *(v for values in carries.values() for v in values)]
+        types = [v.type for v in init]
+        op = stablehlo.WhileOp(types, init).operation
+        loop = cls(op, {name: len(values) for name, values in carries.items()})
+        cond = op.regions[0].blocks.append(*types)
+        with ir.InsertionPoint(cond):
+            bound = (scalar(limit, ir.RankedTensorType(start.type)) if isinstance(limit, int) else
+                     loop._group(cond.arguments, limit)[0] if isinstance(limit, str) else limit)
+            go = stablehlo.CompareOp(cond.arguments[0], bound, stablehlo.ComparisonDirectionAttr.get("LT")).result
+            if stop is not None:
+                go = stablehlo.AndOp(go, stablehlo.NotOp(loop._group(cond.arguments, stop)[0]).result).result
+            stablehlo.ReturnOp([go])
+        op.regions[1].blocks.append(*types)
+        return loop
+
+    @classmethod
+    def counted(cls, trips: "int | ir.Value", **carries: Sequence[ir.Value]) -> "Loop":
+        """A loop here of `trips` iterations (an int, or a 0-d i32 value), its counter from 0."""
+        return cls.build(scalar(0), trips, carries)
+
+    @property
+    def body(self) -> ir.Block:
+        return self.op.regions[1].blocks[0]
+
+    @property
+    def counter(self) -> ir.Value:
+        """The body's counter (0 .. trips - 1 for a counted loop)."""
+        return self.body.arguments[0]
+
+    @property
+    def final_counter(self) -> ir.Value:
+        """The counter after the loop (how many trips ran, for a counted loop)."""
+        return self.op.results[0]
+
+    def arg(self, name: str) -> list[ir.Value]:
+        """The body's values of group `name`, as this iteration receives them."""
+        return self._group(self.body.arguments, name)
+
+    def result(self, name: str) -> list[ir.Value]:
+        """The loop's final values of group `name`."""
+        return self._group(self.op.results, name)
+
+    def next(self, counter: ir.Value | None = None, **groups: Sequence[ir.Value]) -> None:
+        """End the body (at the current insertion point): the next iteration's counter (default the
+        counter + 1) and every group's next values, by name."""
+        if set(groups) != set(self.names):
+            raise ValueError(f"Loop.next needs the groups {sorted(self.names)}, got {sorted(groups)}")
+        values = []
+        for name in self.names:
+            lo, hi = self._spans[name]
+            if len(groups[name]) != hi - lo:
+                raise ValueError(f"Loop.next: group {name!r} carries {hi - lo} value(s), got {len(groups[name])}")
+            values += list(groups[name])
+        if counter is None:
+            i = self.counter
+            counter = stablehlo.AddOp(i, scalar(1, ir.RankedTensorType(i.type))).result
+        stablehlo.ReturnOp([counter, *values])
+
+    def _group(self, values, name: str) -> list[ir.Value]:
+        lo, hi = self._spans[name]
+        return list(values)[lo:hi]
+
+
+def recarried(loop: ir.Operation, kept: Sequence[int], added: Sequence[ir.Value]) -> ir.Operation:
+    """A new ``stablehlo.while`` before `loop` over its carried values at positions `kept` and then
+    `added`, `loop`'s condition and body blocks moved into it with one new argument per added value
+    (appended). The caller rewires the blocks (their arguments at the other positions are still
+    there, to be replaced and erased), the body's return and the uses of `loop`'s results, then
+    erases `loop`."""
+    init = [loop.operands[k] for k in kept] + list(added)
+    with ir.InsertionPoint(loop), loop.location:
+        new = stablehlo.WhileOp([v.type for v in init], init).operation
+    for r in range(2):
+        block = loop.regions[r].blocks[0]
+        block.append_to(new.regions[r])
+        for v in added:
+            block.add_argument(v.type, loop.location)
+    return new

@@ -9,9 +9,14 @@ with their values numbered locally. Two ops with the same signature compute the 
 their operands. A value that a region uses from outside its op counts as one more operand of the
 op (so two ops are only alike when they capture alike values too).
 
-`common_subexpressions` merges ops of a block that compute the same signature on the same
-operands (an MLIR ``cse`` restricted to side-effect-free ops), reading the block through a
-`Dataflow`.
+``Dataflow.of(block, pure_callees)`` reads the block as common-subexpression elimination would leave
+it, without editing it: an op free of effects (`dead_code.has_side_effects`; calls of the functions
+`pure_callees` names count as free) that computes an earlier op's signature on the same operands is
+left out, and its results read as the earlier op's (`merged` lists such ops). A transformation that
+acts on that view first makes the block match it (`merge`). The analysis does not merge for good:
+measured, the merged ops of a GPT step (its per-layer constants, its causal mask call) change the
+last bits XLA computes (a parameter leaf in 1 ulp, 8 of 1024 elements), so a step that no pass
+rewrites must reach XLA as traced.
 """
 from dataclasses import dataclass, field
 
@@ -37,9 +42,12 @@ class Dataflow:
     id_of: dict = field(default_factory=dict)           # ir.Value -> value id
     signatures: dict = field(default_factory=dict)      # signature tuple -> id
     sizes: dict = field(default_factory=dict)           # value id -> `nbytes`, once asked
+    merged: list = field(default_factory=list)          # (op left out, the value ids its results read as)
 
     @classmethod
-    def of(cls, block: ir.Block) -> "Dataflow":
+    def of(cls, block: ir.Block, pure_callees: frozenset | None = None) -> "Dataflow":
+        """The block's dataflow; with `pure_callees` (not None), as if alike ops were merged (see the
+        module docstring)."""
         g = cls(block)
         texts: dict = {}      # type or attribute -> its text: printing is most of the reading
         types: list = []      # value id -> its type's text
@@ -47,23 +55,45 @@ class Dataflow:
             types.append(_text(a.type, texts))
             g._value(a, ARG)
         id_of, users = g.id_of, g.users
-        for n, view in enumerate(block.operations):
+        first: dict = {}      # (signature id, operands) -> op id, for the merge
+        for view in block.operations:
             op = view.operation
+            n = len(g.ops)
             direct = tuple([id_of[v] for v in op.operands])
-            results = []
-            for r in op.results:
-                types.append(_text(r.type, texts))
-                results.append(g._value(r, n))
+            result_types = tuple([_text(r.type, texts) for r in op.results])
             captured: list = []
-            key = _signature(op, captured, texts, types=(tuple([types[v] for v in direct]), tuple([types[r] for r in results])))
-            g.ops.append(op)
-            g.signature.append(g.signatures.setdefault(key, len(g.signatures)))
+            key = _signature(op, captured, texts, types=(tuple([types[v] for v in direct]), result_types),
+                             canonical=lambda v: g.values[id_of[v]])
+            signature = g.signatures.setdefault(key, len(g.signatures))
             operands = direct + tuple([id_of[v] for v in captured]) if captured else direct
+            if pure_callees is not None and op.results and not has_side_effects(op, pure_callees):
+                earlier = first.setdefault((signature, operands), n)
+                if earlier != n:
+                    g.merged.append((op, g.results[earlier]))
+                    for r, same in zip(op.results, g.results[earlier]):
+                        id_of[r] = same
+                    continue
+            results = []
+            for r, t in zip(op.results, result_types):
+                types.append(t)
+                results.append(g._value(r, n))
+            g.ops.append(op)
+            g.signature.append(signature)
             g.operands.append(operands)
             for k, v in enumerate(operands):
                 users[v].append((n, k))
             g.results.append(tuple(results))
         return g
+
+    def merge(self) -> None:
+        """Make the block what this view reads: the `merged` ops' uses read the values they merged
+        into, and the ops are erased."""
+        for op, same in self.merged:
+            for r, v in zip(op.results, same):
+                r.replace_all_uses_with(self.values[v])
+        for op, _ in reversed(self.merged):
+            op.erase()
+        self.merged = []
 
     def _value(self, value: ir.Value, owner: int) -> int:
         i = len(self.values)
@@ -72,32 +102,6 @@ class Dataflow:
         self.users.append([])
         self.id_of[value] = i
         return i
-
-    def _merged(self, gone: set, rename: list) -> "Dataflow":
-        """The Dataflow of the block after the ops `gone` were erased, uses of values renamed by
-        `rename` (value id -> value id), as `Dataflow.of` reads it, without reading the block again;
-        read again where an op's region captures two values that became one (its signature changes)."""
-        direct = {n: len(self.ops[n].operands) for n, operands in enumerate(self.operands)
-                  if n not in gone and any(rename[v] != v for v in operands)}
-        if any(len({rename[v] for v in self.operands[n][k:]}) < len(self.operands[n]) - k for n, k in direct.items()):
-            return Dataflow.of(self.block)
-        keep = [n for n in range(len(self.ops)) if n not in gone]
-        new_op = {n: i for i, n in enumerate(keep)}
-        values = [v for v, o in enumerate(self.owner) if o == ARG or o not in gone]
-        new_value = {v: i for i, v in enumerate(values)}
-        g = Dataflow(self.block, signatures=self.signatures)
-        g.ops = [self.ops[n] for n in keep]
-        g.signature = [self.signature[n] for n in keep]
-        g.operands = [tuple(new_value[rename[v]] for v in self.operands[n]) for n in keep]
-        g.results = [tuple(new_value[v] for v in self.results[n]) for n in keep]
-        g.values = [self.values[v] for v in values]
-        g.owner = [o if o == ARG else new_op[o] for o in (self.owner[v] for v in values)]
-        g.users = [[] for _ in values]
-        for n, operands in enumerate(g.operands):
-            for k, v in enumerate(operands):
-                g.users[v].append((n, k))
-        g.id_of = {value: i for i, value in enumerate(g.values)}
-        return g
 
     def arg_number(self, value: int) -> int | None:
         """The block argument number of value id `value`, or None for an op result."""
@@ -130,11 +134,12 @@ def _text(x, texts: dict) -> str:
 
 
 def _signature(op: ir.Operation, captured: list, texts: dict, outer: dict | None = None,
-               types: tuple | None = None) -> tuple:
+               types: tuple | None = None, canonical=lambda v: v) -> tuple:
     """(name, attributes, operand types, result types, regions) of `op`; the regions' ops are
     numbered locally (`outer` maps values defined in enclosing regions of the same top-level op);
-    values from outside the top-level op are appended to `captured` and referred to by position.
-    `types`: the operand and result types' texts, where the caller has them."""
+    values from outside the top-level op are appended to `captured` (as `canonical` maps them: the
+    value a merged one reads as) and referred to by position. `types`: the operand and result
+    types' texts, where the caller has them."""
     attrs = op.attributes
     named = tuple(sorted((a.name, _text(a.attr, texts)) for a in (attrs[i] for i in range(len(attrs)))))
     key: tuple = (op.name, named, *(types or (tuple(_text(v.type, texts) for v in op.operands),
@@ -156,37 +161,13 @@ def _signature(op: ir.Operation, captured: list, texts: dict, outer: dict | None
                     if v in local:
                         refs.append(("local", local[v]))
                     else:
+                        v = canonical(v)
                         if v not in captured:
                             captured.append(v)
                         refs.append(("outer", captured.index(v)))
-                body.append((_signature(inner, captured, texts, local), tuple(refs)))
+                body.append((_signature(inner, captured, texts, local, canonical=canonical), tuple(refs)))
                 for r in inner.results:
                     local[r] = len(local)
             blocks.append((tuple(_text(a.type, texts) for a in block.arguments), tuple(body)))
         regions.append(tuple(blocks))
     return (*key, tuple(regions))
-
-
-def common_subexpressions(g: Dataflow, pure_callees=frozenset()) -> Dataflow:
-    """Merge the side-effect-free ops of `g`'s block that repeat an earlier op's signature on the same
-    operands: uses of the later op's results go to the earlier one's, and the later op is erased.
-    Returns the block's `Dataflow` after (`g` no longer describes it). Exact: the merged op computed
-    the same function of the same values."""
-    seen: dict = {}
-    rename = list(range(len(g.values)))       # value id -> the value id it is merged into
-    merged = []
-    for n, op in enumerate(g.ops):
-        if not g.results[n] or has_side_effects(op, pure_callees):
-            continue
-        first = seen.setdefault((g.signature[n], tuple(rename[v] for v in g.operands[n])), n)
-        if first == n:
-            continue
-        for mine, theirs in zip(g.results[n], g.results[first]):
-            rename[mine] = theirs
-        merged.append(n)
-    for n in merged:
-        for mine in g.results[n]:
-            g.values[mine].replace_all_uses_with(g.values[rename[mine]])
-    for n in reversed(merged):
-        g.ops[n].erase()
-    return g._merged(set(merged), rename) if merged else g

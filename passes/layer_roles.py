@@ -15,19 +15,34 @@ steps, each checked by the next:
    before the first layer or after the last (the map does not know where the run ends: the head's
    first LayerNorm looks like the next block's); of its windows of L ops, the one whose values
    cross fewest bytes between positions and to the rest of the program is kept (a block's input
-   is carried into the next layer, not its two summands). Shorter chains are not roles.
+   is carried into the next layer, not its two summands). A chain of L - 1 ops not anchored at
+   position 0 is positions 1 .. L-1 with no op at position 0 (a *dead first position*, below);
+   shorter chains are not roles.
 3. **Validation** (exact). Every operand of a role must be, at every position l, one of:
    the layer's own leaf (`Seed`); one value the same for all positions, computed outside the run
-   (`Invariant`); the result of another role at the same position (`Internal`); the result of a
-   role at position l - 1, and at position 0 a value from outside (`Carry`, forward: the block's
-   input); or at position l + 1, and at position L - 1 a value from outside (`Carry`, backward:
-   the cotangent the block's backward pass receives). A role with any other operand is dropped,
-   and so are the roles that read it, until every remaining role is valid.
+   (`Invariant`); a value computed outside the run, another at each position (`PerLayer`: a
+   per-layer constant such as a depth-scaled residual's ``1 / sqrt(2 (l + 1))``); the result of
+   another role at the same position (`Internal`); the result of a role at position l - 1, and at
+   position 0 a value from outside (`Carry`, forward: the block's input); or at position l + 1, and at
+   position L - 1 a value from outside (`Carry`, backward: the cotangent the block's backward pass
+   receives). A role with any other operand is dropped, and so are the roles that read it, until
+   every remaining role is valid.
+
+A dead first position: the first layer of a network that reads the data has no input gradient, so
+the ops that compute it elsewhere (the transposed product, the residual's sum) are missing there.
+Such a role's classes are read at positions 1 .. L-1, and at position 0 it reads what they name
+there (its layer's leaf, the value at position 0 of another role, the next layer's cotangent); a
+forward carry or a per-layer value, whose position-0 operand the program does not show, drops it.
+Its position-0 value then has no reader in the program: a role whose op exists at position 0 reads
+real values only (a class naming a role with no op there is not found), no value is exported from a
+position without an op, and a backward carry's value at position 0 leaves the run unread. So the
+op runs there and its result is dropped: dead work, no changed value.
 
 The valid roles then compute, position by position, exactly what the unrolled program computes:
 any rewrite that runs role r's op at position l on the operands the classification names reads
 the same values as the original op. `roll_layers` builds its loops from that.
 """
+import bisect
 import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -47,6 +62,11 @@ class Invariant:
 
 
 @dataclass(frozen=True)
+class PerLayer:
+    values: tuple        # value id at each position, each computed outside the run
+
+
+@dataclass(frozen=True)
 class Internal:
     role: int
     result: int          # result index of that role's op
@@ -60,7 +80,7 @@ class Carry:
     backward: bool       # read from position l + 1 (init at L - 1), else from l - 1 (init at 0)
 
 
-Operand = Seed | Invariant | Internal | Carry
+Operand = Seed | Invariant | PerLayer | Internal | Carry
 
 
 @dataclass
@@ -69,34 +89,73 @@ class Roles:
 
     length: int
     seeds: list                          # per seed leaf: its value id at each position (a block argument)
-    ops: list = field(default_factory=list)          # role -> op id at each position
+    ops: list = field(default_factory=list)          # role -> op id at each position (None: a dead first position)
     operands: list = field(default_factory=list)     # role -> [Operand] per operand index
     role_of: dict = field(default_factory=dict)      # op id -> (role, position)
     dropped: list = field(default_factory=list)      # why chains and roles were dropped (for the report)
-    short: int = 0                                   # chains one op short of the run: one end layer differs
 
-    def value(self, g: Dataflow, role: int, result: int, position: int) -> int:
-        return g.results[self.ops[role][position]][result]
+    def template(self, role: int) -> int:
+        """The op id of `role` at its first position with an op: what a loop body runs again."""
+        ops = self.ops[role]
+        return ops[0] if ops[0] is not None else ops[1]
+
+    def order(self, role: int) -> int:
+        """Where `role` runs in a layer: the program position of its op at position 1 (every role has
+        one there; at position 0 a role may have none)."""
+        return self.ops[role][1]
+
+    def value(self, g: Dataflow, role: int, result: int, position: int | None = None) -> int:
+        """The value id of `role`'s `result` at `position` (default: the template's)."""
+        return g.results[self.template(role) if position is None else self.ops[role][position]][result]
 
     def drop(self, g: Dataflow, bad: set, why: str) -> None:
         """Drop the roles `bad` (their ops stay as they are, outside the loops) and the roles that
         then have an operand of no class."""
-        self.dropped += [f"{_describe(g, self.ops[r][0])}: {why}" for r in sorted(bad)]
+        self.dropped += [f"{_describe(g, self.template(r))}: {why}" for r in sorted(bad)]
         self.ops = [ops for r, ops in enumerate(self.ops) if r not in bad]
-        self.role_of = {o: (r, l) for r, ops in enumerate(self.ops) for l, o in enumerate(ops)}
+        self.role_of = _placed(self.ops)
         _validate(g, self)
 
 
-def analyze(g: Dataflow, run: Run, arg_of_leaf) -> Roles:
-    """The valid roles of `run` in `g`; `arg_of_leaf(leaf)` is the block argument of a state leaf."""
+def analyze(g: Dataflow, run: Run, arg_of_leaf) -> "Layout":
+    """The ops of `run` in `g` placed at its positions (steps 1 and 2); `Layout.roles` validates the
+    run or a part of it (step 3). `arg_of_leaf(leaf)` is the block argument of a state leaf."""
     length = run.length
     seeds = [[arg_of_leaf(per_layer[layer][suffix]) for layer in range(length)]
              for _, per_layer in sorted(run.families.items()) for suffix in sorted(per_layer[0])]
-    roles = Roles(length, seeds)
-    chains = _chains(g, seeds)
-    _position(g, roles, chains)
-    _validate(g, roles)
-    return roles
+    placed, dropped = _position(g, length, seeds, _chains(g, seeds))
+    return Layout(length, seeds, placed, dropped)
+
+
+@dataclass
+class Layout:
+    """The shift map's chains of one run placed at its positions: per chain, its op at each position
+    (None where the chain has none: a layer unlike the others, or the first layer's missing input
+    gradient); `dropped` says which chains could not be placed."""
+
+    length: int
+    seeds: list
+    placed: list
+    dropped: list
+
+    def roles(self, g: Dataflow, first: int = 0, last: int = 0) -> Roles:
+        """The valid roles of the run without its first `first` and last `last` layers (an unlike stem or
+        head block, left as it is): a chain with an op at each of the part's positions, or at each but
+        its first (a dead first position), is a role; one with fewer is not."""
+        lo, hi = first, self.length - last
+        n = hi - lo
+        roles = Roles(n, [per[lo:hi] for per in self.seeds], dropped=list(self.dropped))
+        for per in self.placed:
+            part = per[lo:hi]
+            have = sum(o is not None for o in part)
+            if have == n or (have == n - 1 and part[0] is None):
+                roles.ops.append(part)
+            elif have:
+                roles.dropped.append(f"{_describe(g, next(o for o in part if o is not None))} has its like in "
+                                     f"{have} of the {n} layers")
+        roles.role_of = _placed(roles.ops)
+        _validate(g, roles)
+        return roles
 
 
 # ---- 1. the shift map ------------------------------------------------------------------------
@@ -161,22 +220,24 @@ def _uses_by_kind(g: Dataflow, v: int) -> dict:
 
 
 # ---- 2. positions ----------------------------------------------------------------------------
-def _position(g: Dataflow, roles: Roles, chains: list) -> None:
-    """Roles from chains: exact-length chains as they are, longer ones cut to their cheapest window."""
-    length = roles.length
-    exact, long = [], []
-    for chain in chains:
-        if len(chain) == length:
-            exact.append(chain)
-        elif len(chain) > length:
-            long.append(chain)
-        else:
-            roles.short += len(chain) == length - 1
-            roles.dropped.append(f"{_describe(g, chain[0])} has its like in {len(chain)} of the {length} layers")
+def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list, list]:
+    """(per chain, its op at each position or None; why chains were not placed): exact-length chains
+    as they are, longer ones cut to their cheapest window, shorter ones (a layer unlike the others
+    has no op of theirs) where their ops read their layers' leaves, else where program order puts
+    them between the placed ops (a layer's forward ops run after the layer before's, its backward
+    ops before), the fewest bytes crossing where that leaves a choice."""
+    seed_layer = {v: l for per in seeds for l, v in enumerate(per)}
+
+    def anchors(chain: list) -> set:
+        """The position of the chain's first op, by each op that reads its layer's own leaf."""
+        return {seed_layer[v] - k for k, o in enumerate(chain) for v in g.operands[o] if v in seed_layer}
+
+    exact = [chain for chain in chains if len(chain) == length]
+    long = [chain for chain in chains if len(chain) > length]
+    short = [chain for chain in chains if len(chain) < length]
     placed: dict = {o: l for chain in exact for l, o in enumerate(chain)}
     for chain in long:
         placed.update((o, _UNPLACED) for o in chain)
-    seed_layer = {v: l for per in roles.seeds for l, v in enumerate(per)}
     start: dict[int, int] = {}
 
     def cut(i: int, s: int) -> None:
@@ -184,18 +245,55 @@ def _position(g: Dataflow, roles: Roles, chains: list) -> None:
         placed.update((o, k - s if 0 <= k - s < length else _OUTSIDE) for k, o in enumerate(long[i]))
 
     for i, chain in enumerate(long):      # a chain whose op reads layer l's own leaf has that op at l
-        anchors = {k - seed_layer[v] for k, o in enumerate(chain) for v in g.operands[o] if v in seed_layer}
-        if len(anchors) == 1 and 0 <= min(anchors) <= len(chain) - length:
-            cut(i, anchors.pop())
+        found = {-a for a in anchors(chain)}
+        if len(found) == 1 and 0 <= min(found) <= len(chain) - length:
+            cut(i, found.pop())
     binary = [i for i in range(len(long)) if i not in start and len(long[i]) == length + 1]
     for i, s in _cut_binary(g, long, binary, placed, length).items():
         cut(i, s)
     for i in range(len(long)):     # longer chains (rare): the window that makes the fewest bytes cross
         if i not in start:
             cut(i, min(range(len(long[i]) - length + 1), key=lambda s: (_crossing(g, placed, long[i], s, length), s)))
-    start_list = [start[i] for i in range(len(long))]
-    roles.ops = exact + [chain[s:s + length] for chain, s in zip(long, start_list)]
-    roles.role_of = {o: (r, l) for r, ops in enumerate(roles.ops) for l, o in enumerate(ops)}
+    out = exact + [chain[start[i]:start[i] + length] for i, chain in enumerate(long)]
+    dropped = []
+    offsets = {}
+    for i, chain in enumerate(short):
+        found = anchors(chain)
+        if len(found) == 1 and 0 <= min(found) <= length - len(chain):
+            offsets[i] = found.pop()
+            placed.update((o, offsets[i] + k) for k, o in enumerate(chain))
+    order = sorted((o, l) for o, l in placed.items() if l is not _UNPLACED and l >= 0)
+    for i, chain in enumerate(short):
+        if i not in offsets:
+            fits = _between(order, chain, length)
+            if fits:
+                offsets[i] = min(fits, key=lambda t: (_crossing(g, placed, chain, -t, length), t))
+        if i in offsets:
+            out.append([None] * offsets[i] + chain + [None] * (length - len(chain) - offsets[i]))
+        else:
+            dropped.append(f"{_describe(g, chain[0])} has its like in {len(chain)} of the {length} layers")
+    return out, dropped
+
+
+def _between(order: list, chain: list, length: int) -> list[int]:
+    """The offsets t (the chain's k-th op at position k + t) that put each of `chain`'s ops between
+    the positions of the placed ops next to it in program order (`order`: (op id, position), sorted)."""
+    ids = [o for o, _ in order]
+    fits = []
+    for t in range(length - len(chain) + 1):
+        for k, o in enumerate(chain):
+            at = bisect.bisect_left(ids, o)
+            near = [order[j][1] for j in (at - 1, at) if 0 <= j < len(order)]
+            if near and not min(near) <= k + t <= max(near):
+                break
+        else:
+            fits.append(t)
+    return fits
+
+
+def _placed(ops: list) -> dict:
+    """op id -> (role, position), for the roles' ops `ops`."""
+    return {o: (r, l) for r, per in enumerate(ops) for l, o in enumerate(per) if o is not None}
 
 
 _OUTSIDE, _UNPLACED = -1, None
@@ -349,7 +447,9 @@ def _validate(g: Dataflow, roles: Roles) -> None:
     seed_at = {v: (s, l) for s, per in enumerate(roles.seeds) for l, v in enumerate(per)}
 
     def classes(ops: list) -> list:
-        return [_classify(g, roles, seed_at, [g.operands[o][k] for o in ops]) for k in range(len(g.operands[ops[0]]))]
+        template = ops[0] if ops[0] is not None else ops[1]
+        return [_classify(g, roles, seed_at, [None if o is None else g.operands[o][k] for o in ops])
+                for k in range(len(g.operands[template]))]
 
     roles.operands = [classes(ops) for ops in roles.ops]
     while True:
@@ -358,12 +458,14 @@ def _validate(g: Dataflow, roles: Roles) -> None:
             return
         for r in sorted(bad):
             k = next(k for k, c in enumerate(roles.operands[r]) if c is None)
-            roles.dropped.append(f"{_describe(g, roles.ops[r][0])}: its operand {k} is not the same kind of value at "
+            roles.dropped.append(f"{_describe(g, roles.template(r))} has its like in {roles.length - 1} of the "
+                                 f"{roles.length} layers" if roles.ops[r][0] is None else
+                                 f"{_describe(g, roles.template(r))}: its operand {k} is not the same kind of value at "
                                  "every layer")
         keep = [r for r in range(len(roles.ops)) if r not in bad]
         new = {r: n for n, r in enumerate(keep)}
         roles.ops = [roles.ops[r] for r in keep]
-        roles.role_of = {o: (r, l) for r, ops in enumerate(roles.ops) for l, o in enumerate(ops)}
+        roles.role_of = _placed(roles.ops)
         roles.operands = [classes(roles.ops[new[r]]) if any(isinstance(c, (Internal, Carry)) and c.role in bad for c in found)
                           else [_renumbered(c, new) for c in found] for r, found in enumerate(roles.operands) if r in new]
 
@@ -377,25 +479,34 @@ def _renumbered(c: Operand, new: dict) -> Operand:
 
 
 def _classify(g: Dataflow, roles: Roles, seed_at: dict, values: list) -> Operand | None:
-    """The class of one role operand from its value at each position (see the module docstring)."""
+    """The class of one role operand from its value at each position (None at a dead first
+    position: the class is read from the others; see the module docstring)."""
     length = roles.length
-    first = values[0]
+    dead = values[0] is None
+    known = values[1:] if dead else values
+    first = known[0]
     if first in seed_at:
         s, l = seed_at[first]
-        return Seed(s) if l == 0 and all(v == roles.seeds[s][i] for i, v in enumerate(values)) else None
-    placed = [roles.role_of.get(g.owner[v]) if g.owner[v] != ARG else None for v in values]
+        return Seed(s) if l == int(dead) and all(v == roles.seeds[s][i + dead] for i, v in enumerate(known)) else None
+    placed = [None if v is None or g.owner[v] == ARG else roles.role_of.get(g.owner[v]) for v in values]
     if all(p is None for p in placed):
-        return Invariant(first) if all(v == first for v in values) and first not in seed_at else None
+        if any(v in seed_at for v in known):
+            return None
+        if all(v == first for v in known):
+            return Invariant(first)
+        return None if dead else PerLayer(tuple(values))
     # a role's value: the same position, or the previous / next one with an outside value at the end
     r = next(p[0] for p in placed if p is not None)
     v = next(v for v, p in zip(values, placed) if p is not None)
     result = g.results[g.owner[v]].index(v)
     at = [p[1] if p is not None and p[0] == r else None for p in placed]
-    if at == list(range(length)) and _same_result(g, values, result):
+    if at[dead:] == list(range(dead, length)) and _same_result(g, known, result):
         return Internal(r, result)
-    if length > 1 and placed[0] is None and at[1:] == list(range(length - 1)) and _same_result(g, values[1:], result):
+    if length > 1 and not dead and placed[0] is None and at[1:] == list(range(length - 1)) \
+            and _same_result(g, values[1:], result):
         return Carry(r, result, values[0], backward=False)
-    if length > 1 and placed[-1] is None and at[:-1] == list(range(1, length)) and _same_result(g, values[:-1], result):
+    if length > 1 and placed[-1] is None and at[dead:-1] == list(range(1 + dead, length)) \
+            and _same_result(g, values[dead:-1], result):
         return Carry(r, result, values[-1], backward=True)
     return None
 

@@ -1,14 +1,17 @@
 """Candidate runs of repeated layers, from the key paths of the state leaves (``loopfuse.state``).
 
-A model written as a Python loop over a list of layers has state leaves whose paths differ only in
-one list index: ``[0]['blocks'][3]['up']['kernel']`` (a list of parameter dicts, a flax nnx
-``nnx.List``), ``.layers[3].weight`` (an equinox list of modules), and the optimizer's moments
-mirror them (``[1][0].mu['blocks'][3]['up']['kernel']``). A *family* is the leaves under one list
-(the path up to the index, the prefix) indexed by position; a *run* is a range of consecutive
-indices in which every family has the same leaves (suffixes) with the same types, and the families
-of one run are those sharing its range and its leaves: the parameters and each moment. The paths
-only propose runs; `roll-layers` rolls one only where the ops that read and write its leaves are
-the same for every layer.
+A model written as a Python loop over its layers has state leaves whose paths differ only in one
+index, however the layers are held: a list or tuple index, ``[0]['blocks'][3]['up']['kernel']`` (a
+list of parameter dicts, a flax nnx ``nnx.List``), ``.layers[3].weight`` (an equinox list of modules,
+``eqx.nn.Sequential``); or a dict key or attribute ending in the index, ``['params']['Block_3']``
+(flax linen's ``@nn.compact`` submodules), ``['h_3']``, ``['layer3']``, ``['3']``, ``['w3']`` (leaves
+with no container at all); lists of lists give one index per level. The optimizer's moments mirror
+them (``[1][0].mu['blocks'][3]['up']['kernel']``). A *family* is the leaves under one such index (the
+path up to it, and the key with ``*`` for the number, the prefix) by position; a *run* is a range of
+consecutive indices in which every family has the same leaves (suffixes) with the same types, and the
+families of one run are those sharing its range and its leaves: the parameters and each moment. Runs
+of outer indices come first (a block before the layer norms inside it). The paths only propose runs;
+`roll-layers` rolls one only where the ops that read and write its leaves are the same for every layer.
 
 Examples:
     >>> paths = ["[0]['b'][0]['w']", "[0]['b'][1]['w']", "[0]['b'][2]['w']", "[1].mu['b'][0]['w']",
@@ -18,12 +21,15 @@ Examples:
     [(0, 3, ["[0]['b']", "[1].mu['b']"])]
     >>> runs(paths, types)[0].families["[0]['b']"]     # layer -> {suffix: leaf number}
     [{"['w']": 0}, {"['w']": 1}, {"['w']": 2}]
+    >>> linen = ["['params']['Block_0']['Dense_0']", "['params']['Block_1']['Dense_0']", "['params']['Dense_0']"]
+    >>> [(r.start, r.stop, list(r.families)) for r in runs(linen, ["f32[4,4]"] * 3)]
+    [(0, 2, ["['params']['Block_*']"])]
 """
 import re
 from dataclasses import dataclass
 
 _TOKEN = re.compile(r"\[(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\]]*)\]|\.[^.\[]+")
-_INDEX = re.compile(r"\[(\d+)\]")
+_INDEX = re.compile(r"\[(\d+)\]|(\[['\"]|\.)(.*?)(\d+)(['\"]\])?")
 
 
 @dataclass(frozen=True)
@@ -58,8 +64,9 @@ def tokens(path: str) -> list[str]:
 
 def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
     """The candidate runs of the leaves with key `paths` (None: not a state leaf) and `types` (any
-    comparable description of shape and dtype), longest first."""
-    lists: dict = {}   # (prefix, position) -> index -> {suffix: leaf}
+    comparable description of shape and dtype): outer indices first, then longest first."""
+    lists: dict = {}   # prefix -> index -> {suffix: leaf}
+    depth: dict = {}   # prefix -> keys before its index
     for leaf, path in enumerate(paths):
         if path is None:
             continue
@@ -67,8 +74,10 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
         for at, key in enumerate(keys):
             m = _INDEX.fullmatch(key)
             if m:
-                prefix, suffix = "".join(keys[:at]), "".join(keys[at + 1:])
-                lists.setdefault(prefix, {}).setdefault(int(m.group(1)), {})[suffix] = leaf
+                prefix = "".join(keys[:at]) + ("" if m.group(1) else m.group(2) + m.group(3) + "*" + (m.group(5) or ""))
+                index = int(m.group(1) or m.group(4))
+                lists.setdefault(prefix, {}).setdefault(index, {})["".join(keys[at + 1:])] = leaf
+                depth[prefix] = at
     found: dict = {}   # (start, stop, layer signature) -> families
     for prefix, layers in lists.items():
         def shape(i):
@@ -85,4 +94,4 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
                 found.setdefault(span, {})[prefix] = [layers[i] for i in indices[start:stop]]
             start = stop
     out = [Run(start, stop, families) for (start, stop, _), families in found.items()]
-    return sorted(out, key=lambda r: (-r.length * len(r.families), r.start))
+    return sorted(out, key=lambda r: (min(depth[p] for p in r.families), -r.length * len(r.families), r.start))

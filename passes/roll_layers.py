@@ -41,17 +41,19 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cmp_to_key
+from typing import ClassVar
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from .dead_code import pure_callees
 from .functions import arg_attrs, last_op, main_func, result_attrs, string_attr
-from .dataflow import ARG, Dataflow, common_subexpressions, tensor_bytes
-from .layer_roles import Carry, Internal, Invariant, Roles, Seed, analyze
+from .dataflow import ARG, Dataflow, tensor_bytes
+from .dead_code import pure_callees
+from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
 from .layer_runs import runs
 from .module_pass import ModulePass, option
 from . import rewriter as rw
+from . import xla_cpu
 from .rewriter import Builder
 from .vocabulary import PACKED, STATE
 
@@ -73,6 +75,8 @@ class RollLayers(ModulePass):
     force: bool = option(False, "roll a state given leaf by leaf also where stacking its layers' leaves inside "
                                 "the call costs more temporaries than the activations rolling saves")
 
+    after_cse: ClassVar[bool] = True     # per-layer copies of a constant must be one value
+
     def adds_control_flow(self) -> bool:
         return self.memory_budget < 1.0
 
@@ -84,19 +88,11 @@ class RollLayers(ModulePass):
             main = main_func(module_op)
             block = main.body.blocks[0]
             tried: set = set()       # the leaf paths of the runs tried so far
-            as_traced, g = None, None      # g: the block's Dataflow, read again after each rewrite
-            if self._candidates(state_leaves(main), tried):     # the module is left as it is otherwise
-                as_traced = main.operation.clone(ip=ir.InsertionPoint(main.operation))   # put back if nothing rolls
-                g = common_subexpressions(Dataflow.of(block), pure_callees(module_op))
-            rolled = False
-            while True:
-                leaves = state_leaves(main)
-                candidates = self._candidates(leaves, tried)
-                if not candidates:
-                    break
-                if g is None:
-                    g = Dataflow.of(block)
-                leaves = [(g.id_of[v], path) for v, path in leaves]
+            pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
+            g = None                 # the block's Dataflow, read again after each rewrite
+            while candidates := self._candidates(state_leaves(main), tried):
+                g = g or Dataflow.of(block, pure)
+                leaves = [(g.id_of[v], path) for v, path in state_leaves(main)]
                 whole, names = candidates[0]
                 tried |= names
                 run, plan = self._plan(g, main, whole, leaves)
@@ -104,34 +100,43 @@ class RollLayers(ModulePass):
                 if plan.why_not:
                     lines.append(f"did not roll {where}: {plan.why_not}")
                     continue
-                left = sorted({whole.start, whole.stop - 1} - set(range(run.start, run.stop)))
+                left = [l for l in range(whole.start, whole.stop) if not run.start <= l < run.stop]
                 lines.append(f"rolled {where}: {plan.describe()}"     # before the rewrite erases ops it reads
-                             + (f"; layer {left[0]} left as it is: its ops differ from the others'" if left else ""))
-                _rewrite(main, g, plan)
+                             + (f"; {_layers(left)} left as {'it is: its' if len(left) == 1 else 'they are: their'} "
+                                "ops differ from the others'" if left else ""))
+                g.merge()
+                _rewrite(g, plan)
                 join_rows(block)
-                g, rolled = None, True
-            if as_traced is not None and not rolled:
-                main.operation.erase()
-            elif as_traced is not None:
-                as_traced.erase()
+                g, pure = None, None
             if not tried:
-                lines.append("no run of alike layers: no state leaves differ only in one list index")
+                lines.append("no run of alike layers: no state leaves differ only in one index")
         self.report(module_op, "\n".join(lines))
 
     def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list):
-        """(run, plan) for `run`, or for it less its first or last layer where that rolls more ops: the
-        first layer of a network that reads the data differs from the others (its input has no
-        gradient), and so may the last."""
-        tried = []
+        """(part, plan) for the part of `run` that rolls best: the whole run, or the run less layers at
+        either end whose ops differ from the others' (a stem, a head block), tried by the number of
+        layers left out, fewest first, until a part rolls with every op or leaving out more layers
+        finds no more alike ops; the part that rolls the most ops wins."""
         paths, written = dict(leaves), written_leaves(g, main)
-        for first, last in ((0, 0), (1, 0), (0, 1)):
-            part = run.trimmed(first, last)
-            roles = analyze(g, part, lambda leaf: leaves[leaf][0])
-            tried.append((part, Plan.of(g, roles, self.memory_budget, paths, written, self.force), roles))
-            if len(tried) == 1 and (run.length - 1 < self.min_layers or not (tried[0][1].why_not or roles.short)):
-                break           # the whole run rolls with every op, or is too short to trim
-        best = max(tried, key=lambda t: (not t[1].why_not, _score(t[1]) if not t[1].why_not else (0, 0)))
-        return best[0], best[1]
+        layout = analyze(g, run, lambda leaf: leaves[leaf][0])
+        best, found, most = None, None, -1
+        for total in range(run.length - self.min_layers + 1):
+            ops_here = -1
+            for first in sorted(range(total + 1), key=lambda a: (abs(2 * a - total), a)):
+                part = run.trimmed(first, total - first)
+                roles = layout.roles(g, first, total - first)
+                ops_here = max(ops_here, len(roles.ops))
+                plan = Plan.of(g, roles, self.memory_budget, paths, written, self.force)
+                if best is None:
+                    best = (part, plan)        # the whole run: what the report names if nothing rolls
+                if not plan.why_not and (found is None or _score(plan) > _score(found[1])):
+                    found = (part, plan)
+                if not plan.why_not and not roles.dropped:
+                    return found
+            if found is not None or ops_here <= most:
+                break
+            most = ops_here
+        return found or best
 
     def _candidates(self, leaves: list, tried: set) -> list:
         """The runs (`layer_runs.runs`) of the state `leaves` not tried yet, with their leaves' paths."""
@@ -323,16 +328,17 @@ class Plan:
         g, roles = self.g, self.roles
         n = roles.length
         activations: set = set()        # forward roles computed from the layer's input (not only its leaves)
-        for r in sorted(set(range(len(roles.ops))) - self.backward, key=lambda r: roles.ops[r][0]):
+        for r in sorted(set(range(len(roles.ops))) - self.backward, key=roles.order):
             if any(isinstance(c, Carry) or isinstance(c, Internal) and c.role in activations for c in roles.operands[r]):
                 activations.add(r)
         reads = {(c.role, c.result) for b in self.backward for c in roles.operands[b]
                  if isinstance(c, Internal) and c.role in activations}
-        per_layer = sum(g.nbytes(roles.value(g, r, j, 0)) for r, j in reads)
-        kept = sum(g.nbytes(roles.value(g, r, j, 0)) for r, j in {*((r, j) for r, j, _ in self.carries), *self.saved})
+        per_layer = sum(g.nbytes(roles.value(g, r, j)) for r, j in reads)
+        kept = sum(g.nbytes(roles.value(g, r, j)) for r, j in {*((r, j) for r, j, _ in self.carries), *self.saved})
         saves = (n - 1) * per_layer - n * kept
         seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
         stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
+        stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles))
         if stack == 0 or stack <= saves:
             return ""
         return (f"stacking the layers' leaves inside each call would cost {_kib(stack)} of temporaries, more than the "
@@ -366,15 +372,17 @@ class Plan:
 
     def _misplaced(self) -> set:
         """Roles that read a value not ready when their loop runs: an outside value computed after
-        it, or, in the backward loop (layer L-1 down to 0), a backward op's value of the layer below."""
+        it, or a value carried from another layer by a role of the other loop (in the backward loop,
+        layer L-1 down to 0, a backward op's value of the layer below; a forward op's of the layer above)."""
         bad = set()
         for r, classes in enumerate(self.roles.operands):
-            latest = POST if r in self.backward else MID
             for c in classes:
-                v = c.value if isinstance(c, Invariant) else c.init if isinstance(c, Carry) else None
-                if v is not None and self.g.owner[v] != ARG and self.outside[self.g.owner[v]] >= latest:
+                latest = MID if isinstance(c, PerLayer) or r not in self.backward else POST   # stacked before both loops
+                values = [c.value] if isinstance(c, Invariant) else [c.init] if isinstance(c, Carry) else \
+                    c.values if isinstance(c, PerLayer) else []
+                if any(self.g.owner[v] != ARG and self.outside[self.g.owner[v]] >= latest for v in values):
                     bad.add(r)
-                if isinstance(c, Carry) and not c.backward and c.role in self.backward:
+                if isinstance(c, Carry) and c.backward != (c.role in self.backward):    # a carry runs in its own loop
                     bad.add(r)
         return bad
 
@@ -393,6 +401,8 @@ class Plan:
         state: dict = defaultdict(set)
         for r, ops in enumerate(roles.ops):
             for l, o in enumerate(ops):
+                if o is None:          # a dead first position: no value to export
+                    continue
                 for j, v in enumerate(g.results[o]):
                     for user, k in g.users[v]:
                         if user in roles.role_of:
@@ -409,7 +419,7 @@ class Plan:
     def _loops(self) -> None:
         """Which forward roles each loop runs, and what the forward loop saves (see `memory_budget`)."""
         roles, g = self.roles, self.g
-        order = sorted(range(len(roles.ops)), key=lambda r: roles.ops[r][0])
+        order = sorted(range(len(roles.ops)), key=roles.order)
         forward_roles = [r for r in order if r not in self.backward]
         needs = {r: {c.role for c in classes if isinstance(c, Internal)} for r, classes in enumerate(roles.operands)}
         read_back = {c.role for r in self.backward for c in roles.operands[r] if isinstance(c, Internal)} - self.backward
@@ -442,12 +452,12 @@ class Plan:
         if self.budget <= 0.0:
             return []
         g, roles = self.g, self.roles
-        wanted = [(r, 0) for r in forward_roles if r in needed and g.ops[roles.ops[r][0]].name in MATRIX_PRODUCTS]
-        sizes = {key: g.nbytes(g.results[roles.ops[key[0]][0]][key[1]]) for key in wanted}
+        wanted = [(r, 0) for r in forward_roles if r in needed and g.ops[roles.template(r)].name in MATRIX_PRODUCTS]
+        sizes = {key: g.nbytes(roles.value(g, *key)) for key in wanted}
         total = sum(sizes.values())
         chosen, used = [], 0
-        for key in sorted(wanted, key=lambda k: -_flops(g, roles.ops[k[0]][0]) / max(sizes[k], 1)):
-            if _flops(g, roles.ops[key[0]][0]) and used + sizes[key] <= self.budget * total:
+        for key in sorted(wanted, key=lambda k: -_flops(g, roles.template(k[0])) / max(sizes[k], 1)):
+            if _flops(g, roles.template(key[0])) and used + sizes[key] <= self.budget * total:
                 chosen.append(key)
                 used += sizes[key]
         return chosen
@@ -455,8 +465,8 @@ class Plan:
     def describe(self) -> str:
         g, roles = self.g, self.roles
         n = roles.length
-        carried = sum(g.nbytes(g.results[roles.ops[r][0]][j]) for r, j, _ in self.carries)
-        saved = sum(g.nbytes(g.results[roles.ops[r][0]][j]) for r, j in self.saved)
+        carried = sum(g.nbytes(roles.value(g, r, j)) for r, j, _ in self.carries)
+        saved = sum(g.nbytes(roles.value(g, r, j)) for r, j in self.saved)
         updated = len(set(self.state.values()))
         text = (f"{n} layers of {len(roles.ops)} ops each ({len(roles.ops) - len(self.backward)} forward, "
                 f"{len(self.backward)} backward); forward loop carries {len(self.carries)} value(s) of "
@@ -472,8 +482,15 @@ class Plan:
 def _score(plan: "Plan") -> tuple[int, int]:
     """How good a plan is: the ops it rolls, then the fewer bytes its loops carry."""
     g, roles = plan.g, plan.roles
-    carried = sum(g.nbytes(roles.value(g, r, j, 0)) for r, j, _ in [*plan.carries, *plan.bcarries])
+    carried = sum(g.nbytes(roles.value(g, r, j)) for r, j, _ in [*plan.carries, *plan.bcarries])
     return len(roles.ops) * roles.length, -carried
+
+
+def _layers(numbers: list) -> str:
+    """``layer 0``, ``layers 0 and 7``, ``layers 0, 1 and 7``."""
+    if len(numbers) == 1:
+        return f"layer {numbers[0]}"
+    return f"layers {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}"
 
 
 def _kib(n: int) -> str:
@@ -495,171 +512,207 @@ def _flops(g: Dataflow, op: int) -> int:
 
 
 # ---- the rewrite -------------------------------------------------------------------------------
-def _rewrite(main: func.FuncOp, g: Dataflow, plan: Plan) -> None:
-    roles, L = plan.roles, plan.roles.length
-    ret = g.ops[-1]
-    first = g.ops[min(o for ops in roles.ops for o in ops)]
-    outer = Builder(ir.InsertionPoint(ret), first.location)
-    seeds_read = sorted({c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)})
-    with outer:
-        stacked = {s: _stacked(g, roles.seeds[s]) for s in seeds_read}
+def _rewrite(g: Dataflow, plan: Plan) -> None:
+    """Replace the run's ops by the plan's two loops; the ops between and after them move after each."""
+    rewrite = _Rewrite(g, plan)
+    forward = rewrite.forward_loop()
+    rewrite.move(MID)
+    rewrite.backward_loop(forward)
+    rewrite.move(POST)
+    for o in sorted((o for ops in plan.roles.ops for o in ops if o is not None), reverse=True):
+        g.ops[o].erase()
 
-    def template(r: int) -> ir.Operation:
-        return g.ops[roles.ops[r][0]]
 
-    def history(t: ir.Type) -> ir.Value:
+class _Rewrite:
+    """One run's rewrite. Everything is built before ``@main``'s return, in order: the stacked seeds
+    and the forward loop, the ops between the loops (moved), the backward loop, the ops after both
+    (moved); the ops before the run stay where they are."""
+
+    def __init__(self, g: Dataflow, plan: Plan):
+        self.g, self.plan, self.roles, self.length = g, plan, plan.roles, plan.roles.length
+        self.ret = g.ops[-1]
+        self.location = g.ops[min(o for ops in self.roles.ops for o in ops if o is not None)].location
+        self.outer = Builder(ir.InsertionPoint(self.ret), self.location)
+        self.seeds = sorted({c.leaf for classes in self.roles.operands for c in classes if isinstance(c, Seed)})
+        self.per_layer: dict = {}    # PerLayer class -> its values stacked, before both loops
+        self.stacked: dict = {}      # seed -> its stack, as the forward loop passes it through
+        self.inputs: dict = {}       # forward carry (role, result, init) -> its value at every layer, stacked
+        self.saved: dict = {}        # (role, result) of a forward role -> its value at every layer, stacked
+
+    # -- the forward loop: layer 0 .. L-1, carrying the block's input and saving it per layer
+    def forward_loop(self) -> rw.Loop:
+        g, plan, roles = self.g, self.plan, self.roles
+        carried_out = {(r, j) for r, j, _ in plan.carries}
+        exported = [key for key, layers in plan.exports.items()        # a value read outside only at the
+                    if key[0] not in plan.backward and not (key in carried_out and layers == {self.length - 1})]
+        saved = sorted(set(exported) | set(plan.saved))               # last layer, carried out, needs no row
+        with self.outer:
+            stacked = [_stacked(g, roles.seeds[s]) for s in self.seeds]
+            self.per_layer = {c: rw.stack([g.values[v] for v in c.values]) for c in _per_layer(roles)}
+            loop = rw.Loop.counted(self.length, carry=[g.values[v] for _, _, v in plan.carries],
+                                   inputs=[self._history(g.values[v].type) for _, _, v in plan.carries],
+                                   saved=[self._history(self._template(r).results[j].type) for r, j in saved],
+                                   stacks=stacked)
+        i = loop.counter
+        carry_in = dict(zip(plan.carries, loop.arg("carry")))
+        stacks = dict(zip(self.seeds, loop.arg("stacks")))
+        env: dict = {}
+        body = _Body(g)
+
+        def resolve(c):
+            if isinstance(c, Seed):
+                return body.row(c, stacks[c.leaf], i)
+            if isinstance(c, PerLayer):
+                return body.row(c, self.per_layer[c], i)
+            if isinstance(c, Invariant):
+                return body.invariant(c.value)
+            if isinstance(c, Internal):
+                return env[c.role, c.result]
+            return carry_in[c.role, c.result, c.init]
+
+        with Builder.at_end(loop.body, self.location):
+            self._run(plan.forward, env, resolve)
+            loop.next(carry=[env[r, j] for r, j, _ in plan.carries],
+                      inputs=[rw.write_row(h, carry_in[key], i) for h, key in zip(loop.arg("inputs"), plan.carries)],
+                      saved=[rw.write_row(h, env[key], i) for h, key in zip(loop.arg("saved"), saved)],
+                      stacks=loop.arg("stacks"))
+        # the stacked leaves pass through the forward loop, so the backward loop updates that one buffer in place
+        self.stacked = dict(zip(self.seeds, loop.result("stacks")))
+        self.inputs = dict(zip(plan.carries, loop.result("inputs")))
+        self.saved = dict(zip(saved, loop.result("saved")))
+        final = {(r, j): v for (r, j, _), v in zip(plan.carries, loop.result("carry"))}
+        with self.outer:
+            for key, layers in plan.exports.items():
+                if key[0] not in plan.backward:
+                    for l in layers:
+                        self._replace(key, l, final[key] if l == self.length - 1 and key in final else
+                                      rw.static_row(self.saved[key], l))
+        return loop
+
+    # -- the backward loop: layer L-1 .. 0; recompute, backward ops, the update of the stacked state
+    def backward_loop(self, forward: rw.Loop) -> None:
+        """Layer l's new rows are carried to the next iteration (``pending``) and written there first,
+        before anything reads the stack (`xla_cpu`, 4); layer 0's after the loop (`xla_cpu`, 2)."""
+        g, plan, roles, L = self.g, self.plan, self.roles, self.length
+        state = sorted(set(plan.state.values()))
+        row_of = {s: key for key, s in plan.state.items()}
+        carried_out = {(r, j) for r, j, _ in plan.bcarries}
+        exported = [key for key, layers in plan.exports.items() if key[0] in plan.backward and key not in plan.state
+                    and not (key in carried_out and layers == {0})]
+        with self.outer:
+            last = xla_cpu.after(forward.op, L - 1)   # a dynamic slice clamps L back to L - 1
+            loop = rw.Loop.counted(L, carry=[g.values[v] for _, _, v in plan.bcarries],
+                                   stacks=[self.stacked[s] for s in state],
+                                   pending=[rw.row(self.stacked[s], last) for s in state],    # layer L-1 as it is
+                                   exported=[self._history(self._template(r).results[j].type) for r, j in exported])
+        carry_in = dict(zip(plan.bcarries, loop.arg("carry")))
+        env: dict = {}
+        inputs: dict = {}
+        body = _Body(g)
+        with Builder.at_end(loop.body, self.location):
+            layer = stablehlo.SubtractOp(rw.scalar(L - 1), loop.counter).result
+            above = stablehlo.AddOp(layer, rw.scalar(1)).result      # L at the first iteration: clamped to L - 1
+            current = dict(self.stacked)
+            current.update({s: rw.write_row(stack, pending, above)
+                            for s, stack, pending in zip(state, loop.arg("stacks"), loop.arg("pending"))})
+
+            def resolve(c):
+                if isinstance(c, Seed):
+                    return body.row(c, current[c.leaf], layer)
+                if isinstance(c, PerLayer):
+                    return body.row(c, self.per_layer[c], layer)
+                if isinstance(c, Invariant):
+                    return body.invariant(c.value)
+                if isinstance(c, Internal):
+                    if (c.role, c.result) not in env:          # a saved forward value
+                        env[c.role, c.result] = rw.row(self.saved[c.role, c.result], layer)
+                    return env[c.role, c.result]
+                key = (c.role, c.result, c.init)
+                if c.backward:
+                    return carry_in[key]
+                if key not in inputs:                          # a layer input: the forward loop saved it
+                    inputs[key] = rw.row(self.inputs[key], layer)
+                return inputs[key]
+
+            self._run([*plan.recompute, *sorted(plan.backward, key=roles.order)], env, resolve)
+            loop.next(carry=[env[r, j] for r, j, _ in plan.bcarries],
+                      stacks=[current[s] for s in state],
+                      pending=[rw.reshape(env[row_of[s]], list(ir.RankedTensorType(self.stacked[s].type).shape[1:]))
+                               for s in state],
+                      exported=[rw.write_row(h, env[key], layer) for h, key in zip(loop.arg("exported"), exported)])
+        final = {(r, j): v for (r, j, _), v in zip(plan.bcarries, loop.result("carry"))}
+        rows = dict(zip(exported, loop.result("exported")))
+        with self.outer:
+            new_state = dict(zip(state, xla_cpu.write_first_rows(loop.op, loop.result("stacks"), loop.result("pending"))))
+            for key, layers in plan.exports.items():
+                if key[0] in plan.backward:
+                    for l in layers:
+                        self._replace(key, l, rw.static_row(new_state[plan.state[key]], l) if key in plan.state else
+                                      final[key] if l == 0 and key in final else rw.static_row(rows[key], l))
+
+    def move(self, where: int) -> None:
+        """Move the ops outside the run placed `where` (MID, POST) to here (before the return)."""
+        last = len(self.g.ops) - 1
+        for n in sorted(o for o, at in self.plan.outside.items() if at == where and o != last):
+            self.g.ops[n].move_before(self.ret)
+
+    def _template(self, r: int) -> ir.Operation:
+        """Role `r`'s op at layer 0, which a loop body clones."""
+        return self.g.ops[self.roles.template(r)]
+
+    def _history(self, t: ir.Type) -> ir.Value:
+        """Zeros of one value per layer (``[L, ...]``), for a loop to write row by row."""
         t = ir.RankedTensorType(t)
-        return rw.zeros(ir.RankedTensorType.get([L, *t.shape], t.element_type))
+        return rw.zeros(ir.RankedTensorType.get([self.length, *t.shape], t.element_type))
 
-    def run_roles(order: list, env: dict, resolve) -> None:
+    def _run(self, order: list, env: dict, resolve) -> None:
+        """Clone the roles `order` here, each on the operands `resolve` gives for its classes; their
+        results go to `env` by (role, result)."""
+        g, roles = self.g, self.roles
         for r in order:
-            op = template(r)
+            op = self._template(r)
             classes = roles.operands[r]
             n = len(op.operands)
             operands = [resolve(c) for c in classes[:n]]
-            captured = {g.values[g.operands[roles.ops[r][0]][k]]: resolve(c) for k, c in enumerate(classes) if k >= n}
+            captured = {g.values[g.operands[roles.template(r)][k]]: resolve(c) for k, c in enumerate(classes) if k >= n}
             for j, v in enumerate(rw.clone(op, operands, captured).results):
                 env[r, j] = v
 
-    def invariant(v: int, built: dict) -> ir.Value:
-        """Value `v`, the same at every layer, as a loop body reads it: a broadcast of a smaller value
-        is built again in the body, where XLA fuses it into its users (read from outside the loop,
-        it would be a full-size buffer live across the loop); any other value is read from outside."""
-        op = g.owner[v]
-        if op == ARG or g.ops[op].name != "stablehlo.broadcast_in_dim" \
-                or g.nbytes(g.operands[op][0]) >= g.nbytes(v):
-            return g.values[v]
-        if v not in built:
-            built[v] = rw.clone(g.ops[op], [g.values[g.operands[op][0]]]).results[0]
-        return built[v]
-
-    def replace(key: tuple, layer: int, value: ir.Value) -> None:
+    def _replace(self, key: tuple, layer: int, value: ir.Value) -> None:
         """Outside uses of role `key`'s value at `layer` read `value` (in that value's shape: a new leaf
         may be written flat, as a packed state's buffer takes it)."""
-        old = g.values[roles.value(g, key[0], key[1], layer)]
+        old = self.g.values[self.roles.value(self.g, key[0], key[1], layer)]
         old.replace_all_uses_with(rw.reshape(value, list(ir.RankedTensorType(old.type).shape)))
 
-    # -- the forward loop: carries, their histories (the layer inputs), saved and exported values
-    carried_out = {(r, j) for r, j, _ in plan.carries}
-    f_exports = [key for key, layers in plan.exports.items()          # a value read outside only at the
-                 if key[0] not in plan.backward and not (key in carried_out and layers == {L - 1})]   # last layer,
-    f_hist = sorted(set(f_exports) | set(plan.saved))                 # carried out, needs no history
-    n_c, n_h = len(plan.carries), len(f_hist)
-    with outer:
-        forward = _while([rw.scalar(0), *[g.values[v] for _, _, v in plan.carries],
-                          *[history(g.values[v].type) for _, _, v in plan.carries],
-                          *[history(template(r).results[j].type) for r, j in f_hist],
-                          *[stacked[s] for s in seeds_read]], L)
-    body = forward.regions[1].blocks[0]
-    i = body.arguments[0]
-    carry_in = {key: body.arguments[1 + k] for k, key in enumerate(plan.carries)}
-    through = {s: body.arguments[1 + 2 * n_c + n_h + k] for k, s in enumerate(seeds_read)}
-    env: dict = {}
-    rows: dict = {}
-    built: dict = {}
 
-    def seed_row(s: int, source: dict, index) -> ir.Value:
-        if s not in rows:
-            rows[s] = rw.row(source[s], index)
-        return rows[s]
+class _Body:
+    """What one loop body reads once however many of its ops read it: a seed's or a per-layer value's
+    row at this layer, a value the same at every layer (built again where XLA would rather fuse it,
+    `xla_cpu`, 3)."""
 
-    def resolve_forward(c):
-        if isinstance(c, Seed):
-            return seed_row(c.leaf, through, i)
-        if isinstance(c, Invariant):
-            return invariant(c.value, built)
-        if isinstance(c, Internal):
-            return env[c.role, c.result]
-        return carry_in[c.role, c.result, c.init]
+    def __init__(self, g: Dataflow):
+        self.g = g
+        self.rows: dict = {}       # Seed or PerLayer -> its row here
+        self.built: dict = {}      # value id -> the broadcast built again here
 
-    with Builder.at_end(body, first.location):
-        run_roles(plan.forward, env, resolve_forward)
-        stablehlo.ReturnOp([
-            stablehlo.AddOp(i, rw.scalar(1)).result, *[env[r, j] for r, j, _ in plan.carries],
-            *[rw.write_row(body.arguments[1 + n_c + k], carry_in[key], i) for k, key in enumerate(plan.carries)],
-            *[rw.write_row(body.arguments[1 + 2 * n_c + k], env[key], i) for k, key in enumerate(f_hist)],
-            *[through[s] for s in seeds_read]])
-    # the stacked leaves pass through the forward loop, so the backward loop updates that one buffer in place
-    stacked = {s: forward.results[1 + 2 * n_c + n_h + k] for k, s in enumerate(seeds_read)}
-    final_carry = {(r, j): forward.results[1 + k] for k, (r, j, _) in enumerate(plan.carries)}
-    carry_hist = {key: forward.results[1 + n_c + k] for k, key in enumerate(plan.carries)}
-    saved_hist = {key: forward.results[1 + 2 * n_c + k] for k, key in enumerate(f_hist)}
-    with outer:
-        for key, layers in plan.exports.items():
-            if key[0] not in plan.backward:
-                for l in layers:
-                    replace(key, l, final_carry[key] if l == L - 1 and key in final_carry else
-                            rw.static_row(saved_hist[key], l))
+    def row(self, c: Seed | PerLayer, stack: ir.Value, index: ir.Value) -> ir.Value:
+        if c not in self.rows:
+            self.rows[c] = rw.row(stack, index)
+        return self.rows[c]
 
-    for n in sorted(o for o, where in plan.outside.items() if where == MID):
-        g.ops[n].move_before(ret)
+    def invariant(self, v: int) -> ir.Value:
+        g = self.g
+        op = g.owner[v]
+        if op == ARG or not xla_cpu.rebuilt_in_body(g.ops[op]):
+            return g.values[v]
+        if v not in self.built:
+            self.built[v] = rw.clone(g.ops[op], [g.values[g.operands[op][0]]]).results[0]
+        return self.built[v]
 
-    # -- the backward loop: layer L-1 .. 0; recompute, backward ops, the update of the stacked state.
-    # Layer l's new rows are carried to the next iteration and written there first, before anything
-    # reads the stack (which then reads row l - 1): every read of a stack depends on its one write,
-    # so XLA updates it in place. (Written where it is computed, a read of another leaf's old row,
-    # such as a moment's update that XLA recomputes inside the parameter's, could follow that
-    # leaf's write, and XLA would copy every stack every iteration to keep it.)
-    state_seeds = sorted(set(plan.state.values()))
-    row_of = {s: key for key, s in plan.state.items()}
-    bcarried_out = {(r, j) for r, j, _ in plan.bcarries}
-    b_exports = [key for key, layers in plan.exports.items() if key[0] in plan.backward and key not in plan.state
-                 and not (key in bcarried_out and layers == {0})]
-    n_b, n_s = len(plan.bcarries), len(state_seeds)
-    with outer:
-        last = _after(forward, L - 1)   # a dynamic slice clamps L back to L - 1
-        backward = _while([rw.scalar(0), *[g.values[v] for _, _, v in plan.bcarries], *[stacked[s] for s in state_seeds],
-                           *[rw.row(stacked[s], last) for s in state_seeds],   # pending: layer L-1 as it is
-                           *[history(template(r).results[j].type) for r, j in b_exports]], L)
-    body = backward.regions[1].blocks[0]
-    i = body.arguments[0]
-    env, rows, built = {}, {}, {}
-    carry_rows: dict = {}
-    bcarry_in = {key: body.arguments[1 + k] for k, key in enumerate(plan.bcarries)}
-    with Builder.at_end(body, first.location):
-        layer = stablehlo.SubtractOp(rw.scalar(L - 1), i).result
-        above = stablehlo.AddOp(layer, rw.scalar(1)).result      # L at the first iteration: clamped to L - 1
-        current = dict(stacked)
-        current.update({s: rw.write_row(body.arguments[1 + n_b + k], body.arguments[1 + n_b + n_s + k], above)
-                        for k, s in enumerate(state_seeds)})
 
-        def resolve_backward(c):
-            if isinstance(c, Seed):
-                return seed_row(c.leaf, current, layer)
-            if isinstance(c, Invariant):
-                return invariant(c.value, built)
-            if isinstance(c, Internal):
-                if (c.role, c.result) not in env:          # a saved forward value
-                    env[c.role, c.result] = rw.row(saved_hist[c.role, c.result], layer)
-                return env[c.role, c.result]
-            key = (c.role, c.result, c.init)
-            if c.backward:
-                return bcarry_in[key]
-            if key not in carry_rows:                      # a layer input: the forward loop saved it
-                carry_rows[key] = rw.row(carry_hist[key], layer)
-            return carry_rows[key]
-
-        run_roles([*plan.recompute, *sorted(plan.backward, key=lambda r: roles.ops[r][0])], env, resolve_backward)
-        stablehlo.ReturnOp([
-            stablehlo.AddOp(i, rw.scalar(1)).result, *[env[r, j] for r, j, _ in plan.bcarries],
-            *[current[s] for s in state_seeds],
-            *[rw.reshape(env[row_of[s]], list(ir.RankedTensorType(stacked[s].type).shape[1:])) for s in state_seeds],
-            *[rw.write_row(body.arguments[1 + n_b + 2 * n_s + k], env[key], layer) for k, key in enumerate(b_exports)]])
-    final_bcarry = {(r, j): backward.results[1 + k] for k, (r, j, _) in enumerate(plan.bcarries)}
-    b_hist = {key: backward.results[1 + n_b + 2 * n_s + k] for k, key in enumerate(b_exports)}
-    with outer:
-        final_state = dict(zip(state_seeds, _write_first_rows(backward, list(backward.results)[1 + n_b:1 + n_b + n_s],
-                                                              list(backward.results)[1 + n_b + n_s:1 + n_b + 2 * n_s])))
-        for key, layers in plan.exports.items():
-            if key[0] in plan.backward:
-                for l in layers:
-                    replace(key, l, rw.static_row(final_state[plan.state[key]], l) if key in plan.state else
-                            final_bcarry[key] if l == 0 and key in final_bcarry else rw.static_row(b_hist[key], l))
-
-    for n in sorted(o for o, where in plan.outside.items() if where == POST and o != len(g.ops) - 1):
-        g.ops[n].move_before(ret)
-    for o in sorted((o for ops in roles.ops for o in ops), reverse=True):
-        g.ops[o].erase()
+def _per_layer(roles: Roles) -> list[PerLayer]:
+    """The per-layer values the roles read, each once, in the order first read."""
+    return list(dict.fromkeys(c for classes in roles.operands for c in classes if isinstance(c, PerLayer)))
 
 
 def _stacked(g: Dataflow, values: list) -> ir.Value:
@@ -686,50 +739,3 @@ def _packed_buffer(g: Dataflow, values: list) -> int | None:
     if source is None or ir.RankedTensorType(g.values[source].type).shape != [len(values) * size]:
         return None
     return source
-
-
-def _after(loop: ir.Operation, value: int) -> ir.Value:
-    """The 0-d i32 `value`, computed from `loop`'s carried value so that what reads it is scheduled
-    after the loop (XLA schedules an op that does not depend on a loop before it, keeping its result
-    live through the loop, and folds the loop's counter): ``value + (x != x)`` for the first element
-    x of the first floating-point carry, which XLA cannot fold; `value` + 1 where x is NaN (the
-    callers give that the same effect). `value` where no carry is floating-point."""
-    for v in list(loop.results)[1:]:
-        t = ir.RankedTensorType(v.type)
-        if isinstance(t.element_type, ir.FloatType) and 0 not in t.shape:
-            ones = ir.DenseI64ArrayAttr.get([1] * t.rank)
-            x = rw.reshape(stablehlo.SliceOp(v, ir.DenseI64ArrayAttr.get([0] * t.rank), ones, ones).result, [])
-            nan = stablehlo.CompareOp(x, x, stablehlo.ComparisonDirectionAttr.get("NE")).result
-            return stablehlo.AddOp(rw.scalar(value), stablehlo.ConvertOp(rw.i32(), nan).result).result
-    return rw.scalar(value)
-
-
-def _write_first_rows(loop: ir.Operation, stacks: list, rows: list) -> list:
-    """`stacks` (results of `loop`) with row 0 of each replaced by the one of `rows`, written inside
-    a loop of its own: XLA:CPU copies a loop's result before a dynamic-update-slice that follows
-    the loop (every stack once per call), not before one inside a loop body. The loop runs once, or
-    twice (the same writes again): a trip count XLA cannot fold (`_after`), so it does not inline
-    the body after the loop."""
-    if not stacks:
-        return []
-    n = len(stacks)
-    write = _while([rw.scalar(0), *stacks, *rows], _after(loop, 1))
-    body = write.regions[1].blocks[0]
-    with ir.InsertionPoint(body), loop.location:
-        stablehlo.ReturnOp([stablehlo.AddOp(body.arguments[0], rw.scalar(1)).result,
-                            *[rw.write_row(body.arguments[1 + k], body.arguments[1 + n + k], rw.scalar(0)) for k in range(n)],
-                            *body.arguments[1 + n:]])
-    return list(write.results)[1:1 + n]
-
-
-def _while(init: list, trips: int | ir.Value) -> ir.Operation:
-    """A ``stablehlo.while`` here over `init` (the first a 0-d i32 counter from 0) running `trips`
-    (an int, or a 0-d i32 value) times; its condition is built, its body block is empty."""
-    types = [v.type for v in init]
-    loop = stablehlo.WhileOp(types, init)
-    cond = loop.regions[0].blocks.append(*types)
-    with ir.InsertionPoint(cond):
-        stablehlo.ReturnOp([stablehlo.CompareOp(cond.arguments[0], rw.scalar(trips) if isinstance(trips, int) else trips,
-                                                stablehlo.ComparisonDirectionAttr.get("LT")).result])
-    loop.regions[1].blocks.append(*types)
-    return loop.operation

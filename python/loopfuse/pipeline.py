@@ -34,7 +34,8 @@ def build(passes=None, *, steps: int | None = None, donate: bool = True,
     `passes` is a pipeline string or a sequence of pass objects and pipeline strings (``"simplify"``,
     ``"flatten-update{min-group=3}"``). drop-unused-outputs always runs first (it removes work), then
     roll-layers for a `memory_budget` below 1, the chosen passes, wrap-loop for ``steps`` (its histories
-    written in blocks of `rows`, where no pass rewrites the step into loops or rewrites wrap-loop's loop),
+    written in blocks of `rows`, where no pass adds loops of its own (`adds_control_flow`) or rewrites
+    wrap-loop's loop),
     then the chosen passes that rewrite its loop (``after_wrap_loop``: pack-state), alias-state last.
     """
     opt = chosen(passes)
@@ -43,7 +44,7 @@ def build(passes=None, *, steps: int | None = None, donate: bool = True,
     on_loop = [p for p in opt if getattr(p, "after_wrap_loop", False)]
     specs = [DropUnusedOutputs(), *(p for p in opt if not getattr(p, "after_wrap_loop", False))]
     if steps is not None:
-        blocked = not on_loop and not any(isinstance(p, RollLayers) for p in opt)
+        blocked = not on_loop and not any(p.adds_control_flow() for p in opt)
         specs.append(WrapLoop(steps=steps, rows=rows if blocked else 0))
     specs += on_loop
     if donate:

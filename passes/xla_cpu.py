@@ -1,0 +1,61 @@
+"""Schedules XLA:CPU needs: rewrites that compute the same values as the plain form, and steer
+XLA's scheduler and copy insertion away from a copy or a buffer it would otherwise keep. Each is
+here with the measurement that justifies it; roll-layers builds its loops with them.
+
+1. `after`: a value computed from a loop's result, so that what reads it runs after the loop.
+   XLA schedules an op that does not depend on a loop before it and keeps the result live through
+   the loop; it folds the loop's counter, and drops an optimization barrier before scheduling. The
+   backward loop's first carried rows (layer L-1's state), read from the inputs, were scheduled
+   before the forward loop: one layer's state live through it, 2.5 MiB of an nnx GPT's peak.
+2. `write_first_rows`: writes after a loop, inside a loop of their own. XLA:CPU copies a loop's
+   result before a dynamic-update-slice that follows the loop (a minimal program does it, with or
+   without aliasing and region analysis): writing layer 0's rows after the backward loop copied
+   every stack once a call, 108.5 MiB on the nnx GPT (53 copies in its program, 7 after).
+3. `rebuilt_in_body`: a broadcast of a smaller value that a loop body reads is built again in the
+   body, where XLA fuses it into its users; read from outside, it is a full-size buffer live across
+   the loop (Adam's bias corrections broadcast to a leaf's shape: 5 MiB of the nnx GPT's peak).
+4. (In roll_layers' backward loop, by its structure.) A layer's new stacked rows are carried to the
+   next iteration and written there first, before anything reads the stack: written where they are
+   computed, a read of another leaf's old row could follow that leaf's write (a moment's update that
+   XLA recomputes inside the parameter's), and XLA copied every stack every iteration to keep it.
+"""
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from . import rewriter as rw
+from .dataflow import tensor_bytes
+
+
+def after(loop: ir.Operation, value: int) -> ir.Value:
+    """The 0-d i32 `value`, computed from `loop`'s carried values so that what reads it is scheduled
+    after the loop: ``value + (x != x)`` for the first element x of the first floating-point carry,
+    which XLA cannot fold; `value` + 1 where x is NaN (the callers give that the same effect, by
+    clamping or by repeating). `value` where no carry is floating-point."""
+    for v in list(loop.results)[1:]:
+        t = ir.RankedTensorType(v.type)
+        if isinstance(t.element_type, ir.FloatType) and 0 not in t.shape:
+            ones = ir.DenseI64ArrayAttr.get([1] * t.rank)
+            x = rw.reshape(stablehlo.SliceOp(v, ir.DenseI64ArrayAttr.get([0] * t.rank), ones, ones).result, [])
+            nan = stablehlo.CompareOp(x, x, stablehlo.ComparisonDirectionAttr.get("NE")).result
+            return stablehlo.AddOp(rw.scalar(value), stablehlo.ConvertOp(rw.i32(), nan).result).result
+    return rw.scalar(value)
+
+
+def write_first_rows(loop: ir.Operation, stacks: list, rows: list) -> list:
+    """`stacks` (results of `loop`) with row 0 of each replaced by the one of `rows`, written inside
+    a loop of its own that runs once, or twice with the same writes: a trip count XLA cannot fold
+    (`after`), so it does not inline the body after `loop`."""
+    if not stacks:
+        return []
+    write = rw.Loop.counted(after(loop, 1), stacks=stacks, rows=rows)
+    with ir.InsertionPoint(write.body), loop.location:
+        write.next(stacks=[rw.write_row(s, r, rw.scalar(0)) for s, r in zip(write.arg("stacks"), write.arg("rows"))],
+                   rows=write.arg("rows"))
+    return write.result("stacks")
+
+
+def rebuilt_in_body(op: ir.Operation) -> bool:
+    """Whether a loop body that reads `op`'s value, the same at every iteration, builds `op` again
+    instead: a ``stablehlo.broadcast_in_dim`` to a larger tensor."""
+    return op.name == "stablehlo.broadcast_in_dim" and \
+        tensor_bytes(op.operands[0].type) < tensor_bytes(op.results[0].type)

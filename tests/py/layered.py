@@ -1,0 +1,159 @@
+"""Stacks of blocks written the way their libraries teach them (issue 38's models), for roll-layers.
+
+Each builder returns ``(step, state, batch)``: an optax step on ``(params, opt_state)`` (AdamW unless
+given), the data an argument of the step.
+
+* `linen_gpt`: a flax linen GPT; its blocks are ``@nn.compact`` submodules, so its parameters are
+  ``Block_0`` .. ``Block_{L-1}`` (dict keys carrying the index, not a list).
+* `eqx_mlp`: an equinox residual MLP, a list of modules; the first block reads the batch (its input
+  has no gradient).
+* `gpt_variant`: transformer.py's GPT with an unlike first block (a stem without its residual), an
+  unlike last block (an MLP of another activation), a per-layer residual scale ``1 / sqrt(2 (i + 1))``
+  (depth-scaled residuals), or its blocks held in other containers (a tuple, nested lists, a dict
+  ``h_0`` .. , keys ``w1, w2 ..`` with no container).
+"""
+import equinox as eqx
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import transformer
+
+
+# ---- flax linen ------------------------------------------------------------------------------------
+class _LinenBlock(nn.Module):
+    width: int
+    heads: int
+
+    @nn.compact
+    def __call__(self, x):
+        mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
+        x = x + nn.MultiHeadDotProductAttention(num_heads=self.heads)(nn.LayerNorm()(x), mask=mask)
+        return x + nn.Dense(self.width)(nn.gelu(nn.Dense(4 * self.width)(nn.LayerNorm()(x))))
+
+
+class _LinenGPT(nn.Module):
+    layers: int
+    width: int
+    heads: int
+    vocab: int
+
+    @nn.compact
+    def __call__(self, tokens):
+        x = nn.Embed(self.vocab, self.width)(tokens)
+        x = x + self.param("pos", nn.initializers.normal(0.02), (tokens.shape[1], self.width))
+        for _ in range(self.layers):
+            x = _LinenBlock(self.width, self.heads)(x)
+        return nn.Dense(self.vocab)(nn.LayerNorm()(x))
+
+
+def linen_gpt(layers: int, width: int, heads: int, seq: int, batch: int, vocab: int, opt=None):
+    model = _LinenGPT(layers, width, heads, vocab)
+    tokens = transformer.tokens(seq, batch, vocab)
+    params = model.init(jax.random.key(0), tokens[:, :-1])
+
+    def loss(p, t):
+        return optax.softmax_cross_entropy_with_integer_labels(model.apply(p, t[:, :-1]), t[:, 1:]).mean()
+
+    opt = opt or optax.adamw(3e-4)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), tokens
+
+
+# ---- equinox -------------------------------------------------------------------------------------
+class _EqxBlock(eqx.Module):
+    up: eqx.nn.Linear
+    down: eqx.nn.Linear
+
+    def __init__(self, width: int, hidden: int, key):
+        k1, k2 = jax.random.split(key)
+        self.up, self.down = eqx.nn.Linear(width, hidden, key=k1), eqx.nn.Linear(hidden, width, key=k2)
+
+    def __call__(self, x):
+        return x + self.down(jax.nn.gelu(self.up(x)))
+
+
+class _EqxMLP(eqx.Module):
+    layers: list
+
+    def __init__(self, layers: int, width: int, hidden: int, key):
+        self.layers = [_EqxBlock(width, hidden, k) for k in jax.random.split(key, layers)]
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def eqx_mlp(layers: int, width: int, hidden: int, batch: int, opt=None):
+    params = eqx.filter(_EqxMLP(layers, width, hidden, jax.random.key(0)), eqx.is_array)
+    rng = np.random.default_rng(1)
+    data = {"x": rng.normal(size=(batch, width)).astype(np.float32),
+            "y": rng.normal(size=(batch, width)).astype(np.float32)}
+
+    def loss(p, d):
+        return jnp.mean((jax.vmap(p)(d["x"]) - d["y"]) ** 2)
+
+    opt = opt or optax.adamw(3e-4)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), data
+
+
+# ---- transformer.py's GPT, varied ----------------------------------------------------------------
+def _stem(p: dict, x, heads: int):
+    """transformer.block without its residuals: an unlike first block."""
+    b, s, w = x.shape
+    h = transformer.layer_norm(x, p["ln1_s"], p["ln1_b"]) @ p["qkv"] + p["qkv_b"]
+    q, k, v = (t[:, :, 0].transpose(0, 2, 1, 3) for t in jnp.split(h.reshape(b, s, 3, heads, w // heads), 3, axis=2))
+    scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), q @ k.transpose(0, 1, 3, 2) / np.sqrt(w // heads), -1e9)
+    x = (jax.nn.softmax(scores, -1) @ v).transpose(0, 2, 1, 3).reshape(b, s, w) @ p["proj"] + p["proj_b"]
+    return jax.nn.gelu(transformer.layer_norm(x, p["ln2_s"], p["ln2_b"]) @ p["up"] + p["up_b"]) @ p["down"] + p["down_b"]
+
+
+def _scaled(p: dict, x, heads: int, scale: float):
+    """transformer.block with each residual branch scaled by `scale` (a per-layer constant)."""
+    return x + scale * (transformer.block(p, x, heads) - x)
+
+
+VARIANTS = ("stem_and_last", "depth_scaled", "tuple", "nested", "dict_h", "numbered_keys")
+
+
+def gpt_variant(variant: str, layers: int, width: int, heads: int, seq: int, batch: int, vocab: int, opt=None):
+    """transformer.gpt's model and values with its blocks varied (see the module docstring)."""
+    p = transformer.params(layers, width, heads, seq, vocab)
+    blocks = p.pop("blocks")
+    if variant == "tuple":
+        p["blocks"] = tuple(blocks)
+    elif variant == "nested":       # blocks of two blocks
+        p["blocks"] = [blocks[i:i + 2] for i in range(0, layers, 2)]
+    elif variant == "dict_h":
+        p["blocks"] = {f"h_{i}": b for i, b in enumerate(blocks)}
+    elif variant == "numbered_keys":
+        p.update({f"block{i + 1}": b for i, b in enumerate(blocks)})
+    else:
+        p["blocks"] = blocks
+
+    def order(p):
+        if variant == "nested":
+            return [b for pair in p["blocks"] for b in pair]
+        if variant == "dict_h":
+            return [p["blocks"][f"h_{i}"] for i in range(layers)]
+        if variant == "numbered_keys":
+            return [p[f"block{i + 1}"] for i in range(layers)]
+        return list(p["blocks"])
+
+    def loss(p, t):
+        x = p["tok"][t[:, :-1]] + p["pos"]
+        for i, b in enumerate(order(p)):
+            if variant == "stem_and_last" and i == 0:
+                x = _stem(b, x, heads)
+            elif variant == "stem_and_last" and i == layers - 1:
+                x = transformer.block(b, x, heads, act=jax.nn.relu)
+            elif variant == "depth_scaled":
+                x = _scaled(b, x, heads, 1 / np.sqrt(2 * (i + 1)))
+            else:
+                x = transformer.block(b, x, heads)
+        return transformer._head(p, x, t)
+
+    opt = opt or optax.adamw(3e-4)
+    return transformer.optax_step(loss, opt), (p, opt.init(p)), transformer.tokens(seq, batch, vocab)

@@ -7,7 +7,9 @@ arguments first, then each op's results), and each op gets an interned structura
 its name, attributes, operand and result types and, for ops with regions, the regions' contents
 with their values numbered locally. Two ops with the same signature compute the same function of
 their operands. A value that a region uses from outside its op counts as one more operand of the
-op (so two ops are only alike when they capture alike values too).
+op (so two ops are only alike when they capture alike values too). A ``func.call`` is named in its
+signature by its callee's body, not its name (`callee_classes`): jax gives each traced copy of a
+function (a ``fori_loop``'s body in every layer) a name of its own.
 
 ``Dataflow.of(block, pure_callees)`` reads the block as common-subexpression elimination would leave
 it, without editing it: an op free of effects (`dead_code.has_side_effects`; calls of the functions
@@ -18,11 +20,13 @@ measured, the merged ops of a GPT step (its per-layer constants, its causal mask
 last bits XLA computes (a parameter leaf in 1 ulp, 8 of 1024 elements), so a step that no pass
 rewrites must reach XLA as traced.
 """
+import re
 from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
 from .dead_code import has_side_effects
+from .functions import module_functions
 
 ARG = -1   # `Dataflow.owner` of a block argument
 
@@ -49,7 +53,8 @@ class Dataflow:
         """The block's dataflow; with `pure_callees` (not None), as if alike ops were merged (see the
         module docstring)."""
         g = cls(block)
-        texts: dict = {}      # type or attribute -> its text: printing is most of the reading
+        texts: dict = callee_classes(block.owner.parent)   # also: a call's callee -> its class
+
         types: list = []      # value id -> its type's text
         for a in block.arguments:
             types.append(_text(a.type, texts))
@@ -113,6 +118,28 @@ class Dataflow:
         if n is None:
             n = self.sizes[value] = tensor_bytes(self.values[value].type)
         return n
+
+
+def callee_classes(module_op: ir.Operation) -> dict:
+    """callee attribute of a ``func.call`` -> the attribute naming the first function of the module
+    whose body is the same (the functions' texts, their names left out and the calls in them named by
+    class, compared), to stand for it in op signatures."""
+    functions = {f.sym_name.value: f for f in module_functions(module_op)}
+    names: dict = {name: name for name in functions}
+    texts: dict = {}
+    while True:
+        first: dict = {}
+        new = {}
+        for name, f in functions.items():
+            text = _CALLEE.sub(lambda m: "@" + names.get(m.group(1), m.group(1)), texts.get(name) or str(f))
+            texts[name] = text
+            new[name] = first.setdefault(text.replace("@" + names[name], "@", 1), name)
+        if new == names:
+            return {ir.FlatSymbolRefAttr.get(name): str(ir.FlatSymbolRefAttr.get(cls)) for name, cls in names.items()}
+        names = new
+
+
+_CALLEE = re.compile(r"@([A-Za-z0-9_.$-]+)")
 
 
 def tensor_bytes(t: ir.Type) -> int:

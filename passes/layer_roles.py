@@ -129,30 +129,35 @@ def analyze(g: Dataflow, run: Run, arg_of_leaf) -> "Layout":
 
 @dataclass
 class Layout:
-    """The shift map's chains of one run placed at its positions: per chain, its op at each position
-    (None where the chain has none: a layer unlike the others, or the first layer's missing input
-    gradient); `dropped` says which chains could not be placed."""
+    """The shift map's chains of one run placed at its positions: per chain, its ops and the positions
+    of its first op that fit (one, but for a chain shorter than the run whose place program order
+    leaves open: the ops of one layer's boundary, ``act(x) @ w`` after the layer before's ``@ w``,
+    belong to either layer); `dropped` says which chains could not be placed."""
 
     length: int
     seeds: list
-    placed: list
+    placed: list         # (chain, [offset, ...]): the chain's k-th op at position k + offset
     dropped: list
 
     def roles(self, g: Dataflow, first: int = 0, last: int = 0) -> Roles:
         """The valid roles of the run without its first `first` and last `last` layers (an unlike stem or
         head block, left as it is): a chain with an op at each of the part's positions, or at each but
-        its first (a dead first position), is a role; one with fewer is not."""
+        its first (a dead first position), is a role, at the first of its offsets that gives it that;
+        one with fewer is not."""
         lo, hi = first, self.length - last
         n = hi - lo
         roles = Roles(n, [per[lo:hi] for per in self.seeds], dropped=list(self.dropped))
-        for per in self.placed:
-            part = per[lo:hi]
-            have = sum(o is not None for o in part)
-            if have == n or (have == n - 1 and part[0] is None):
-                roles.ops.append(part)
-            elif have:
+        for chain, offsets in self.placed:
+            parts = [([None] * t + chain + [None] * (self.length - len(chain) - t))[lo:hi] for t in offsets]
+            have = [sum(o is not None for o in part) for part in parts]
+            whole = [part for part, k in zip(parts, have) if k == n]
+            dead = [part for part, k in zip(parts, have) if k == n - 1 and part[0] is None]
+            if whole or dead:
+                roles.ops.append((whole or dead)[0])
+            elif max(have):
+                part = parts[have.index(max(have))]
                 roles.dropped.append(f"{_describe(g, next(o for o in part if o is not None))} has its like in "
-                                     f"{have} of the {n} layers")
+                                     f"{max(have)} of the {n} layers")
         roles.role_of = _placed(roles.ops)
         _validate(g, roles)
         return roles
@@ -221,11 +226,11 @@ def _uses_by_kind(g: Dataflow, v: int) -> dict:
 
 # ---- 2. positions ----------------------------------------------------------------------------
 def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list, list]:
-    """(per chain, its op at each position or None; why chains were not placed): exact-length chains
-    as they are, longer ones cut to their cheapest window, shorter ones (a layer unlike the others
-    has no op of theirs) where their ops read their layers' leaves, else where program order puts
-    them between the placed ops (a layer's forward ops run after the layer before's, its backward
-    ops before), the fewest bytes crossing where that leaves a choice."""
+    """(`Layout.placed`; why chains were not placed): exact-length chains as they are, longer ones cut
+    to their cheapest window, shorter ones (a layer unlike the others has no op of theirs) where their
+    ops read their layers' leaves, else where program order puts them between the placed ops (a
+    layer's forward ops run after the layer before's, its backward ops before): every such place,
+    the fewest bytes crossing first."""
     seed_layer = {v: l for per in seeds for l, v in enumerate(per)}
 
     def anchors(chain: list) -> set:
@@ -254,22 +259,20 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
     for i in range(len(long)):     # longer chains (rare): the window that makes the fewest bytes cross
         if i not in start:
             cut(i, min(range(len(long[i]) - length + 1), key=lambda s: (_crossing(g, placed, long[i], s, length), s)))
-    out = exact + [chain[start[i]:start[i] + length] for i, chain in enumerate(long)]
+    out = [(chain, [0]) for chain in exact] + [(chain[start[i]:start[i] + length], [0]) for i, chain in enumerate(long)]
     dropped = []
-    offsets = {}
+    anchored = {}
     for i, chain in enumerate(short):
         found = anchors(chain)
         if len(found) == 1 and 0 <= min(found) <= length - len(chain):
-            offsets[i] = found.pop()
-            placed.update((o, offsets[i] + k) for k, o in enumerate(chain))
+            anchored[i] = found.pop()
+            placed.update((o, anchored[i] + k) for k, o in enumerate(chain))
     order = sorted((o, l) for o, l in placed.items() if l is not _UNPLACED and l >= 0)
     for i, chain in enumerate(short):
-        if i not in offsets:
-            fits = _between(order, chain, length)
-            if fits:
-                offsets[i] = min(fits, key=lambda t: (_crossing(g, placed, chain, -t, length), t))
-        if i in offsets:
-            out.append([None] * offsets[i] + chain + [None] * (length - len(chain) - offsets[i]))
+        fits = [anchored[i]] if i in anchored else \
+            sorted(_between(order, chain, length), key=lambda t: (_crossing(g, placed, chain, -t, length), t))
+        if fits:
+            out.append((chain, fits))
         else:
             dropped.append(f"{_describe(g, chain[0])} has its like in {len(chain)} of the {length} layers")
     return out, dropped

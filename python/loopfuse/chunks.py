@@ -23,7 +23,7 @@ from .errors import FitError
 from .results import FitResult
 from .sigint import SigintHold
 from .step import Step
-from .leaves import dotted
+from .leaves import dotted, keyed_paths
 
 CHAIN_SECONDS = 0.05    # the device time of the chunks a run keeps queued behind the one running, at most
 _STEP_SECONDS: "weakref.WeakKeyDictionary[Step, float]" = weakref.WeakKeyDictionary()  # of a step's last queued run
@@ -319,8 +319,7 @@ def _next_chunk(done: int, num_steps: int, chunk: int, every: int | None) -> int
 
 
 def _paths(aux_def) -> list[str]:
-    tree = jax.tree_util.tree_unflatten(aux_def, [0] * aux_def.num_leaves)
-    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
+    return keyed_paths(jax.tree_util.tree_unflatten(aux_def, [0] * aux_def.num_leaves))
 
 
 def _stack(aux_def, history: list) -> Any:

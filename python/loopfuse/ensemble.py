@@ -53,7 +53,7 @@ from jax.sharding import PartitionSpec as P
 from . import stopping, validate
 from .data import Dataset
 from .errors import StateMismatchError
-from .leaves import aux_kept, dotted_paths
+from .leaves import aux_kept, dotted_paths, keyed
 from .results import FitResult, Solution
 from .sharding import AXIS, Placement
 from .step import Step
@@ -151,7 +151,7 @@ def size(tree, what: str) -> int:
         n = shape[0] if n is None and shape else n
         if not shape or shape[0] != n:
             raise StateMismatchError(
-                f"{what} leaf {jax.tree_util.keystr(path) or '(the whole tree)'} has shape {tuple(shape)}; in an "
+                f"{what} leaf {keyed(path) or '(the whole tree)'} has shape {tuple(shape)}; in an "
                 f"ensemble every {what} leaf leads with the member axis" + (f" (N = {n})" if n is not None else ""))
     assert n is not None
     return n

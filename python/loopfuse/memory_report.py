@@ -37,6 +37,7 @@ from jaxlib.mlir import ir
 
 from . import memory_timeline, runtime, xla_dump
 from .errors import MemoryReportError
+from .leaves import keyed_paths
 from .passes.functions import arg_attrs, main_func
 from .passes.vocabulary import STATE, STEP_INDEX, STOPPED
 from .pipeline import write_atomic
@@ -116,7 +117,7 @@ def compile_report(module: ir.Module, devices, options: runtime.ProgramOptions, 
     buffers at the peak; `batch` names the batch arguments); the folder is deleted before this returns."""
     with module.context:
         text = str(module.operation.get_asm(enable_debug_info=True))
-    names = argument_names(module, [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(batch)[0]])
+    names = argument_names(module, keyed_paths(batch))
     with tempfile.TemporaryDirectory(prefix="loopfuse-memory-") as folder:
         dump = {**options.values, "xla_dump_to": folder, "xla_dump_hlo_as_text": True}
         compiled = runtime.compile_options(devices, dump, shardy=shardy)

@@ -12,7 +12,7 @@ from . import compiler, dispatch, memory_report, packed, pipeline, runtime, vali
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
-from .leaves import aval, is_deleted
+from .leaves import aval, is_deleted, keyed_paths
 from .mlir_context import copy_module
 from .options import StepOptions
 from .runtime import MemoryStats
@@ -290,10 +290,8 @@ def _check_start_is_free(fn: Callable) -> None:
 def _raise_donated(state, batch) -> None:
     """Raise DonatedArrayError naming the first leaf whose buffer an earlier donation deleted."""
     for what, tree in (("state", state), ("batch", batch)):
-        for x in jax.tree_util.tree_leaves(tree):
+        for path, x in zip(keyed_paths(tree), jax.tree_util.tree_leaves(tree)):
             if is_deleted(x):
-                path = next(jax.tree_util.keystr(p) for p, y in jax.tree_util.tree_flatten_with_path(tree)[0]
-                            if y is x)
                 raise DonatedArrayError(
                     f"{what} leaf {path} was donated to an earlier loopfuse call and its buffer is gone; pass "
                     "the state that call returned (state, aux = step(state, batch)), or compile with "

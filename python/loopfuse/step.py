@@ -3,8 +3,7 @@ signature, and called through jaxlib's C++ dispatcher."""
 import inspect
 import threading
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import jax
 
@@ -14,7 +13,7 @@ from .errors import DonatedArrayError
 from .executable import Executable
 from .leaves import aval, is_deleted, keyed_paths
 from .mlir_context import copy_module
-from .options import StepOptions
+from .options import StepOptions, given, takes_keywords
 from .runtime import MemoryStats
 from .sharding import Placement
 
@@ -304,14 +303,12 @@ def _promoted(key, leaves: tuple):
     return s_def, b_def, tuple(a.update(weak_type=False) if i in leaves else a for i, a in enumerate(avals)), static_key
 
 
-def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
-                 keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None,
-                 cache_dir: str | Path | None = None, xla_options: Mapping[str, Any] | None = None,
-                 verify: bool | None = None, memory_budget: float | None = None) -> Step:
+@takes_keywords
+def compile_step(fn: Callable, **keywords: Any) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
-    Each keyword is the `StepOptions` field of its name, documented there (`Step.loop` sets the
-    others). Nothing is compiled until the first call: a program per signature, then cached.
+    Each keyword is the `StepOptions` field of its name (listed below; `Step.loop` sets the others).
+    Nothing is compiled until the first call: a program per signature, then cached.
 
     Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
     step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
@@ -330,6 +327,4 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
         >>> w.tolist(), aux["loss"].tolist()
         ([0.125, 0.125], [2.0, 0.5, 0.125])
     """
-    return Step(fn, StepOptions(donate=donate, dump_ir=dump_ir, passes=passes, keep_aux=keep_aux, steps=steps,
-                                device=device, devices=devices, sharding=sharding, cache_dir=cache_dir,
-                                xla_options=xla_options, verify=verify, memory_budget=memory_budget))
+    return Step(fn, given("compile_step", keywords))

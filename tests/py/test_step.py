@@ -123,6 +123,9 @@ def test_compile_step_takes_the_step_options_and_their_defaults():
     assert {name: p.default for name, p in params.items()} == {
         name: d for name, d in fields.items() if name not in ("until", "stop_on_nonfinite")}
     assert all(f"{name}:" in loopfuse.StepOptions.__doc__ for name in fields)
+    assert all(f"\n    {name}: " in loopfuse.compile_step.__doc__ for name in params)        # help(compile_step)
+    with pytest.raises(TypeError, match="compile_step\\(\\) got an unexpected keyword argument 'until'"):
+        loopfuse.compile_step(lambda s, b: (s, {}), until=lambda s, a: True)
 
 
 def test_alias_state_peak_memory_of_adam_8x1024_mlp_is_below_0_6x_jax_jit():

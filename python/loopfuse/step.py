@@ -7,12 +7,11 @@ from typing import Any, Callable
 
 import jax
 
-from . import compiler, dispatch, memory_report, packed, pipeline, runtime, validate, verify
+from . import compiler, dispatch, memory_report, packed, validate, verify
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
 from .leaves import aval, is_deleted, keyed_paths
-from .mlir_context import copy_module
 from .options import StepOptions, given, takes_keywords
 from .runtime import MemoryStats
 from .sharding import Placement
@@ -127,15 +126,10 @@ class Step:
     def lower(self, state, batch, *, start: int = 0, **static) -> dict[str, str]:
         """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}.
 
-        Traces and runs the passes only; XLA is not invoked and nothing is cached.
+        Traces and runs the passes only (`compiler.lower`); XLA is not invoked and nothing is cached.
         """
-        step = self._for(state)
-        o = step.options
-        traced = compiler.trace(step.fn, o, state, step._serve(batch, start), static)
-        specs = compiler.pipeline_of(traced, o)
         stages: dict[str, str] = {}
-        pipeline.lower(traced.module, specs, stages=stages,
-                       dump=compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs))
+        compiler.lower(self._plan(state, batch, start, static), stages=stages)
         return stages
 
     def memory_stats(self, state, batch, *, start: int = 0, **static) -> MemoryStats:
@@ -152,20 +146,16 @@ class Step:
         cached, `compile_count` stays); nothing runs, so the state is never consumed.
         """
         top = validate.steps(top, "top")
-        step = self._for(state)
-        o = step.options
-        batch = step._serve(batch, start)
-        traced = compiler.trace(step.fn, o, state, batch, static)
-        specs = compiler.pipeline_of(traced, o)
-        program = compiler.program_options(traced, o, jax.tree_util.tree_leaves(state), specs)
-        dump = compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs)
-        module = copy_module(traced.module)
-        pipeline.lower(module, specs, dump=dump)
-        report = memory_report.compile_report(module, o.program_devices, program, shardy=runtime.uses_shardy(module),
-                                              host_callbacks=traced.effects.host_callbacks, batch=batch, top=top)
-        if dump is not None:
-            memory_report.write(report, dump)
+        plan = self._plan(state, batch, start, static)
+        report = memory_report.compile_report(compiler.lower(plan), top=top)
+        if plan.dump is not None:
+            memory_report.write(report, plan.dump)
         return report
+
+    def _plan(self, state, batch, start: int, static: dict) -> compiler.Plan:
+        """`compiler.trace` of a call's program (the Step of a packed state's, a `Dataset` as served)."""
+        step = self._for(state)
+        return compiler.trace(step.fn, step.options, state, step._serve(batch, start), static)
 
     def _serve(self, batch, start: int = 0):
         """A `Dataset` as the executable takes it (`Dataset.served`); other batches as they are."""

@@ -56,7 +56,7 @@ def check(fn, options, executable, state, batch, start: int, static: dict) -> No
     difference = _difference(got, references[0], before)
     assert difference is not None   # no reference matched
     path, max_abs, max_rel = difference
-    passes = pipeline.pipeline_string(options.pipeline())
+    passes = pipeline.pipeline_string(executable.passes)
     raise MiscompileError(
         f"loopfuse's executable for {compiler.fn_name(fn)} computes other values than jax.jit "
         f"of the same function: {path} differs by up to {max_abs:.3g} (relative {max_rel:.3g}). "

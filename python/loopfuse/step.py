@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import jax
 
-from . import compiler, dispatch, memory_report, packed, validate, verify
+from . import compiler, dispatch, memory_report, packed, stopping, validate, verify
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
@@ -25,9 +25,8 @@ class Step:
         self.fn, self.options = fn, options
         self._compiled = 0                 # programs compiled for this Step's own calls
         self._cache: dict = {}             # signature -> Executable
-        self._loops: dict = {}
-        self._packed: dict = {}            # layout -> the Step of states packed so (see `_for`)
-        self._lock = threading.Lock()      # guards _compiled, _loops, _packed, _compiling, _dispatchers and _entry
+        self._derived: dict = {}           # (kind, ...) -> what `derived` built for it
+        self._lock = threading.Lock()      # guards _compiled, _derived, _compiling, _dispatchers and _entry
         self._compiling: dict = {}         # signature -> lock held while it compiles
         self._dispatchers: dict = {}       # static argument names -> call (see `dispatch`)
         self._entry: Callable = self._bind  # a call without keywords: (state, batch) -> outputs (see `_bind`)
@@ -42,9 +41,23 @@ class Step:
     def compile_count(self) -> int:
         """Programs compiled for this Step's calls, those of the packed states it ran included."""
         with self._lock:
-            packed_steps = list(self._packed.values())
+            packed_steps = [step for key, step in self._derived.items() if key[0] == "packed"]   # see `_for`
             own = self._compiled
         return own + sum(step.compile_count for step in packed_steps)
+
+    def derived(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """What ``build()`` made the first time this Step was asked for `key`, kept with it for its life: the
+        one home of what is derived from a Step, the programs (its loops, the Step of a packed layout, an
+        ensemble's Step, the step with a step axis) and what a driver learned of it (`chunks`: its pace).
+        `key` names its kind first (``("loop", steps, until, stop_on_nonfinite)``); `build` runs under the
+        Step's lock, once, and asks this Step for nothing derived."""
+        value = self._derived.get(key)
+        if value is None:                 # a driver asks for its loop once per chunk: no lock on a hit
+            with self._lock:
+                value = self._derived.get(key)
+                if value is None:
+                    value = self._derived[key] = build()
+        return value
 
     def loop(self, steps: int, *, until: Callable | None = None, stop_on_nonfinite: bool = False) -> "Step":
         """The same step run `steps` times per call inside one device loop (one Step per options,
@@ -58,17 +71,11 @@ class Step:
         A weakly typed state leaf that the step returns strongly typed, or computes from one that is, is
         carried strongly typed from the first step (`trace.trace`; README, "Results are jax.jit's").
         """
-        loop = (self._loops.get((steps, until, stop_on_nonfinite))
-                if type(steps) is int and type(stop_on_nonfinite) is bool else None)
-        if loop is not None:              # a driver asks for its loop once per chunk
-            return loop
-        steps = validate.steps(steps)
-        key = (steps, until, stop_on_nonfinite)
-        with self._lock:
-            if key not in self._loops:
-                self._loops[key] = Step(self.fn, replace(self.options, steps=steps, until=until,
-                                                         stop_on_nonfinite=stop_on_nonfinite))
-            return self._loops[key]
+        if type(steps) is not int or type(stop_on_nonfinite) is not bool:   # checked before a key equal to
+            steps = validate.steps(steps)                                    # another's finds it (True == 1)
+            stopping.check(until, stop_on_nonfinite, steps)
+        return self.derived(("loop", steps, until, stop_on_nonfinite), lambda: Step(
+            self.fn, replace(self.options, steps=steps, until=until, stop_on_nonfinite=stop_on_nonfinite)))
 
     def _for(self, state) -> "Step":
         """The Step that runs `state`: this one, or for a `packed.PackedState` the Step of its
@@ -76,13 +83,9 @@ class Step:
         which counts its own compiles (`compile_count` adds them up)."""
         if not isinstance(state, packed.PackedState):
             return self
-        with self._lock:
-            step = self._packed.get(state.layout)
-            if step is None:
-                o = self.options
-                step = self._packed[state.layout] = Step(packed.on_packed(self.fn, state.layout),
-                                                         replace(o, until=packed.until_on_packed(o.until)))
-            return step
+        o = self.options
+        return self.derived(("packed", state.layout), lambda: Step(packed.on_packed(self.fn, state.layout),
+                                                                  replace(o, until=packed.until_on_packed(o.until))))
 
     # ---- compiling -------------------------------------------------------------------------
     @staticmethod

@@ -295,3 +295,15 @@ def test_one_buffer_behind_two_state_leaves_is_donated_safely(devices):
         out, _ = step(state, 1.0)
         for leaf in jax.tree_util.tree_leaves(out):
             np.testing.assert_array_equal(leaf, 2 * np.ones(3))
+
+
+def test_what_a_step_derives_is_built_once_and_kept_with_it():
+    step = loopfuse.compile_step(lambda s, b: (s + b, {"s": s}))
+    built: list = []
+    make = lambda: built.append(1) or object()      # noqa: E731
+    assert step.derived(("test",), make) is step.derived(("test",), make) and built == [1]
+    assert step.loop(3) is step.loop(np.int64(3)) is not step.loop(3, stop_on_nonfinite=True)
+    with pytest.raises(TypeError, match="stop_on_nonfinite must be a bool, got 1"):
+        step.loop(3, stop_on_nonfinite=1)          # equal to True as a key: checked before it is looked up
+    with pytest.raises(TypeError, match="steps must be a positive int, got bool True"):
+        step.loop(True)

@@ -32,7 +32,8 @@ def _orbax():
 
 def _leaf_specs(tree) -> list:
     """[path, shape, dtype] of each leaf (dtypes canonical, as a step traces them)."""
-    return [[path, list(np.shape(x)), str(dtype(x))] for path, x in zip(keyed_paths(tree), jax.tree_util.tree_leaves(tree))]
+    return [[path, list(np.shape(x)), str(dtype(x))]
+            for path, x in zip(keyed_paths(tree), jax.tree_util.tree_leaves(tree))]
 
 
 def _state_specs(state) -> list:

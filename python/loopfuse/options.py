@@ -32,13 +32,15 @@ class StepOptions:
     donate: bool = option(True, "update the state in place (params and optimizer state buffers are reused); the "
                                 "state a call is given is consumed.")
     passes: str | tuple | None = option(None, "optimization passes (a pipeline string or names, e.g. "
-                                              "``\"flatten-update{min-group=3}\"``), default ``pipeline.DEFAULT_PASSES``.")
+                                              "``\"flatten-update{min-group=3}\"``), default "
+                                              "``pipeline.DEFAULT_PASSES``.")
     keep_aux: tuple | None = option(None, "aux leaf paths to return, e.g. ``(\"loss\",)``; the others are not computed "
                                           "(None: all).")
     steps: int | None = option(None, "run that many updates per call in one device loop; aux gains a leading [steps] "
                                      "axis.")
     device: Any = option(None, "the one device to run on (default: the first).")
-    devices: tuple | None = option(None, "run SPMD over a mesh of these devices (a list of jax devices; with `sharding`).")
+    devices: tuple | None = option(None, "run SPMD over a mesh of these devices (a list of jax devices; with "
+                                         "`sharding`).")
     sharding: str | None = option(None, "over `devices`, \"data\" (default) splits the batch and replicates the state, "
                                         "\"params\" also splits large state leaves (see `sharding`).")
     dump_ir: str | Path | None = option(None, "folder for the IR after tracing and after every pass (or "
@@ -65,13 +67,15 @@ class StepOptions:
               "stacked leaves, recomputing activations (the ``roll-layers`` pass): 0.0 keeps the least memory; b in "
               "(0, 1) also saves the matrix products dearest to recompute, up to b of their bytes; 1.0 (kept as None, "
               "the default) leaves the step as traced. A rolled program matches jax.jit within a tolerance, not "
-              "bitwise (README, \"Rolling repeated layers\"); ``Executable.reports[\"roll-layers\"]`` says what rolled.")
+              "bitwise (README, \"Rolling repeated layers\"); ``Executable.reports[\"roll-layers\"]`` says what "
+              "rolled.")
     placement: Placement | None = field(init=False, repr=False, compare=False)  # of `devices` (None: one device)
 
     def __post_init__(self) -> None:
         for name, value in checked({f.name: getattr(self, f.name) for f in FIELDS.values()}).items():
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "placement", None if self.devices is None else Placement(self.devices, self.sharding or "data"))
+        placement = None if self.devices is None else Placement(self.devices, self.sharding or "data")
+        object.__setattr__(self, "placement", placement)
 
     def pipeline(self, rows: int = 0) -> list:
         """The passes the program runs (`pipeline.build` of these options; wrap-loop's `rows`, see
@@ -147,8 +151,8 @@ def takes_keywords(fn: Callable) -> Callable:
     types and defaults: what `help` and `inspect.signature` show) and their help in its docstring."""
     signature = inspect.signature(fn)
     params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    params += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=FIELDS[n].default, annotation=FIELDS[n].type)
-               for n in KEYWORDS]
+    params += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=FIELDS[n].default,
+                                 annotation=FIELDS[n].type) for n in KEYWORDS]
     fn.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
     fn.__doc__ = _with_help(fn.__doc__ or "", "Keywords (`StepOptions`):", KEYWORDS)
     return fn

@@ -3,8 +3,14 @@ with its type, default and help (`option`), and validated once (`checked`).
 
 Every other place an option appears is made from that declaration: `compile_step`'s keywords (`KEYWORDS`,
 its signature and help by `takes_keywords`), the compiled backends' fields (`Fragment`), and the
-``Attributes:`` of StepOptions' own docstring. To add an option, add its field here (and its check to
-`checked`, its effect where the program is built); a backend that takes it names it in its `Fragment`.
+``Attributes:`` of StepOptions' own docstring.
+
+To add an option: its field here (``name: type = option(default, "help")``; ``loop=True`` for one that
+`Step.loop` sets), its check in `checked` if it needs one, and its effect where the program is made
+(`compiler.trace`: the trace, the passes of `StepOptions.pipeline`, or the XLA options; the compile cache and
+the dump folder know a program by those three). `compile_step` then takes it, and `help(compile_step)` lists
+it; the README must name it (tests/py/test_readme.py). A backend that passes it on lists it in its
+``Fragment, options=(...)``.
 """
 import dataclasses
 import inspect

@@ -92,7 +92,7 @@ def loops_only():
     loop = program.loop(backend.steps, stop_on_nonfinite=True)
 
     def solve(params, data):
-        state, stopped = init(params), None
+        state, stopped = init(params, data), None
         for _ in range(STEPS // backend.steps):
             state, _, _, stopped = loop(state, data) if stopped is None else loop.after(stopped, state, data)
         return jax.block_until_ready(state)
@@ -131,7 +131,7 @@ def chained_return_us(calls: int = 40) -> dict:
                 "jax.jit fori_loop(100)": lambda s, stopped: (fori(s, batch())[0], stopped)}
     out = {}
     for name, call in calls_of.items():
-        state, stopped, times = init(mlp_params()), np.False_, []
+        state, stopped, times = init(mlp_params(), batch()), np.False_, []
         state, stopped = call(state, stopped)
         for _ in range(calls):
             t0 = time.perf_counter()

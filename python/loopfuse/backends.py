@@ -19,12 +19,13 @@ it agrees with the others to rounding, which an ill-conditioned solve (an L-BFGS
 `gtol` stop) carries to other trial points and another stopping step (README, "Backends as a choice").
 """
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
 from . import validate
+from .options import FIELDS, Fragment, StepOptions
 
 
 def _scalar_loss(loss: Callable) -> Callable:
@@ -88,61 +89,42 @@ class GradOnly:
 
 
 @dataclass(frozen=True)
-class CompiledStep:
-    """The whole step (loss, gradient, optimizer update) compiled by `compile_step`, one call per step.
-
-    memory_budget: passed to `compile_step` (rolls repeated layers; None: the step as traced).
-    """
+class CompiledStep(Fragment, options=("memory_budget",)):
+    """The whole step (loss, gradient, optimizer update) compiled by `compile_step`, one call per step; the
+    keywords below are `compile_step`'s (`fragment`)."""
 
     ad: AD = Reverse()
-    memory_budget: float | None = None
 
     def __post_init__(self) -> None:
         _check_ad("CompiledStep", self.ad)
-        if self.memory_budget is not None:
-            object.__setattr__(self, "memory_budget", validate.budget(self.memory_budget, "CompiledStep(memory_budget=...)"))
+        self._check_options()
 
     def compile_options(self) -> dict:
         """The keywords for `compile_step` (only those that are set)."""
-        return {} if self.memory_budget is None else {"memory_budget": self.memory_budget}
+        return _set(self.fragment, self.OPTIONS)
 
 
 @dataclass(frozen=True)
-class CompiledLoop:
-    """The whole inner loop compiled by ``compile_step(...).loop(steps)``, one call per `steps` steps.
-
-    devices:  jax devices to run on, passed to `compile_step` as ``devices=`` (None: its default).
-    sharding: "data" or "params", passed to `compile_step` as ``sharding=`` (None: its default).
-    memory_budget: passed to `compile_step` (rolls repeated layers; None: the step as traced).
-    """
+class CompiledLoop(Fragment, options=("devices", "sharding", "memory_budget")):
+    """The whole inner loop compiled by ``compile_step(...).loop(steps)``, one call per `steps` steps; the
+    keywords below are `compile_step`'s (`fragment`)."""
 
     ad: AD = Reverse()
     steps: int = 100
-    devices: Any = None
-    sharding: str | None = None
-    memory_budget: float | None = None
 
     def __post_init__(self) -> None:
         _check_ad("CompiledLoop", self.ad)
         validate.steps(self.steps, "CompiledLoop(steps=...)")
-        if self.devices is not None:
-            if isinstance(self.devices, jax.Device) or not hasattr(self.devices, "__iter__"):
-                raise TypeError(f"CompiledLoop(devices=...) must be a list of jax devices, got {self.devices!r}")
-            object.__setattr__(self, "devices", tuple(self.devices))
-            bad = [d for d in self.devices if not isinstance(d, jax.Device)]
-            if not self.devices or bad:
-                raise TypeError("CompiledLoop(devices=...) must be a non-empty list of jax devices"
-                                + (f"; not devices: {bad!r}" if bad else ""))
-        if self.sharding not in (None, "data", "params"):
-            raise ValueError(f"CompiledLoop(sharding=...) must be None, 'data' or 'params', got {self.sharding!r}")
-        if self.memory_budget is not None:
-            object.__setattr__(self, "memory_budget", validate.budget(self.memory_budget, "CompiledLoop(memory_budget=...)"))
+        self._check_options()
 
     def compile_options(self) -> dict:
-        """The ``devices=`` / ``sharding=`` / ``memory_budget=`` keywords for `compile_step` (only those that are set)."""
-        options = {"devices": None if self.devices is None else list(self.devices), "sharding": self.sharding,
-                   "memory_budget": self.memory_budget}
-        return {k: v for k, v in options.items() if v is not None}
+        """The keywords for `compile_step` (only those that are set; devices as a list)."""
+        return {k: list(v) if k == "devices" else v for k, v in _set(self.fragment, self.OPTIONS).items()}
+
+
+def _set(options: StepOptions, names: tuple) -> dict:
+    """The options among `names` that differ from their defaults."""
+    return {n: getattr(options, n) for n in names if getattr(options, n) != FIELDS[n].default}
 
 
 Backend = GradOnly | CompiledStep | CompiledLoop

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from .errors import StateMismatchError
-from .leaves import dtype, key_impls, raw, wrap_keys
+from .leaves import dtype, key_impls, keyed_paths, raw, wrap_keys
 from .packed import PackedState
 
 
@@ -32,10 +32,8 @@ def _orbax():
 
 def _leaf_specs(tree) -> list:
     """[path, shape, dtype] of each leaf (dtypes canonical, as a step traces them)."""
-    specs = []
-    for path, x in jax.tree_util.tree_leaves_with_path(tree):
-        specs.append([jax.tree_util.keystr(path), list(np.shape(x)), str(dtype(x))])
-    return specs
+    return [[path, list(np.shape(x)), str(dtype(x))]
+            for path, x in zip(keyed_paths(tree), jax.tree_util.tree_leaves(tree))]
 
 
 def _state_specs(state) -> list:
@@ -43,8 +41,7 @@ def _state_specs(state) -> list:
     where the leaf lives (so a checkpoint of another layout of the same buffers is refused)."""
     if not isinstance(state, PackedState):
         return _leaf_specs(state)
-    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
-        state.layout.treedef.unflatten([0] * state.layout.treedef.num_leaves))[0]]
+    paths = keyed_paths(state.layout.treedef.unflatten([0] * state.layout.treedef.num_leaves))
     return [[f"{path} (.buffers[{b}] at {at})", list(shape), str(state.layout.buffer_dtypes[b])] if b is not None
             else [f"{path} (.kept[{at}])", *_leaf_specs(state.kept[at])[0][1:]]
             for path, shape, (b, at) in zip(paths, state.layout.shapes, state.layout.places)]

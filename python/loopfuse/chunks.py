@@ -9,8 +9,8 @@ an exception after a chunk completed is raised as `FitError` carrying the state 
 """
 import math
 import time
-import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
@@ -23,11 +23,17 @@ from .errors import FitError
 from .results import FitResult
 from .sigint import SigintHold
 from .step import Step
-from .leaves import dotted
+from .leaves import dotted, keyed_paths
 
 CHAIN_SECONDS = 0.05    # the device time of the chunks a run keeps queued behind the one running, at most
-_STEP_SECONDS: "weakref.WeakKeyDictionary[Step, float]" = weakref.WeakKeyDictionary()  # of a step's last queued run
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
+
+
+@dataclass
+class Pace:
+    """The wall time per step of a Step's last queued run (kept with the Step: ``step.derived(("pace",), Pace)``)."""
+
+    seconds: float | None = None
 
 
 class Stop(NamedTuple):
@@ -190,10 +196,11 @@ class _Run:
         self.aux_def: Any = None
         self.ran_all = False          # the last chunk's flag read false: no chunk in flight stopped
         self.started = 0.0            # time.perf_counter() once the run started (after a restore)
-        self.step = getattr(chunks, "step", None) if self.queued else None
+        step = getattr(chunks, "step", None) if self.queued else None
+        self.pace = step.derived(("pace",), Pace) if step is not None else None
         self.depth, self.timed = (1 + pipelined, False) if self.queued else (1, True)
-        if self.step is not None and self.step in _STEP_SECONDS:
-            self._set_depth(_STEP_SECONDS[self.step] * chunk)
+        if self.pace is not None and self.pace.seconds is not None:
+            self._set_depth(self.pace.seconds * chunk)
 
     @property
     def planned_all(self) -> bool:
@@ -276,8 +283,8 @@ class _Run:
     def result(self, retcode: str | None = None) -> FitResult:
         """The run's result (with `retcode`: that one, for a FitError's); records the step's time per step."""
         ran = self.done - self.resumed_from
-        if self.step is not None and ran and retcode is None:
-            _STEP_SECONDS[self.step] = (time.perf_counter() - self.started) / ran
+        if self.pace is not None and ran and retcode is None:
+            self.pace.seconds = (time.perf_counter() - self.started) / ran
         history = _stack(self.aux_def, self.history) if self.history else None
         return FitResult(self.state, history, self.done, retcode or self.retcode, self.resumed_from)
 
@@ -319,8 +326,7 @@ def _next_chunk(done: int, num_steps: int, chunk: int, every: int | None) -> int
 
 
 def _paths(aux_def) -> list[str]:
-    tree = jax.tree_util.tree_unflatten(aux_def, [0] * aux_def.num_leaves)
-    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
+    return keyed_paths(jax.tree_util.tree_unflatten(aux_def, [0] * aux_def.num_leaves))
 
 
 def _stack(aux_def, history: list) -> Any:

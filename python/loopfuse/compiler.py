@@ -1,81 +1,124 @@
-"""The one way a step's program is compiled, in stages as jax's own ``jax.jit(f).trace(...).lower().compile()``:
-`trace` (the step function to tagged StableHLO), then `compile` (the passes and XLA, or the persistent
-compile cache: a hit is the executable it returns), each a plain function of the previous stage's result.
+"""The one way to a step's program, in stages as jax's own ``jax.jit(f).trace(...).lower().compile()``:
 
-`build` runs both; `Step` builds the programs of its calls with it, and `verify` those of the options it
-bisects. A Step counts and caches what it builds; the stages keep no state.
+* `trace`: the step function to tagged StableHLO, and what its program will be (a `Plan`: the passes it
+  runs, its XLA options, the folder its IR is dumped to);
+* `lower`: the passes, on a copy of the traced module (a `Lowered`: the module handed to XLA);
+* `compile`: the executable, loaded from the persistent compile cache (a hit is the executable it returns,
+  and no pass runs) or `lower` then XLA.
+
+Each is a plain function of the previous stage's result, and the stages keep no state. A call's program is
+`build` (all three; `Step` counts and caches what it builds, and `verify` builds those of the options it
+bisects); `Step.lower` stops after `lower`, and so does `Step.memory_report`, which compiles the lowered
+module its own way.
 """
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import jax
+from jaxlib.mlir import ir
 
 from . import cache as compile_cache, packed, pipeline, runtime, stopping, trace as tracing
 from .executable import Executable
-from .leaves import aval
+from .leaves import aval, keyed_paths
 from .mlir_context import copy_module
 from .options import StepOptions
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A step traced for one signature under its options, and what its program will be."""
+
+    traced: tracing.Traced
+    options: StepOptions
+    name: str                        # the step function's (`fn_name`)
+    avals: tuple                     # of the flat state and batch leaves it is traced for
+    batch_paths: tuple               # the `keyed` path of each batch leaf
+    passes: tuple                    # the passes it runs (`pipeline.build`, wrap-loop's rows decided)
+    xla: runtime.ProgramOptions      # the XLA options it is compiled with, and why
+    dump: Path | None                # where its IR is dumped (`pipeline.dump_folder`), or None
+    seconds: dict                    # the time so far, by stage ("trace")
+
+    @property
+    def devices(self) -> list:
+        return self.options.program_devices
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A plan's module after its passes: what XLA compiles."""
+
+    plan: Plan
+    module: ir.Module
+    text: str
+    seconds: dict                    # the plan's, and each pass's
+
+
 def build(fn: Callable, options: StepOptions, state, batch, static: dict) -> Executable:
     """The executable of ``fn(state, batch, **static)`` under `options`: `compile` of `trace`."""
+    return compile(trace(fn, options, state, batch, static))
+
+
+def trace(fn: Callable, options: StepOptions, state, batch, static: dict) -> Plan:
+    """`fn` traced for (state, batch, static) as `options` run it (placement, stop, loop), and its plan: the
+    passes (a loop's histories written in blocks where that keeps its body's buffers small enough for XLA:CPU
+    to run it sequentially, `runtime.history_rows`), the XLA options, the dump folder."""
     t0 = time.perf_counter()
-    traced = trace(fn, options, state, batch, static)
-    return compile(traced, options, fn_name(fn), jax.tree_util.tree_leaves((state, batch)),
-                   {"trace": time.perf_counter() - t0})
-
-
-def trace(fn: Callable, options: StepOptions, state, batch, static: dict) -> tracing.Traced:
-    """`fn` traced for (state, batch, static) as `options` run it (placement, stop, loop)."""
     packed.check_not_nested(state)
-    return tracing.trace(fn, state, batch, static, options.keep_aux, options.placement,
-                         stopping.flag(options.until, options.stop_on_nonfinite), stopped_arg=options.stops,
-                         loop=options.steps is not None, packed_paths=packed.buffer_paths(state))
+    traced = tracing.trace(fn, state, batch, static, options.keep_aux, options.placement,
+                           stopping.flag(options.until, options.stop_on_nonfinite), stopped_arg=options.stops,
+                           loop=options.steps is not None, packed_paths=packed.buffer_paths(state))
+    avals = tuple(map(aval, jax.tree_util.tree_leaves((state, batch))))
+    platform = options.program_devices[0].platform
+    passes = tuple(options.pipeline(runtime.history_rows(traced.module, platform, options.steps)))
+    xla = _program_options(traced, options, avals[:len(traced.state_paths)], passes)
+    root = pipeline.dump_dir(options.dump_ir)
+    dump = None if root is None else pipeline.dump_folder(
+        root, fn_name(fn), traced.module, passes, (options.device, options.devices, options.xla_options))
+    return Plan(traced, options, fn_name(fn), avals, tuple(keyed_paths(batch)), passes, xla, dump,
+                {"trace": time.perf_counter() - t0})
 
 
-def compile(traced: tracing.Traced, options: StepOptions, name: str, leaves: list, seconds: dict) -> Executable:
-    """Decide the XLA options of `traced`'s program, then load its executable from the compile cache or
-    run the passes (on a copy of ``traced.module``: `traced` stays as traced) and XLA, and store it.
-    `leaves`: the flat state and batch leaves it is compiled for; `seconds`: the time so far, by stage."""
-    devices = options.program_devices
-    specs = pipeline_of(traced, options)
-    program = program_options(traced, options, leaves[:len(traced.state_paths)], specs)
-    xla = runtime.compile_options(devices, program.values, shardy=runtime.uses_shardy(traced.module))
-    seconds = dict(seconds)
+def lower(plan: Plan, *, stages: dict | None = None, note: str | None = None) -> Lowered:
+    """Run `plan`'s passes on a copy of its traced module (the plan stays as traced), dumping every stage to
+    its dump folder (with `note`, where the executable comes from, as ``executable.txt``) and into `stages`
+    when given (see `pipeline.lower`)."""
+    module = copy_module(plan.traced.module)
+    text, timings = pipeline.lower(module, list(plan.passes), dump=plan.dump, stages=stages, note=note)
+    return Lowered(plan, module, text, {**plan.seconds, **timings})
+
+
+def compile(plan: Plan) -> Executable:
+    """`plan`'s executable: loaded from the compile cache, or `lower` then XLA (and stored). With a dump
+    folder the passes run also on a hit, for the dump."""
+    devices, traced = plan.devices, plan.traced
+    xla = runtime.compile_options(devices, plan.xla.values, shardy=runtime.uses_shardy(traced.module))
     t0 = time.perf_counter()
-    where = compile_cache.folder(options.cache_dir)
+    where = compile_cache.folder(plan.options.cache_dir)
     entry = None if where is None or traced.effects.host_callbacks else compile_cache.Entry.of(
-        where, str(traced.module), pipeline.pipeline_string(specs), devices, xla)
+        where, str(traced.module), pipeline.pipeline_string(plan.passes), devices, xla)
     loaded = entry.load(traced.module.context) if entry is not None else None
     cache_seconds = time.perf_counter() - t0
-    dump = dump_folder(name, options, traced, specs)
-    if loaded is None or dump is not None:
-        lowered = copy_module(traced.module)
-        note = _origin(entry, loaded, where is not None) + str(program)
-        text, timings = pipeline.lower(lowered, specs, dump=dump, note=note)
-        seconds.update(timings)
+    lowered = (lower(plan, note=_origin(entry, loaded, where is not None) + str(plan.xla))
+               if loaded is None or plan.dump is not None else None)
+    seconds = dict(lowered.seconds if lowered is not None else plan.seconds)
     if loaded is not None:
         executable, module = loaded
     else:
+        assert lowered is not None
         t0 = time.perf_counter()
-        executable = runtime.compile_module(text, devices, xla, host_callbacks=traced.effects.host_callbacks)
+        executable = runtime.compile_module(lowered.text, devices, xla, host_callbacks=traced.effects.host_callbacks)
         seconds["xla"] = time.perf_counter() - t0
-        module = lowered
+        module = lowered.module
         if entry is not None:
             t0 = time.perf_counter()
             entry.store(executable, module)
             cache_seconds += time.perf_counter() - t0
     if where is not None:
         seconds["cache"] = cache_seconds
-    return Executable.build(traced, module, executable, leaves, options.placement, devices[0], options.donate,
-                            program, seconds)
-
-
-def pipeline_of(traced: tracing.Traced, options: StepOptions) -> list:
-    """The passes of `traced`'s program: `options.pipeline`, a loop's histories written in blocks where
-    that keeps its body's buffers small enough for XLA:CPU to run it sequentially (`runtime.history_rows`)."""
-    return options.pipeline(runtime.history_rows(traced.module, options.program_devices[0].platform, options.steps))
+    return Executable.build(traced, module, executable, plan.avals, plan.options.placement, devices[0],
+                            plan.options.donate, plan.xla, plan.passes, seconds)
 
 
 def fn_name(fn: Callable) -> str:
@@ -83,25 +126,16 @@ def fn_name(fn: Callable) -> str:
     return getattr(fn, "__name__", "step")
 
 
-def dump_folder(name: str, options: StepOptions, traced: tracing.Traced, specs) -> Path | None:
-    """Where the IR of `traced`'s program is dumped (see `pipeline.dump_folder`), or None."""
-    root = pipeline.dump_dir(options.dump_ir)
-    return None if root is None else pipeline.dump_folder(
-        root, name, traced.module, specs, (options.device, options.devices, options.xla_options))
-
-
-def program_options(traced: tracing.Traced, options: StepOptions, state_leaves: list, specs: list) -> runtime.ProgramOptions:
-    """The XLA options of `traced`'s program (`runtime.program_options`), given the bytes of
-    floating-point state it replicates over a mesh and the passes `specs` it runs (those that may
-    add control flow of their own)."""
+def _program_options(traced: tracing.Traced, options: StepOptions, state_avals, passes) -> runtime.ProgramOptions:
+    """The XLA options of `traced`'s program (`runtime.program_options`), given the bytes of floating-point
+    state it replicates over a mesh and the `passes` it runs (those that may add control flow of their own)."""
     replicated = 0
     if traced.arg_shardings is not None:
-        for x, s in zip(state_leaves, traced.arg_shardings):
-            a = aval(x)
+        for a, s in zip(state_avals, traced.arg_shardings):
             if s.is_fully_replicated and jax.numpy.issubdtype(a.dtype, jax.numpy.floating):
                 replicated += a.size * a.dtype.itemsize
     return runtime.program_options(traced.module, options.program_devices[0].platform, replicated,
-                                   options.xla_options, [p.name for p in specs if p.adds_control_flow()])
+                                   options.xla_options, [p.name for p in passes if p.adds_control_flow()])
 
 
 def _origin(entry: compile_cache.Entry | None, loaded, cache_set: bool) -> str:

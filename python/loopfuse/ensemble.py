@@ -5,8 +5,13 @@ global step i each running member takes its own step i, all seeing the batch of 
 as `per_member` gives member m its own ``data[m]``) and each stops on its own: `until` (and
 `gtol`/`ftol`) and the non-finite test are per member, and a member that stopped costs no more work.
 
+A wrapper around one solve. `minimize` and `fit` run one path, that of one solve, and ask once whether it is
+an ensemble (`wrapper`); the answer (`Solo`, `Sole` or `Tiled`) wraps what that path builds (the member's
+initial state, its step and stop) and maps the result it returns. A compiled ensemble's Step is derived from
+the member's Step (`Step.derived`), so a repeated solve or fit compiles nothing.
+
 How (one program, the step run on tiles). The global step is one device-loop iteration of the
-ensemble step (`minimize_step`, `fit_step`): the member step vmapped over a tile of T members, run on
+ensemble step (`tiled_step`): the member step vmapped over a tile of T members, run on
 ``ceil(live / T)`` tiles in a `while` loop, each tile gathering its members' rows (state, and
 per-member data) and scattering the rows of those still running back. `Members.order` lists the
 members the tiles cover, the running ones first; when the members still running fit in fewer tiles,
@@ -40,7 +45,7 @@ N (elementwise steps always; on CPU a 64-wide float32 sum from T = 64 on, below 
 the reduction otherwise and a loss differs in its last bit). With T = N (one tile) it is bitwise the
 vmapped solve on N members. See README ("Ensembles") for the figures measured.
 """
-import weakref
+import functools
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, NamedTuple
@@ -53,8 +58,10 @@ from jax.sharding import PartitionSpec as P
 from . import stopping, validate
 from .data import Dataset
 from .errors import StateMismatchError
-from .leaves import aux_kept, dotted_paths
-from .results import FitResult, Solution
+from .leaves import aux_kept, dotted_paths, keyed
+from .options import StepOptions
+from .packed import PackedState
+from .results import FitResult
 from .sharding import AXIS, Placement
 from .step import Step
 
@@ -89,15 +96,101 @@ class Ensemble:
         return n if n < MIN_TILED or not stops else -(-n // TILES)
 
 
-def config(ensemble) -> Ensemble | None:
-    """The ``ensemble=`` argument of `minimize` and `fit` as an `Ensemble` (None: one solve)."""
+def wrapper(ensemble, tree, what: str, data) -> tuple["Solo", Any, Any]:
+    """How `minimize` and `fit` run, from their ``ensemble=`` argument and `tree` (`what`: their params or
+    state): the one place either asks whether it runs an ensemble. `Solo` (one solve), `Sole` (a 1-member
+    ensemble: the plain solve on its member, nothing to batch or compact) or `Tiled` (N members), with `tree`
+    and `data` as that solve takes them."""
     if ensemble is False:
-        return None
+        if isinstance(data, PerMember):
+            raise TypeError("per_member data gives each member of an ensemble its own data: pass ensemble=True")
+        return Solo(), tree, data
     if ensemble is True:
-        return Ensemble()
-    if isinstance(ensemble, Ensemble):
-        return ensemble
-    raise TypeError(f"ensemble must be True, False or a loopfuse.Ensemble, got {ensemble!r}")
+        ensemble = Ensemble()
+    if not isinstance(ensemble, Ensemble):
+        raise TypeError(f"ensemble must be True, False or a loopfuse.Ensemble, got {ensemble!r}")
+    if isinstance(tree, PackedState):
+        raise TypeError(f"an ensemble's {what} is a pytree whose leaves lead with the member axis, not a PackedState")
+    n = size(tree, what)
+    check_data(data, n)
+    if n == 1:
+        return Sole(), sole(tree), sole_data(data)
+    return Tiled(ensemble, n, isinstance(data, PerMember)), tree, data
+
+
+class Solo:
+    """One solve: the driver's own state, step, stop and result (each hook the identity)."""
+
+    def init(self, init: Callable) -> Callable:
+        """``init(params, batch) -> state``, the solve's initial state from the member's `init`."""
+        return init
+
+    def wrap(self, program, state, until: Callable | None, stop_on_nonfinite: bool, keep_aux) -> tuple:
+        """``(program, state, until, stop_on_nonfinite)`` the driver runs, from those of the member's solve:
+        `program` its Step (or GradOnly's eager step), `state` its initial state, `until` and `stop_on_nonfinite`
+        its stops, `keep_aux` the aux leaves its history keeps."""
+        return program, state, until, stop_on_nonfinite
+
+    def result(self, result: FitResult, names: dict | None = None) -> FitResult:
+        """The driver's `FitResult` of the run `result`, its retcodes renamed by `names` (minimize's "converged")."""
+        return result if not names else replace(result, retcode=names.get(str(result.retcode), result.retcode))
+
+    def best(self, losses, steps) -> int | None:
+        """The best member by its last loss (`losses` [N, steps]): None for one solve."""
+        return None
+
+
+class Sole(Solo):
+    """A 1-member ensemble: the plain solve on its member (`sole`), its result with the member axis."""
+
+    def result(self, result: FitResult, names: dict | None = None) -> FitResult:
+        return one_member(super().result(result, names))
+
+    def best(self, losses, steps) -> int | None:
+        return _best(losses, steps)
+
+
+@dataclass(frozen=True)
+class Tiled(Solo):
+    """N members in one loop, on tiles of the members still running (see the module docstring)."""
+
+    config: Ensemble
+    n: int
+    own: bool                  # the data is `per_member`
+
+    def init(self, init: Callable) -> Callable:
+        members_init = _members_init(init, self.own)
+        return lambda params, batch: members_init(params, batch.data if self.own else batch)
+
+    def wrap(self, program, state, until: Callable | None, stop_on_nonfinite: bool, keep_aux) -> tuple:
+        """The member's `program` as the ensemble's (`tiled_step`; of a Step, a Step derived from it, its
+        devices holding the members), `state` as the members' (`Members`), and the loop's own stop: every
+        member has (each on its `until` and `stop_on_nonfinite`)."""
+        compiled = isinstance(program, Step)     # else GradOnly's eager step: one tile, nothing jitted
+        devices = program.options.devices if compiled else None
+        d, n = share(self.n, devices)
+        if compiled:
+            step = program
+            program = step.derived(("ensemble", until, stop_on_nonfinite, keep_aux), lambda: Step(
+                tiled_step(step.fn, until, stop_on_nonfinite, keep_aux, devices), _members_options(step.options)))
+        else:
+            program = tiled_step(program, until, stop_on_nonfinite, keep_aux)
+        tile = self.config.tile_size(n, until is not None) if compiled else n
+        return program, start(state, tile, d), all_stopped, False
+
+    def result(self, result: FitResult, names: dict | None = None) -> FitResult:
+        """Per member: the state, history leaves [N, steps, ...], steps and retcode (members still running
+        have the run's: "max_steps", "interrupted" or "error")."""
+        members: Members = result.state
+        history = (None if result.history is None else
+                   jax.tree_util.tree_map(lambda h: np.swapaxes(h, 0, 1), result.history))
+        running = "max_steps" if result.retcode in ("until", "non_finite") else str(result.retcode)
+        retcode = [{**RETCODES, RUNNING: running}[int(c)] for c in host(members.code)]
+        return FitResult(members.state, history, host(members.steps),
+                         np.array([(names or {}).get(r, r) for r in retcode]), result.resumed_from)
+
+    def best(self, losses, steps) -> int | None:
+        return _best(losses, steps)
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["data"], meta_fields=[])
@@ -151,7 +244,7 @@ def size(tree, what: str) -> int:
         n = shape[0] if n is None and shape else n
         if not shape or shape[0] != n:
             raise StateMismatchError(
-                f"{what} leaf {jax.tree_util.keystr(path) or '(the whole tree)'} has shape {tuple(shape)}; in an "
+                f"{what} leaf {keyed(path) or '(the whole tree)'} has shape {tuple(shape)}; in an "
                 f"ensemble every {what} leaf leads with the member axis" + (f" (N = {n})" if n is not None else ""))
     assert n is not None
     return n
@@ -176,15 +269,22 @@ def share(n: int, devices) -> tuple[int, int]:
     return d, n // d
 
 
-def mesh_options(options: dict) -> dict:
-    """`compile_step` keywords of an ensemble run with `options` (a backend's or a Step's): over ``devices``,
-    sharding "members" (each device its share of the members)."""
-    if options.get("devices") is None:
-        return options
-    if options.get("sharding") not in (None, "members"):
-        raise ValueError(f"an ensemble splits its members over the devices; sharding={options['sharding']!r} "
+@functools.lru_cache(maxsize=64)
+def _members_init(init: Callable, own: bool) -> Callable:
+    """The member's `init` vmapped over the members (and `own` data), jitted: kept per `init`, as minimize keeps
+    the program it starts (vmapped anew at each call, the init alone took a millisecond)."""
+    return jax.jit(jax.vmap(init, in_axes=(0, 0 if own else None)))
+
+
+def _members_options(options: StepOptions) -> StepOptions:
+    """The options of an ensemble's Step from its member Step's: every aux leaf the ensemble step returns kept
+    (it drops the member's others itself), and over ``devices`` sharding "members" (each device its share)."""
+    if options.devices is None:
+        return replace(options, keep_aux=None)
+    if options.sharding not in (None, "members"):
+        raise ValueError(f"an ensemble splits its members over the devices; sharding={options.sharding!r} "
                          "does not apply (leave it unset)")
-    return {**options, "sharding": "members"}
+    return replace(options, keep_aux=None, sharding="members")
 
 
 def sole(tree):
@@ -198,14 +298,9 @@ def sole_data(data):
     return sole(data.data) if isinstance(data, PerMember) else data
 
 
-def one_member(result):
-    """A plain `Solution` or `FitResult` as the result of a 1-member ensemble (see `sole`)."""
+def one_member(result: FitResult) -> FitResult:
+    """A plain `FitResult` as the result of a 1-member ensemble (see `sole`)."""
     expand = partial(jax.tree_util.tree_map, lambda x: jax.lax.expand_dims(x, (0,)))
-    if isinstance(result, Solution):
-        last = result.loss_history[-1] if result.steps else np.nan
-        return replace(result, params=expand(result.params), loss_history=result.loss_history[None],
-                       steps=np.array([result.steps]), retcode=np.array([result.retcode]),
-                       best=0 if np.isfinite(last) else None)
     history = None if result.history is None else jax.tree_util.tree_map(lambda h: h[None], result.history)
     return FitResult(expand(result.state), history,
                      np.array([result.steps]), np.array([result.retcode]), result.resumed_from)
@@ -223,35 +318,18 @@ def all_stopped(state: Members, aux=None) -> jax.Array:
     return jnp.sum(state.live) == 0
 
 
-def minimize_step(update: Callable, watch: bool, devices=None) -> Callable:
-    """`minimize`'s ensemble step from its member step ``update(state, batch) -> (state, {"loss", maybe
-    "converged"})``: aux ``{"loss": [N] (NaN for members stopped before this step), "converged": every
-    member stopped}`` (the flag minimize's runners stop on). `watch`: a non-finite loss stops a member.
-    `devices`: split the members over these (see `Members`)."""
-    def outcome(new_state, aux):
-        value = aux["loss"]
-        code = _code(aux["converged"] if "converged" in aux else False, watch & ~jnp.isfinite(value))
-        return code, {"loss": value}
-
-    batched = _on_devices(_batched(update, outcome, devices is not None), devices)
-
-    def step(members: Members, batch):
-        members, rows = batched(members, batch)
-        return members, {**rows, "converged": all_stopped(members)}
-    return step
-
-
-def fit_step(fn: Callable, until: Callable | None, watch: bool, keep_aux, devices=None) -> Callable:
-    """`fit`'s ensemble step from the user's ``fn(state, batch) -> (state, aux)`` of one member: each
-    member stops after a step where ``until(new_state, aux)`` is true or (`watch`) its kept floating aux
-    leaves hold a NaN or Inf. Aux: the member aux tree, kept leaves [N, ...] (NaN/0 for members stopped
-    before this step), the leaves `keep_aux` drops None."""
+def tiled_step(fn: Callable, until: Callable | None, stop_on_nonfinite: bool, keep_aux, devices=None) -> Callable:
+    """The ensemble step ``(Members, batch) -> (Members, aux)`` of one member's ``fn(state, batch) -> (state,
+    aux)``: each member stops after a step where ``until(new_state, aux)`` is true or (`stop_on_nonfinite`)
+    its kept floating aux leaves hold a NaN or Inf. Aux: the member aux tree, kept leaves [N, ...] (NaN/0 for
+    members stopped before this step), the leaves `keep_aux` drops None. `devices`: split the members over
+    these (see `Members`)."""
     def outcome(new_state, aux):
         leaves, tree = jax.tree_util.tree_flatten(aux)
         paths = dotted_paths(aux)
         kept = aux_kept(paths, keep_aux)
         flag = (stopping.predicate(until(new_state, aux)) if until is not None else False)
-        bad = stopping.nonfinite({p: x for p, x, k in zip(paths, leaves, kept) if k}) if watch else False
+        bad = stopping.nonfinite({p: x for p, x, k in zip(paths, leaves, kept) if k}) if stop_on_nonfinite else False
         return _code(flag, bad), jax.tree_util.tree_unflatten(tree, [x if k else None for x, k in zip(leaves, kept)])
     return _on_devices(_batched(fn, outcome, devices is not None), devices)
 
@@ -360,15 +438,7 @@ def _partition(going, tile: int) -> jax.Array:
 
 
 # ---- results --------------------------------------------------------------------------------------
-SOLUTION_RETCODES = {RUNNING: "max_steps", UNTIL: "converged", NON_FINITE: "non_finite"}
-FIT_RETCODES = {RUNNING: "max_steps", UNTIL: "until", NON_FINITE: "non_finite"}
-
-
-def retcodes(code, names: dict, running: str | None = None) -> np.ndarray:
-    """Per member: why it stopped, by `names` (`running`: the retcode of members still running, if not
-    `names[RUNNING]`)."""
-    names = names if running is None else {**names, RUNNING: running}
-    return np.array([names[int(c)] for c in host(code)])
+RETCODES = {RUNNING: "max_steps", UNTIL: "until", NON_FINITE: "non_finite"}    # a member's, as a run's retcode
 
 
 def host(x) -> np.ndarray:
@@ -379,41 +449,7 @@ def host(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def solution(result: FitResult, backend, compile_seconds: float, seconds: float) -> Solution:
-    """minimize's `Solution` of an ensemble run: per-member params, steps, retcode, loss history [N, steps]
-    and the best member (the lowest finite last loss; None if no member's is finite)."""
-    members: Members = result.state
-    steps = host(members.steps)
-    history = np.asarray(result.history["loss"]).T
-    last = np.array([h[s - 1] if s else np.nan for h, s in zip(history, steps)])
-    best = int(np.nanargmin(np.where(np.isfinite(last), last, np.nan))) if np.isfinite(last).any() else None
-    ran = int(np.maximum(steps - result.resumed_from, 0).sum())    # the member steps this call ran
-    return Solution(members.state[0], history, steps, retcodes(members.code, SOLUTION_RETCODES),
-                    ran / seconds, compile_seconds, backend, best)
-
-
-def fit_result(result: FitResult) -> FitResult:
-    """fit's `FitResult` of an ensemble run: the members' state, history leaves [N, steps, ...], per-member
-    steps and retcode (members still running have the run's: "max_steps", "interrupted" or "error")."""
-    members: Members = result.state
-    history = None if result.history is None else jax.tree_util.tree_map(lambda h: np.swapaxes(h, 0, 1), result.history)
-    running = "max_steps" if result.retcode in ("until", "non_finite") else str(result.retcode)
-    return FitResult(members.state, history, host(members.steps), retcodes(members.code, FIT_RETCODES, running),
-                     result.resumed_from)
-
-
-# ---- fit ------------------------------------------------------------------------------------------
-_FIT_STEPS: "weakref.WeakKeyDictionary[Step, dict]" = weakref.WeakKeyDictionary()
-
-
-def fit_program(step: Step, until: Callable | None, watch: bool) -> Step:
-    """The Step of `step`'s ensemble (`fit_step`, the same options, every aux leaf it returns kept), one per
-    (`until`, `watch`) and kept with `step`, so a second fit compiles nothing."""
-    programs = _FIT_STEPS.setdefault(step, {})
-    key = (until, watch)
-    if key not in programs:
-        o = step.options
-        options = mesh_options({"devices": o.devices, "sharding": o.sharding})
-        programs[key] = Step(fit_step(step.fn, until, watch, o.keep_aux, o.devices),
-                             replace(o, keep_aux=None, sharding=options["sharding"]))
-    return programs[key]
+def _best(losses, steps) -> int | None:
+    """The member with the lowest finite last loss (`losses` [N, steps], `steps` [N]); None if none is finite."""
+    last = np.array([h[s - 1] if s else np.nan for h, s in zip(losses, steps)])
+    return int(np.nanargmin(np.where(np.isfinite(last), last, np.nan))) if np.isfinite(last).any() else None

@@ -29,13 +29,15 @@ class Executable:
     key_args: list                 # argument positions that hold typed PRNG keys (passed as raw data)
     donate: bool
     program: runtime.ProgramOptions                # the XLA options it was compiled with, and why
+    passes: tuple                                  # the passes its module ran (loaded from the cache: would have)
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
 
     @classmethod
     def build(cls, traced: Traced, module: ir.Module, executable, leaves, placement, device, donate: bool,
-              program: runtime.ProgramOptions, seconds) -> "Executable":
-        """The calling convention of `executable`, compiled from `traced` (its final `module`), for the
-        flat input `leaves`: which flat output each result is, where results land, where arguments must be."""
+              program: runtime.ProgramOptions, passes: tuple, seconds) -> "Executable":
+        """The calling convention of `executable`, compiled from `traced` (its final `module`, after `passes`),
+        for the flat input `leaves` (or their abstract values): which flat output each result is, where results
+        land, where arguments must be."""
         with module.context:
             main = main_func(module.operation)
             tagged = [(a, t) for a, t in zip(result_attrs(main), main.type.results) if RESULT in a]
@@ -55,7 +57,8 @@ class Executable:
         handlers = runtime.result_handlers(
             [(s, spec.dtype, spec.weak_type, sh) for spec, s, sh in zip(specs, shapes, out_shardings)])
         key_args = [i for i, x in enumerate(leaves) if is_key(x)]
-        return cls(traced, module, executable, results, handlers, arg_targets, key_args, donate, program, seconds)
+        return cls(traced, module, executable, results, handlers, arg_targets, key_args, donate, program, passes,
+                   seconds)
 
     @property
     def xla_options(self) -> dict:

@@ -7,10 +7,8 @@ from . import stopping, validate
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, check_checkpoint_options, drive
 from .data import Dataset
-from .ensemble import (all_stopped, check_data, config as ensemble_config, fit_program, fit_result, one_member, share,
-                       size, sole, sole_data, start)
+from .ensemble import wrapper
 from .errors import FitError
-from .packed import PackedState
 from .results import FitResult
 from .step import Step
 
@@ -65,31 +63,14 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if isinstance(batch, Dataset):
         batch.validate()
-    members = ensemble_config(ensemble)
-    if members is not None:
-        if isinstance(state, PackedState):
-            raise TypeError("an ensemble's state is a pytree whose leaves lead with the member axis, not a PackedState")
-        n = size(state, "state")
-        check_data(batch, n)
-        if n == 1:
-            try:
-                return one_member(fit(step, sole(state), sole_data(batch), num_steps, chunk=chunk, progress=progress,
-                                      callback=callback, until=until, stop_on_nonfinite=stop_on_nonfinite,
-                                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, keep=keep))
-            except FitError as e:
-                e.result = one_member(e.result)
-                raise
-        devices, n = share(n, step.options.devices)
-        step = fit_program(step, until, stop_on_nonfinite)
-        state = start(state, members.tile_size(n, until is not None), devices)
-        until, stop_on_nonfinite = all_stopped, False
+    members, state, batch = wrapper(ensemble, state, "state", batch)     # the one question: an ensemble?
+    step, state, until, stop_on_nonfinite = members.wrap(step, state, until, stop_on_nonfinite, step.options.keep_aux)
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
     try:
         result = drive(LoopChunks(step, batch, until, stop_on_nonfinite), state, num_steps, chunk=chunk,
                        progress=progress, callback=callback, checkpoints=checkpoints,
                        every=(checkpoint_every or chunk) if checkpoints else None)
     except FitError as e:
-        if members is not None:
-            e.result = fit_result(e.result)
+        e.result = members.result(e.result)
         raise
-    return result if members is None else fit_result(result)
+    return members.result(result)

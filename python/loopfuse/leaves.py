@@ -1,6 +1,10 @@
 """What loopfuse knows about one pytree leaf: its dtype, weak type and abstract value, whether it
 is a typed PRNG key (which crosses the executable boundary as its raw uint32 data), and its path.
 
+A path is spelled two ways, each for its own readers: `dotted` (``metrics.acc``, ``loss[0]``) is how a user
+names aux leaves (``keep_aux``, the progress bar); `keyed` (jax's ``['metrics']['acc']``) is how loopfuse
+names a state or batch leaf (messages, the IR's state tags, checkpoints, packed layouts). Both live here.
+
 Examples:
     >>> import jax, jax.numpy as jnp
     >>> spec(0.5), dtype(jnp.arange(3.0)), is_weak(jnp.asarray(0.1))
@@ -9,6 +13,8 @@ Examples:
     ShapeDtypeStruct(shape=(2,), dtype=uint32)
     >>> dotted_paths({"metrics": {"acc": 1.0}, "loss": [2.0]})
     ['loss[0]', 'metrics.acc']
+    >>> keyed_paths({"metrics": {"acc": 1.0}, "loss": [2.0]})
+    ["['loss'][0]", "['metrics']['acc']"]
 """
 import jax
 import jax.numpy as jnp
@@ -57,7 +63,7 @@ def input_spec(what: str, path, x) -> jax.ShapeDtypeStruct:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise StateMismatchError(f"{what} leaf {jax.tree_util.keystr(path)} is {type(x).__name__} "
+        raise StateMismatchError(f"{what} leaf {keyed(path)} is {type(x).__name__} "
                                  f"{x!r:.60}, not a numeric array or scalar")
     return s
 
@@ -109,6 +115,16 @@ def dotted_paths(tree) -> list[str]:
     return [dotted(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
+def keyed(path) -> str:
+    """A key path as jax spells it (``['a']['b'][0]``; the whole tree: "")."""
+    return jax.tree_util.keystr(tuple(path))
+
+
+def keyed_paths(tree, is_leaf=None) -> list[str]:
+    """The `keyed` path of each leaf of `tree`, in leaf order (`is_leaf` as for jax.tree_util)."""
+    return [keyed(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]]
+
+
 def _under(path: str, k: str) -> bool:
     return path == k or path.startswith(k + ".") or path.startswith(k + "[")
 
@@ -130,8 +146,8 @@ def check_same_state(state, new_state) -> None:
     old, old_def = jax.tree_util.tree_flatten_with_path(state)
     new, new_def = jax.tree_util.tree_flatten_with_path(new_state)
     if old_def != new_def:  # type: ignore[operator]  # jax's PyTreeDef names an unstubbed jaxlib class
-        old_paths = {jax.tree_util.keystr(p) for p, _ in old}
-        new_paths = {jax.tree_util.keystr(p) for p, _ in new}
+        old_paths = {keyed(p) for p, _ in old}
+        new_paths = {keyed(p) for p, _ in new}
         missing, extra = sorted(old_paths - new_paths), sorted(new_paths - old_paths)
         raise StateMismatchError(
             "the new state's pytree structure differs from the input state's: "
@@ -141,5 +157,5 @@ def check_same_state(state, new_state) -> None:
         sa, sb = spec(a), spec(b)
         if sa.shape != sb.shape or sa.dtype != sb.dtype:
             raise StateMismatchError(
-                f"state leaf {jax.tree_util.keystr(path) or '(the whole state)'} enters the step as {sa.dtype}{list(sa.shape)} "
+                f"state leaf {keyed(path) or '(the whole state)'} enters the step as {sa.dtype}{list(sa.shape)} "
                 f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")

@@ -37,6 +37,7 @@ from jaxlib.mlir import ir
 
 from . import memory_timeline, runtime, xla_dump
 from .errors import MemoryReportError
+from .compiler import Lowered
 from .passes.functions import arg_attrs, main_func
 from .passes.vocabulary import STATE, STEP_INDEX, STOPPED
 from .pipeline import write_atomic
@@ -109,18 +110,19 @@ def _first(op_name: str) -> str:
     return first + (f" (+{len(more)} fused)" if more else "")
 
 
-def compile_report(module: ir.Module, devices, options: runtime.ProgramOptions, *, shardy: bool,
-                   host_callbacks=(), batch=None, top: int = 10) -> MemoryReport:
-    """Compile `module` (the module handed to XLA) for `devices` with the XLA `options` of its
-    program and XLA's dump into a temporary folder, and read its `MemoryReport` (the `top` largest
-    buffers at the peak; `batch` names the batch arguments); the folder is deleted before this returns."""
+def compile_report(lowered: Lowered, top: int = 10) -> MemoryReport:
+    """Compile `lowered` (the module handed to XLA) for its devices with the XLA options of its program and
+    XLA's dump into a temporary folder, and read its `MemoryReport` (the `top` largest buffers at the
+    peak); the folder is deleted before this returns."""
+    module, plan = lowered.module, lowered.plan
     with module.context:
         text = str(module.operation.get_asm(enable_debug_info=True))
-    names = argument_names(module, [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(batch)[0]])
+    names = argument_names(module, plan.batch_paths)
+    devices = plan.devices
     with tempfile.TemporaryDirectory(prefix="loopfuse-memory-") as folder:
-        dump = {**options.values, "xla_dump_to": folder, "xla_dump_hlo_as_text": True}
-        compiled = runtime.compile_options(devices, dump, shardy=shardy)
-        executable = runtime.compile_module(text, devices, compiled, host_callbacks=host_callbacks)
+        dump = {**plan.xla.values, "xla_dump_to": folder, "xla_dump_hlo_as_text": True}
+        compiled = runtime.compile_options(devices, dump, shardy=runtime.uses_shardy(module))
+        executable = runtime.compile_module(text, devices, compiled, host_callbacks=plan.traced.effects.host_callbacks)
         return read(Path(folder), runtime.MemoryStats.of(executable), devices[0].platform, len(devices), names, top)
 
 

@@ -39,7 +39,7 @@ from jax import lax
 
 from .passes.layer_runs import runs
 from .passes.pack_state import PackState
-from .leaves import check_same_state, is_key, is_weak
+from .leaves import check_same_state, is_key, is_weak, keyed, keyed_paths
 
 MAX_LEAF_ELEMENTS = PackState.max_leaf_elements
 
@@ -74,8 +74,7 @@ class Layout:
     def held_paths(self) -> list[list[str]]:
         """Per leaf of a `PackedState` (its buffers, then its kept leaves), the key paths of the state
         leaves it holds: a buffer's in offset order, a kept leaf's own."""
-        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
-            self.treedef.unflatten([0] * self.treedef.num_leaves))[0]]
+        paths = keyed_paths(self.treedef.unflatten([0] * self.treedef.num_leaves))
         held: list[list] = [[] for _ in self.buffer_dtypes]
         kept: list[list] = []
         for path, (b, at) in sorted(zip(paths, self.places), key=lambda item: (item[1][0] is None, item[1])):
@@ -144,7 +143,7 @@ def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS, layers: bool = Fa
     leaves = [x for _, x in with_paths]
     groups: dict = {}
     if layers:
-        groups = _layer_groups([jax.tree_util.keystr(p) for p, _ in with_paths], leaves)
+        groups = _layer_groups([keyed(p) for p, _ in with_paths], leaves)
     stacked = {i for g in groups.values() for i in g}
     for i, (x, part) in enumerate(zip(leaves, _mirrors(treedef))):
         if i not in stacked and _packable(x, max_leaf_elements):
@@ -208,7 +207,7 @@ def check_not_nested(state) -> None:
     found, _ = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, PackedState))
     for path, x in found:
         if path and isinstance(x, PackedState):
-            raise TypeError(f"state{jax.tree_util.keystr(path)} is a PackedState inside the state pytree; a "
+            raise TypeError(f"state{keyed(path)} is a PackedState inside the state pytree; a "
                             "step runs a packed state only as the whole state: pack the whole state "
                             "(loopfuse.pack(state)) instead")
 

@@ -1,13 +1,11 @@
 """What the chunked drivers return: `FitResult` (`fit`, and `FitError.result`) and `Solution` (`minimize`).
 
-Plain records that import no driver, so that `errors` can name them.
+Plain records that import nothing of loopfuse, so that `errors` (which every module imports) can name them.
 """
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from .backends import Backend
 
 
 @dataclass
@@ -70,5 +68,5 @@ class Solution:
     retcode: str | np.ndarray
     steps_per_second: float
     compile_seconds: float
-    backend: Backend
+    backend: Any              # the `backends.Backend` that ran it (not imported: backends imports `errors`)
     best: int | None = None

@@ -3,7 +3,8 @@ import functools
 import inspect
 import os
 import time
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -15,12 +16,11 @@ from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
 from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
-from .ensemble import (PerMember, check_data, config as ensemble_config, mesh_options, minimize_step, one_member,
-                       share, size, sole, sole_data, solution, start)
+from .ensemble import wrapper
 from .results import Solution
-from .step import Step, compile_step
+from .step import Step
 
-RETCODES = {"until": "converged", "max_steps": "max_steps", "non_finite": "non_finite"}   # the driver's: minimize's
+RETCODES = {"until": "converged"}   # minimize's names of the chunk driver's retcodes (the others as they are)
 
 
 def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransformation = optax.adam(1e-3),
@@ -69,14 +69,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         raise TypeError(f"loss must be callable, got {loss!r}")
     if isinstance(params, Solution):
         params = params.params
-    members = ensemble_config(ensemble)
-    if members is not None:
-        check_data(data, size(params, "params"))
-        if size(params, "params") == 1:
-            return one_member(minimize(loss, sole(params), sole_data(data), optimizer, steps, backend, progress, until,
-                                       stop_on_nonfinite, checkpoint_dir, checkpoint_every, keep))
-    elif isinstance(data, PerMember):
-        raise TypeError("per_member data gives each member of an ensemble its own data: pass ensemble=True")
+    members, params, data = wrapper(ensemble, params, "params", data)     # the one question: an ensemble?
     validate.steps(steps)
     stopping.check(until, stop_on_nonfinite, steps)
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
@@ -88,24 +81,10 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         data.validate()
     batch = () if data is None else data
     t0 = time.perf_counter()
-    watch = None if members is None else stop_on_nonfinite    # an ensemble watches each member's loss itself
-    init, program = _program(loss, data is not None, optimizer, backend, until, watch)
-    state = init(params)
-    if until is not None and "previous_loss" in _keywords(until, _UNTIL_KEYWORDS):
-        first = data.batch(np.int32(0)) if isinstance(data, Dataset) else batch
-        value = jax.eval_shape(_member_objective(loss, data is not None, members, batch), params,
-                               first.data if isinstance(first, PerMember) else first)
-        state += (jnp.full(value.shape, jnp.inf, value.dtype),)
-    if members is not None:
-        devices, n = share(size(params, "params"), getattr(backend, "devices", None))
-        state = start(state, n if isinstance(backend, GradOnly) else members.tile_size(n, until is not None), devices)
-    flagged, stop_on_nonfinite = until is not None or members is not None, stop_on_nonfinite and members is None
-    if isinstance(backend, GradOnly):
-        runner: _Eager | _Stepped | _Loop = _Eager(program, batch, stop_on_nonfinite)
-    else:
-        assert isinstance(program, Step)
-        runner = (_Loop(program, backend.steps, batch, flagged, stop_on_nonfinite)
-                  if isinstance(backend, CompiledLoop) else _Stepped(program, batch, stop_on_nonfinite))
+    init, program = _program(loss, data is not None, optimizer, backend, until)
+    program, state, stop, stop_on_nonfinite = members.wrap(
+        program, members.init(init)(params, batch), _flag if until is not None else None, stop_on_nonfinite, ("loss",))
+    runner = _runner(backend, program, batch, stop, stop_on_nonfinite)
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
     runner.compile(state, chunk_sizes(0, steps, chunk, every))
@@ -119,44 +98,46 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         raise KeyboardInterrupt
     jax.block_until_ready(result.state)
     seconds = time.perf_counter() - t0
-    if members is not None:
-        return solution(result, backend, compile_seconds, seconds)
-    steps = int(result.steps)                # one solve's: an int (an ensemble's are per member)
-    return Solution(result.state[0], result.history["loss"], steps, RETCODES[str(result.retcode)],
-                    (steps - result.resumed_from) / seconds, compile_seconds, backend)
+    result = members.result(result, RETCODES)
+    ran = int(np.sum(np.maximum(np.asarray(result.steps) - result.resumed_from, 0)))   # (member) steps this call ran
+    losses = result.history["loss"]
+    return Solution(result.state[0], losses, result.steps, result.retcode, ran / seconds, compile_seconds, backend,
+                    members.best(losses, result.steps))
 
 
 def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransformation, backend: Backend,
-             until: Callable | None, watch: bool | None = None) -> tuple[Callable, Callable | Step]:
-    """``(init, run)``: `init(params)` is the initial state ``(copy of params, optimizer state)`` in one
-    jitted call; `run` runs the steps: GradOnly's eager update, or the compiled backends' `Step` (which
-    caches its executables by abstract signature). `watch`: None for one solve; for an ensemble, whether
-    a non-finite loss stops a member (init and the step are then the ensemble's, see `ensemble`). Kept
-    for the last `_PROGRAMS` combinations of these objects (by identity, as jax.jit keys its function),
-    so repeating a solve compiles nothing."""
+             until: Callable | None) -> tuple[Callable, Callable | Step]:
+    """``(init, run)`` of one solve: `init(params, batch)` is the initial state ``(copy of params, optimizer
+    state)``, and the loss of the step before (+inf) for an `until` that takes it, in one jitted call; `run`
+    runs the steps: GradOnly's eager update, or the compiled backends' `Step` of it (which caches its
+    executables by abstract signature; an ensemble's and CompiledStep's are derived from it). Kept for the
+    last `_PROGRAMS` combinations of these objects (by identity, as jax.jit keys its function), so repeating
+    a solve compiles nothing."""
     try:
         hash((loss, optimizer, backend, until))
     except TypeError:    # an unhashable loss, optimizer or predicate: built anew, never cached
-        return _build_program(loss, has_data, optimizer, backend, until, watch)
-    return _cached_program(loss, has_data, optimizer, backend, until, watch)
+        return _build_program(loss, has_data, optimizer, backend, until)
+    return _cached_program(loss, has_data, optimizer, backend, until)
 
 
-def _build_program(loss, has_data, optimizer, backend, until, watch=None):
-    member_init = lambda params: jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))  # noqa: E731
-    init = jax.jit(member_init if watch is None else jax.vmap(member_init))
-    options = {} if isinstance(backend, GradOnly) else backend.compile_options()
-    if watch is not None:                    # an ensemble: its members over the devices
-        options = mesh_options(options)
-    batched = (lambda update: update) if watch is None else (  # noqa: E731
-        lambda update: minimize_step(update, watch, options.get("devices")))
+def _build_program(loss, has_data, optimizer, backend, until):
     objective = _objective(loss, has_data)
+    previous = until is not None and "previous_loss" in _keywords(until, _UNTIL_KEYWORDS)
+
+    def init(params, batch):
+        state = jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))
+        if not previous:
+            return state
+        first = batch.batch(np.int32(0)) if isinstance(batch, Dataset) else batch
+        value = jax.eval_shape(objective, params, first)        # the batch's shapes only: XLA is not given it
+        return (*state, jnp.full(value.shape, jnp.inf, value.dtype))
+
     value_and_grad = backend.ad.value_and_grad(objective)
     if isinstance(backend, GradOnly):
-        return init, batched(_update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True))
-    update = batched(_update(value_and_grad, objective, optimizer, until))
-    if isinstance(backend, CompiledLoop):    # the `until` flag is computed for the loop's stop, never returned
-        return init, compile_step(update, keep_aux=("loss",), **options)
-    return init, compile_step(_with_step_axis(update), **options)
+        return jax.jit(init), _update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True)
+    update = _update(value_and_grad, objective, optimizer, until)
+    options = replace(backend.fragment, keep_aux=("loss",)) if isinstance(backend, CompiledLoop) else backend.fragment
+    return jax.jit(init), Step(update, options)  # a loop computes the `until` flag for its stop, never returns it
 
 
 _PROGRAMS = 64
@@ -168,10 +149,15 @@ def _objective(loss: Callable, has_data: bool) -> Callable:
     return loss if has_data else (lambda p, _: loss(p))
 
 
-def _member_objective(loss: Callable, has_data: bool, members, batch) -> Callable:
-    """`_objective`, of every member of an ensemble (vmapped; per-member data unwrapped) when `members`."""
-    objective = _objective(loss, has_data)
-    return objective if members is None else jax.vmap(objective, in_axes=(0, 0 if isinstance(batch, PerMember) else None))
+def _runner(backend: Backend, program, batch, stop: Callable | None, stop_on_nonfinite: bool):
+    """What runs `program`'s steps for `backend`, stopping after a step where ``stop(new_state, aux)`` is true
+    (evaluated on the device by a loop, on the host after each step otherwise) or a non-finite loss."""
+    if isinstance(backend, GradOnly):
+        return _Eager(program, batch, stop, stop_on_nonfinite)
+    if isinstance(backend, CompiledStep):
+        return _Stepped(program.derived(("step axis",), lambda: Step(_with_step_axis(program.fn), program.options)),
+                        batch, stop, stop_on_nonfinite)
+    return _Loop(program, backend.steps, batch, stop, stop_on_nonfinite)
 
 
 def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.GradientTransformation,
@@ -179,8 +165,8 @@ def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.Grad
     """The step every backend runs: ``(state, batch) -> (new state, {"loss": loss})``, the state being
     ``(params, opt_state)``, plus the loss of the step before when `until` takes ``previous_loss``.
     An update that takes ``value``/``grad``/``value_fn`` (`_OPTIMIZER_KEYWORDS`) gets them; with `until`,
-    the aux also holds ``"converged": until(params, loss, ...)``, the flag of the params before the update
-    (a loop stops on it through `_flag`, the host backends read it after each step).
+    the aux also holds ``"until": until(params, loss, ...)``, its value on the params before the update
+    (the solve stops on it through `_flag`: a loop inside, the host backends after each step).
     `jit_line_search` (GradOnly's eager step): an update that takes ``value_fn`` evaluates the loss (a
     line search), so it runs as one `jax.jit` with the batch as an argument; eagerly, jax would compile
     its while loop again at every step, as the loop body is a new closure each time."""
@@ -210,7 +196,7 @@ def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.Grad
         known = {"grad": grads, "previous_loss": previous[0] if previous else None}
         flag = stopping.predicate(until(params, value, **{k: known[k] for k in wanted}),
                                   "until=lambda params, loss: loss < 1e-6")
-        return new_state, {"loss": value, "converged": flag}
+        return new_state, {"loss": value, "until": flag}
     return update
 
 
@@ -242,8 +228,8 @@ class _Eager:
 
     chunk, chains = 1, False
 
-    def __init__(self, update: Callable, batch, stop_on_nonfinite: bool):
-        self.update, self.batch, self.stop_on_nonfinite = update, batch, stop_on_nonfinite
+    def __init__(self, update: Callable, batch, stop: Callable | None, stop_on_nonfinite: bool):
+        self.update, self.batch, self.stop, self.stop_on_nonfinite = update, batch, stop, stop_on_nonfinite
 
     def compile(self, state, sizes) -> None:
         self.run(state, 0, 1)  # compiles the derivative and warms up the eager ops; nothing is donated
@@ -254,16 +240,17 @@ class _Eager:
     def run(self, state, start: int, k: int, after=None):
         batch = self.batch.batch(np.int32(start)) if isinstance(self.batch, Dataset) else self.batch
         new_state, aux = self.update(state, batch)
-        return new_state, *_one_step(jax.tree_util.tree_map(lambda x: x[None], aux), self.stop_on_nonfinite)
+        return new_state, *_one_step(new_state, jax.tree_util.tree_map(lambda x: x[None], aux), self.stop,
+                                     self.stop_on_nonfinite)
 
 
 class _Stepped:
-    """CompiledStep: one call of the compiled `step` per step."""
+    """CompiledStep: one call of the compiled `step` (its aux with a step axis) per step."""
 
     chunk, chains = 1, False
 
-    def __init__(self, step: Step, batch, stop_on_nonfinite: bool):
-        self.step, self.batch, self.stop_on_nonfinite = step, batch, stop_on_nonfinite
+    def __init__(self, step: Step, batch, stop: Callable | None, stop_on_nonfinite: bool):
+        self.step, self.batch, self.stop, self.stop_on_nonfinite = step, batch, stop, stop_on_nonfinite
 
     def compile(self, state, sizes) -> None:
         self.step.compiled(state, self.batch)
@@ -273,15 +260,15 @@ class _Stepped:
 
     def run(self, state, start: int, k: int, after=None):
         state, aux = self.step(state, self.batch, start=start)
-        return state, *_one_step(aux, self.stop_on_nonfinite)
+        return state, *_one_step(state, aux, self.stop, self.stop_on_nonfinite)
 
 
 class _Loop(LoopChunks):
-    """CompiledLoop: device loops of `steps` steps of `step`, each ending after a step whose `until` flag
-    (with `flagged`) is true: the loop's own stop, which `_flag` reads from the step's aux inside it."""
+    """CompiledLoop: device loops of `steps` steps of `step`, each ending after a step where ``stop(new_state,
+    aux)`` is true: the loop's own stop (one solve's: `_flag`, the step's `until` flag)."""
 
-    def __init__(self, step: Step, steps: int, batch, flagged: bool, stop_on_nonfinite: bool):
-        super().__init__(step, batch, _flag if flagged else None, stop_on_nonfinite)
+    def __init__(self, step: Step, steps: int, batch, stop: Callable | None, stop_on_nonfinite: bool):
+        super().__init__(step, batch, stop, stop_on_nonfinite)
         self.chunk = steps
 
     def compile(self, state, sizes) -> None:
@@ -290,17 +277,17 @@ class _Loop(LoopChunks):
 
 
 def _flag(new_state, aux):
-    """The `until` of minimize's loops: the flag the step computed on the params before its update, an aux
-    leaf the loop does not return (its step keeps only the loss, see `stopping`)."""
-    return aux["converged"]
+    """One solve's stop: the `until` flag its step computed on the params before its update, an aux leaf a
+    loop does not return (its step keeps only the loss, see `stopping`)."""
+    return aux["until"]
 
 
-def _one_step(aux: dict, stop_on_nonfinite: bool) -> tuple:
-    """``(aux history, Stop or None)`` of a one-step chunk from the step's aux with a [1] step axis: the
-    host checks each step, reading the step's `until` flag ("converged") when it has one."""
-    if "converged" not in aux and not stop_on_nonfinite:
+def _one_step(new_state, aux: dict, stop: Callable | None, stop_on_nonfinite: bool) -> tuple:
+    """``(aux history, Stop or None)`` of a one-step chunk from the step's new state and its aux with a [1]
+    step axis: the host checks each step's ``stop(new_state, aux)`` (and, watched, its loss)."""
+    if stop is None and not stop_on_nonfinite:
         return aux, None
-    return {"loss": aux["loss"]}, Stop(1, "converged" in aux and aux["converged"][0])
+    return {"loss": aux["loss"]}, Stop(1, stop is not None and stop(new_state, aux))
 
 
 def _with_step_axis(update: Callable) -> Callable:

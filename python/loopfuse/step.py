@@ -3,18 +3,16 @@ signature, and called through jaxlib's C++ dispatcher."""
 import inspect
 import threading
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import jax
 
-from . import compiler, dispatch, memory_report, packed, pipeline, runtime, validate, verify
+from . import compiler, dispatch, memory_report, packed, stopping, validate, verify
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
-from .leaves import aval, is_deleted
-from .mlir_context import copy_module
-from .options import StepOptions
+from .leaves import aval, is_deleted, keyed_paths
+from .options import StepOptions, given, takes_keywords
 from .runtime import MemoryStats
 from .sharding import Placement
 
@@ -27,9 +25,8 @@ class Step:
         self.fn, self.options = fn, options
         self._compiled = 0                 # programs compiled for this Step's own calls
         self._cache: dict = {}             # signature -> Executable
-        self._loops: dict = {}
-        self._packed: dict = {}            # layout -> the Step of states packed so (see `_for`)
-        self._lock = threading.Lock()      # guards _compiled, _loops, _packed, _compiling, _dispatchers and _entry
+        self._derived: dict = {}           # (kind, ...) -> what `derived` built for it
+        self._lock = threading.Lock()      # guards _compiled, _derived, _compiling, _dispatchers and _entry
         self._compiling: dict = {}         # signature -> lock held while it compiles
         self._dispatchers: dict = {}       # static argument names -> call (see `dispatch`)
         self._entry: Callable = self._bind  # a call without keywords: (state, batch) -> outputs (see `_bind`)
@@ -44,9 +41,23 @@ class Step:
     def compile_count(self) -> int:
         """Programs compiled for this Step's calls, those of the packed states it ran included."""
         with self._lock:
-            packed_steps = list(self._packed.values())
+            packed_steps = [step for key, step in self._derived.items() if key[0] == "packed"]   # see `_for`
             own = self._compiled
         return own + sum(step.compile_count for step in packed_steps)
+
+    def derived(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """What ``build()`` made the first time this Step was asked for `key`, kept with it for its life: the
+        one home of what is derived from a Step, the programs (its loops, the Step of a packed layout, an
+        ensemble's Step, the step with a step axis) and what a driver learned of it (`chunks`: its pace).
+        `key` names its kind first (``("loop", steps, until, stop_on_nonfinite)``); `build` runs under the
+        Step's lock, once, and asks this Step for nothing derived."""
+        value = self._derived.get(key)
+        if value is None:                 # a driver asks for its loop once per chunk: no lock on a hit
+            with self._lock:
+                value = self._derived.get(key)
+                if value is None:
+                    value = self._derived[key] = build()
+        return value
 
     def loop(self, steps: int, *, until: Callable | None = None, stop_on_nonfinite: bool = False) -> "Step":
         """The same step run `steps` times per call inside one device loop (one Step per options,
@@ -60,17 +71,11 @@ class Step:
         A weakly typed state leaf that the step returns strongly typed, or computes from one that is, is
         carried strongly typed from the first step (`trace.trace`; README, "Results are jax.jit's").
         """
-        loop = (self._loops.get((steps, until, stop_on_nonfinite))
-                if type(steps) is int and type(stop_on_nonfinite) is bool else None)
-        if loop is not None:              # a driver asks for its loop once per chunk
-            return loop
-        steps = validate.steps(steps)
-        key = (steps, until, stop_on_nonfinite)
-        with self._lock:
-            if key not in self._loops:
-                self._loops[key] = Step(self.fn, replace(self.options, steps=steps, until=until,
-                                                         stop_on_nonfinite=stop_on_nonfinite))
-            return self._loops[key]
+        if type(steps) is not int or type(stop_on_nonfinite) is not bool:   # checked before a key equal to
+            steps = validate.steps(steps)                                    # another's finds it (True == 1)
+            stopping.check(until, stop_on_nonfinite, steps)
+        return self.derived(("loop", steps, until, stop_on_nonfinite), lambda: Step(
+            self.fn, replace(self.options, steps=steps, until=until, stop_on_nonfinite=stop_on_nonfinite)))
 
     def _for(self, state) -> "Step":
         """The Step that runs `state`: this one, or for a `packed.PackedState` the Step of its
@@ -78,13 +83,9 @@ class Step:
         which counts its own compiles (`compile_count` adds them up)."""
         if not isinstance(state, packed.PackedState):
             return self
-        with self._lock:
-            step = self._packed.get(state.layout)
-            if step is None:
-                o = self.options
-                step = self._packed[state.layout] = Step(packed.on_packed(self.fn, state.layout),
-                                                         replace(o, until=packed.until_on_packed(o.until)))
-            return step
+        o = self.options
+        return self.derived(("packed", state.layout), lambda: Step(packed.on_packed(self.fn, state.layout),
+                                                                  replace(o, until=packed.until_on_packed(o.until))))
 
     # ---- compiling -------------------------------------------------------------------------
     @staticmethod
@@ -128,15 +129,10 @@ class Step:
     def lower(self, state, batch, *, start: int = 0, **static) -> dict[str, str]:
         """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}.
 
-        Traces and runs the passes only; XLA is not invoked and nothing is cached.
+        Traces and runs the passes only (`compiler.lower`); XLA is not invoked and nothing is cached.
         """
-        step = self._for(state)
-        o = step.options
-        traced = compiler.trace(step.fn, o, state, step._serve(batch, start), static)
-        specs = compiler.pipeline_of(traced, o)
         stages: dict[str, str] = {}
-        pipeline.lower(traced.module, specs, stages=stages,
-                       dump=compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs))
+        compiler.lower(self._plan(state, batch, start, static), stages=stages)
         return stages
 
     def memory_stats(self, state, batch, *, start: int = 0, **static) -> MemoryStats:
@@ -153,20 +149,16 @@ class Step:
         cached, `compile_count` stays); nothing runs, so the state is never consumed.
         """
         top = validate.steps(top, "top")
-        step = self._for(state)
-        o = step.options
-        batch = step._serve(batch, start)
-        traced = compiler.trace(step.fn, o, state, batch, static)
-        specs = compiler.pipeline_of(traced, o)
-        program = compiler.program_options(traced, o, jax.tree_util.tree_leaves(state), specs)
-        dump = compiler.dump_folder(compiler.fn_name(step.fn), o, traced, specs)
-        module = copy_module(traced.module)
-        pipeline.lower(module, specs, dump=dump)
-        report = memory_report.compile_report(module, o.program_devices, program, shardy=runtime.uses_shardy(module),
-                                              host_callbacks=traced.effects.host_callbacks, batch=batch, top=top)
-        if dump is not None:
-            memory_report.write(report, dump)
+        plan = self._plan(state, batch, start, static)
+        report = memory_report.compile_report(compiler.lower(plan), top=top)
+        if plan.dump is not None:
+            memory_report.write(report, plan.dump)
         return report
+
+    def _plan(self, state, batch, start: int, static: dict) -> compiler.Plan:
+        """`compiler.trace` of a call's program (the Step of a packed state's, a `Dataset` as served)."""
+        step = self._for(state)
+        return compiler.trace(step.fn, step.options, state, step._serve(batch, start), static)
 
     def _serve(self, batch, start: int = 0):
         """A `Dataset` as the executable takes it (`Dataset.served`); other batches as they are."""
@@ -290,10 +282,8 @@ def _check_start_is_free(fn: Callable) -> None:
 def _raise_donated(state, batch) -> None:
     """Raise DonatedArrayError naming the first leaf whose buffer an earlier donation deleted."""
     for what, tree in (("state", state), ("batch", batch)):
-        for x in jax.tree_util.tree_leaves(tree):
+        for path, x in zip(keyed_paths(tree), jax.tree_util.tree_leaves(tree)):
             if is_deleted(x):
-                path = next(jax.tree_util.keystr(p) for p, y in jax.tree_util.tree_flatten_with_path(tree)[0]
-                            if y is x)
                 raise DonatedArrayError(
                     f"{what} leaf {path} was donated to an earlier loopfuse call and its buffer is gone; pass "
                     "the state that call returned (state, aux = step(state, batch)), or compile with "
@@ -306,14 +296,12 @@ def _promoted(key, leaves: tuple):
     return s_def, b_def, tuple(a.update(weak_type=False) if i in leaves else a for i, a in enumerate(avals)), static_key
 
 
-def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | None = None, passes=None,
-                 keep_aux=None, steps: int | None = None, device=None, devices=None, sharding=None,
-                 cache_dir: str | Path | None = None, xla_options: Mapping[str, Any] | None = None,
-                 verify: bool | None = None, memory_budget: float | None = None) -> Step:
+@takes_keywords
+def compile_step(fn: Callable, **keywords: Any) -> Step:
     """Compile ``fn(state, batch) -> (new_state, aux)`` as a whole step through loopfuse's passes.
 
-    Each keyword is the `StepOptions` field of its name, documented there (`Step.loop` sets the
-    others). Nothing is compiled until the first call: a program per signature, then cached.
+    Each keyword is the `StepOptions` field of its name (listed below; `Step.loop` sets the others).
+    Nothing is compiled until the first call: a program per signature, then cached.
 
     Call the result as ``step(state, batch, **static)``; the keyword `start` is reserved (the first
     step index of a `Dataset` batch), so `fn` may not take an argument named `start`.
@@ -332,6 +320,4 @@ def compile_step(fn: Callable, *, donate: bool = True, dump_ir: str | Path | Non
         >>> w.tolist(), aux["loss"].tolist()
         ([0.125, 0.125], [2.0, 0.5, 0.125])
     """
-    return Step(fn, StepOptions(donate=donate, dump_ir=dump_ir, passes=passes, keep_aux=keep_aux, steps=steps,
-                                device=device, devices=devices, sharding=sharding, cache_dir=cache_dir,
-                                xla_options=xla_options, verify=verify, memory_budget=memory_budget))
+    return Step(fn, given("compile_step", keywords))

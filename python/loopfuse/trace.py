@@ -26,7 +26,7 @@ from jaxlib.mlir import ir
 from . import _jax_compat
 from .data import Dataset
 from .errors import StateMismatchError
-from .leaves import aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, raw, wrap_keys
+from .leaves import aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, keyed, raw, wrap_keys
 from .mlir_context import copy_module
 from .passes.functions import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
 from .passes.vocabulary import PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
@@ -134,13 +134,13 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     stopped_arg = stopped_arg and stop is not None
     if stopped_arg:         # the loop's initial stopped flag (wrap-loop), unused by the step
         specs.append(jax.ShapeDtypeStruct((), jnp.bool_))
-    state_paths = [jax.tree_util.keystr(p) for p, _ in state_leaves]
+    state_paths = [keyed(p) for p, _ in state_leaves]
     in_sh = None
     shardings: dict[str, Any] = {}
     if placement is not None:
         state_sh = [placement.state(x) for x in state_specs]
         batch_sh = ([placement.replicated] * (len(specs) - n_state) if has_step else
-                    [placement.batch(jax.tree_util.keystr(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])]
+                    [placement.batch(keyed(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])]
                     + [placement.replicated] * stopped_arg)
         in_sh = state_sh + batch_sh
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]

@@ -32,7 +32,7 @@ import numpy as np
 from . import compiler, pipeline, settings, stopping
 from .data import Dataset
 from .errors import MiscompileError
-from .leaves import aux_kept, dotted_paths, raw
+from .leaves import aux_kept, dotted_paths, keyed_paths, raw
 
 VERIFY_ENV = "LOOPFUSE_VERIFY"
 ROLLED_RTOL = 1e-5      # a rolled program against jax.jit (see the module docstring)
@@ -56,7 +56,7 @@ def check(fn, options, executable, state, batch, start: int, static: dict) -> No
     difference = _difference(got, references[0], before)
     assert difference is not None   # no reference matched
     path, max_abs, max_rel = difference
-    passes = pipeline.pipeline_string(options.pipeline())
+    passes = pipeline.pipeline_string(executable.passes)
     raise MiscompileError(
         f"loopfuse's executable for {compiler.fn_name(fn)} computes other values than jax.jit "
         f"of the same function: {path} differs by up to {max_abs:.3g} (relative {max_rel:.3g}). "
@@ -168,14 +168,12 @@ def _difference(got, ref, before=None) -> tuple[str, float, float] | None:
     the call started from, within a rolled program's tolerance: see the module docstring), else the
     first differing leaf's (path, max abs difference, max relative difference). Aux leaves the call
     did not keep (None) are not compared."""
-    ref_leaves = dict((jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(ref)[0])
-    got_leaves = jax.tree_util.tree_flatten_with_path(got, is_leaf=lambda x: x is None)[0]
-    start = dict((jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path((before,))[0]) \
-        if before is not None else {}
-    for p, x in got_leaves:
+    ref_leaves = dict(zip(keyed_paths(ref), jax.tree_util.tree_leaves(ref)))
+    is_none = lambda x: x is None  # noqa: E731
+    start = dict(zip(keyed_paths((before,)), jax.tree_util.tree_leaves((before,)))) if before is not None else {}
+    for path, x in zip(keyed_paths(got, is_leaf=is_none), jax.tree_util.tree_leaves(got, is_leaf=is_none)):
         if x is None:
             continue
-        path = jax.tree_util.keystr(p)
         a, b = _host(x), _host(ref_leaves[path])
         if a.dtype != b.dtype or a.shape != b.shape:
             return _describe(path, a, b)

@@ -155,10 +155,23 @@ def test_backend_validation(make, error, match):
 
 
 def test_compile_options_only_set_keywords():
-    assert CompiledLoop().compile_options() == {}
+    assert CompiledLoop().compile_options() == {} == CompiledStep(memory_budget=1.0).compile_options()
     devices = jax.devices()[:1]
     assert CompiledLoop(devices=devices, sharding="data").compile_options() == {"devices": devices, "sharding": "data"}
-    assert CompiledLoop(sharding="params").compile_options() == {"sharding": "params"}
+    assert CompiledLoop(devices=devices, memory_budget=0).fragment == loopfuse.StepOptions(devices=devices, memory_budget=0.0)
+
+
+def test_the_backends_options_are_step_options_checked_where_they_are_given():
+    """A backend's compile_step keywords are StepOptions fields (type, default, help) and are checked when the
+    backend is made (sharding without devices was refused only once minimize compiled)."""
+    import dataclasses
+    fields = {f.name: f for f in dataclasses.fields(CompiledLoop)}
+    for name in ("devices", "sharding", "memory_budget"):
+        declared = {f.name: f for f in dataclasses.fields(loopfuse.StepOptions)}[name]
+        assert (fields[name].type, fields[name].default, fields[name].kw_only) == (declared.type, declared.default, True)
+        assert f"{name}: {declared.metadata['help'][:40]}" in " ".join(CompiledLoop.__doc__.split())
+    with pytest.raises(ValueError, match=r"sharding='params' needs devices=\[...\] to shard over"):
+        CompiledLoop(sharding="params")
 
 
 @pytest.mark.parametrize("backend", [GradOnly(Forward()), CompiledStep(Forward()), CompiledLoop(Forward()),

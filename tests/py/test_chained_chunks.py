@@ -112,7 +112,7 @@ def test_repeated_chained_solves_build_no_further_executable():
     backend, opt, until = CompiledLoop(steps=8), optax.sgd(0.1), (lambda params, loss: loss < 0.0)
     for steps in (40, 40, 16):
         minimize(lsq_loss, LSQ_PARAMS, lsq_data(), opt, steps, backend=backend, until=until)
-    _, program = _cached_program(lsq_loss, True, opt, backend, until, None)   # as minimize asks
+    _, program = _cached_program(lsq_loss, True, opt, backend, until)   # as minimize asks
     assert program.loop(8, until=_flag, stop_on_nonfinite=True).compile_count == 1
 
 

@@ -125,6 +125,18 @@ def test_a_one_member_ensemble_is_the_plain_fit():
     assert_trees_equal(jax.tree_util.tree_map(lambda x: x[0], (one.state, one.history)), (plain.state, plain.history))
 
 
+def test_the_ensembles_step_is_derived_from_the_members_and_compiled_once():
+    """The ensemble's Step is kept with the member's (`Step.derived`): a second fit compiles nothing."""
+    opt = optax.sgd(0.1)
+    step = loopfuse.compile_step(train_step(opt), keep_aux=("loss",))
+    for _ in range(2):
+        loopfuse.fit(step, fresh((members(4), jax.vmap(opt.init)(members(4)))), batch(), 8, chunk=4, progress=False,
+                     ensemble=True)
+    derived = step.derived(("ensemble", None, False, ("loss",)), lambda: None)
+    assert derived is not None and step.compile_count == 0
+    assert derived.loop(4, until=loopfuse.ensemble.all_stopped).compile_count == 1
+
+
 def test_checkpoints_resume_bitwise(tmp_path):
     pytest.importorskip("orbax.checkpoint")
     step = loopfuse.compile_step(train_step(SWEEP), keep_aux=("loss",))

@@ -153,6 +153,11 @@ def test_every_documented_keyword_is_accepted():
     assert not unknown, f"README.md documents keyword arguments that are not accepted: {unknown}"
 
 
+def test_every_compile_step_keyword_is_documented():
+    from loopfuse.options import KEYWORDS
+    assert not [k for k in KEYWORDS if not re.search(rf"`{k}[`=]", README)]
+
+
 @pytest.mark.parametrize("backend", ["GradOnly", "CompiledStep", "CompiledLoop"])
 def test_each_backend_takes_ad(backend):
     """README: "Each takes `ad=Reverse()` or `ad=Forward()`"."""

@@ -316,6 +316,15 @@ def test_bad_budget_is_refused():
         loopfuse.CompiledLoop(memory_budget="all")
 
 
+def test_a_budget_of_one_is_the_step_as_traced_decided_once():
+    """1.0 is kept as None, so the pipeline, verify's culprits and the backends see no budget."""
+    step = lambda s, b: (s * b, {})   # noqa: E731
+    assert loopfuse.StepOptions(memory_budget=1).memory_budget is None
+    assert loopfuse.CompiledStep(memory_budget=1.0).memory_budget is None
+    assert loopfuse.StepOptions(memory_budget=0).memory_budget == 0.0
+    assert loopfuse.compile_step(step, memory_budget=1.0).options == loopfuse.compile_step(step).options
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_corpus_with_memory_budget_zero(name):

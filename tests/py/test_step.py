@@ -123,6 +123,9 @@ def test_compile_step_takes_the_step_options_and_their_defaults():
     assert {name: p.default for name, p in params.items()} == {
         name: d for name, d in fields.items() if name not in ("until", "stop_on_nonfinite")}
     assert all(f"{name}:" in loopfuse.StepOptions.__doc__ for name in fields)
+    assert all(f"\n    {name}: " in loopfuse.compile_step.__doc__ for name in params)        # help(compile_step)
+    with pytest.raises(TypeError, match="compile_step\\(\\) got an unexpected keyword argument 'until'"):
+        loopfuse.compile_step(lambda s, b: (s, {}), until=lambda s, a: True)
 
 
 def test_alias_state_peak_memory_of_adam_8x1024_mlp_is_below_0_6x_jax_jit():
@@ -292,3 +295,15 @@ def test_one_buffer_behind_two_state_leaves_is_donated_safely(devices):
         out, _ = step(state, 1.0)
         for leaf in jax.tree_util.tree_leaves(out):
             np.testing.assert_array_equal(leaf, 2 * np.ones(3))
+
+
+def test_what_a_step_derives_is_built_once_and_kept_with_it():
+    step = loopfuse.compile_step(lambda s, b: (s + b, {"s": s}))
+    built: list = []
+    make = lambda: built.append(1) or object()      # noqa: E731
+    assert step.derived(("test",), make) is step.derived(("test",), make) and built == [1]
+    assert step.loop(3) is step.loop(np.int64(3)) is not step.loop(3, stop_on_nonfinite=True)
+    with pytest.raises(TypeError, match="stop_on_nonfinite must be a bool, got 1"):
+        step.loop(3, stop_on_nonfinite=1)          # equal to True as a key: checked before it is looked up
+    with pytest.raises(TypeError, match="steps must be a positive int, got bool True"):
+        step.loop(True)

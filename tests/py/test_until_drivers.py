@@ -64,7 +64,7 @@ def test_minimize_loops_stop_on_the_flag_of_their_step_and_return_only_the_loss(
     s = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), opt, 40, backend=backend, until=until)
     init, program = _cached_program(lsq_loss, True, opt, backend, until)
     loop = program.loop(8, until=_flag, stop_on_nonfinite=True)
-    _, aux, steps, stopped = loop(init(LSQ_PARAMS), lsq_data())
+    _, aux, steps, stopped = loop(init(LSQ_PARAMS, lsq_data()), lsq_data())
     assert loop.compile_count == 1 and (int(steps), bool(stopped)) == (s.steps, True) == (5, True)
     assert jax.tree_util.tree_leaves(aux) == [aux["loss"]]
     np.testing.assert_array_equal(np.asarray(aux["loss"])[:5], s.loss_history)

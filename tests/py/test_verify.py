@@ -12,7 +12,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 import loopfuse
-from loopfuse import verify
+from loopfuse import pipeline, verify
 from loopfuse.passes import ModulePass
 from loopfuse.passes.functions import last_op, main_func
 from problems import assert_trees_equal, batch, fresh, init_state, train_step
@@ -166,3 +166,16 @@ def test_a_wrong_loop_is_caught_and_a_dataset_batch_is_followed():
     with pytest.raises(loopfuse.MiscompileError, match="negate-first-result"):
         bad(state, data, start=3)
     assert _alive(state)
+
+
+def test_the_error_names_every_pass_that_ran_wrap_loops_rows_included():
+    """A long loop of a small step writes its histories in blocks (wrap-loop's rows, decided from the traced
+    program): the error names the pipeline the executable ran, rows included (it named the options' own,
+    without them)."""
+    def step(w, data):
+        return w - 0.1 * (w - data), {"loss": jnp.sum((w - data) ** 2)}
+    loop = loopfuse.compile_step(step, verify=True, passes=[NegateFirstResult()]).loop(200)
+    with pytest.raises(loopfuse.MiscompileError) as caught:
+        loop(jnp.arange(3.0), jnp.ones(3))
+    ran = loop.compiled(jnp.arange(3.0), jnp.ones(3)).passes
+    assert caught.value.passes == pipeline.pipeline_string(ran) and "wrap-loop{steps=200 rows=128}" in str(caught.value)

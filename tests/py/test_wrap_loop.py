@@ -395,7 +395,7 @@ def test_a_long_loop_of_a_small_step_writes_its_histories_in_blocks():
     data = jnp.arange(12.0).reshape(4, 3)
     loop = compile_step(_blocked_step).loop(100)
     executable = loop.compiled(_blocked_state(), data)
-    assert loopfuse.compiler.pipeline_of(executable.traced, loop.options)[1] == loopfuse.passes.WrapLoop(steps=100, rows=42)
+    assert executable.passes[1] == loopfuse.passes.WrapLoop(steps=100, rows=42)
     assert str(executable.module).count("stablehlo.while") == 2
     scan = jax.jit(lambda s, d: jax.lax.scan(lambda c, _: _blocked_step(c, d), s, None, length=100))
     assert_trees_equal(loop(_blocked_state(), data), scan(_blocked_state(), data))

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from jaxlib.mlir import ir
 
 from .dead_code import has_side_effects
-from .functions import module_functions
+from .functions import enclosing_module, module_functions
 
 ARG = -1   # `Dataflow.owner` of a block argument
 
@@ -53,7 +53,7 @@ class Dataflow:
         """The block's dataflow; with `pure_callees` (not None), as if alike ops were merged (see the
         module docstring)."""
         g = cls(block)
-        texts: dict = callee_classes(block.owner.parent)   # also: a call's callee -> its class
+        texts: dict = callee_classes(enclosing_module(block.owner.operation))   # also: a call's callee -> its class
 
         types: list = []      # value id -> its type's text
         for a in block.arguments:

@@ -29,10 +29,17 @@ def main_func(module_op: ir.Operation) -> func.FuncOp:
 
 def callee(call: func.CallOp) -> func.FuncOp:
     """The function `call` calls, in the module that holds the call."""
-    module = call.operation
-    while module.name != "builtin.module":
-        module = module.parent
-    return function(module, call.callee.value)
+    return function(enclosing_module(call.operation), call.callee.value)
+
+
+def enclosing_module(op: ir.Operation) -> ir.Operation:
+    """The ``builtin.module`` that holds `op`."""
+    while op.name != "builtin.module":
+        parent = op.parent
+        if parent is None:
+            raise PassError(op, f"{op.name} is not inside a module")
+        op = parent
+    return op
 
 
 def last_op(block: ir.Block) -> ir.Operation:

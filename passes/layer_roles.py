@@ -93,6 +93,7 @@ class Roles:
     operands: list = field(default_factory=list)     # role -> [Operand] per operand index
     role_of: dict = field(default_factory=dict)      # op id -> (role, position)
     dropped: list = field(default_factory=list)      # why chains and roles were dropped (for the report)
+    odd: Counter = field(default_factory=Counter)    # position -> operands that fit no class for want of it
 
     def template(self, role: int) -> int:
         """The op id of `role` at its first position with an op: what a loop body runs again."""
@@ -455,6 +456,11 @@ def _validate(g: Dataflow, roles: Roles) -> None:
                 for k in range(len(g.operands[template]))]
 
     roles.operands = [classes(ops) for ops in roles.ops]
+    for r, found in enumerate(roles.operands):      # where the first failures point (not their knock-on drops)
+        for k, c in enumerate(found):
+            if c is None:
+                roles.odd.update(_odd_positions(g, roles, seed_at, [None if o is None else g.operands[o][k]
+                                                                     for o in roles.ops[r]]))
     while True:
         bad = {r for r, found in enumerate(roles.operands) if any(c is None for c in found)}
         if not bad:
@@ -471,6 +477,25 @@ def _validate(g: Dataflow, roles: Roles) -> None:
         roles.role_of = _placed(roles.ops)
         roles.operands = [classes(roles.ops[new[r]]) if any(isinstance(c, (Internal, Carry)) and c.role in bad for c in found)
                           else [_renumbered(c, new) for c in found] for r, found in enumerate(roles.operands) if r in new]
+
+
+def _odd_positions(g: Dataflow, roles: Roles, seed_at: dict, values: list) -> set:
+    """The positions at which an operand that fits no class reads another kind of value than at most
+    positions (a layer's own leaf, another role's value at the same or a neighbouring position, a value
+    from outside), but for the first or last position of a carry, which reads from outside."""
+    kinds = {}
+    for l, v in enumerate(values):
+        if v is None:
+            continue
+        at = None if g.owner[v] == ARG else roles.role_of.get(g.owner[v])
+        kinds[l] = (("seed", seed_at[v][0], seed_at[v][1] - l) if v in seed_at else
+                    ("role", at[0], at[1] - l, g.results[g.owner[v]].index(v)) if at else ("outside", v))
+    common = Counter(kinds.values()).most_common(1)[0][0]
+    if common[0] == "outside":
+        return set()
+    ends = {0: -1, roles.length - 1: 1}
+    return {l for l, kind in kinds.items()
+            if kind != common and not (kind[0] == "outside" and common[0] == "role" and ends.get(l) == common[2])}
 
 
 def _renumbered(c: Operand, new: dict) -> Operand:

@@ -113,30 +113,47 @@ class RollLayers(ModulePass):
         self.report(module_op, "\n".join(lines))
 
     def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list):
-        """(part, plan) for the part of `run` that rolls best: the whole run, or the run less layers at
+        """(part, plan) for the part of `run` that rolls best: the whole run; or the run less layers at
         either end whose ops differ from the others' (a stem, a head block), tried by the number of
         layers left out, fewest first, until a part rolls with every op or leaving out more layers
-        finds no more alike ops; the part that rolls the most ops wins."""
+        finds no more alike ops; or, first, the parts on either side of a layer the whole run's
+        analysis points at (`Roles.odd`: an op only that layer has). The part that rolls the most
+        ops wins; a part that rolls with every op ends the search."""
         paths, written = dict(leaves), written_leaves(g, main)
         layout = analyze(g, run, lambda leaf: leaves[leaf][0])
-        best, found, most = None, None, -1
-        for total in range(run.length - self.min_layers + 1):
-            ops_here = -1
-            for first in sorted(range(total + 1), key=lambda a: (abs(2 * a - total), a)):
-                part = run.trimmed(first, total - first)
-                roles = layout.roles(g, first, total - first)
-                ops_here = max(ops_here, len(roles.ops))
+        done: dict = {}
+
+        def attempt(first: int, last: int):
+            if (first, last) not in done:
+                roles = layout.roles(g, first, last)
+                alike = len(roles.ops)
                 plan = Plan.of(g, roles, self.memory_budget, paths, written, self.force)
-                if best is None:
-                    best = (part, plan)        # the whole run: what the report names if nothing rolls
-                if not plan.why_not and (found is None or _score(plan) > _score(found[1])):
-                    found = (part, plan)
-                if not plan.why_not and not roles.dropped:
-                    return found
-            if found is not None or ops_here <= most:
+                done[first, last] = (run.trimmed(first, last), plan, alike, not plan.why_not and not roles.dropped)
+            return done[first, last]
+
+        def best():
+            rolled = [(part, plan) for part, plan, _, _ in done.values() if not plan.why_not]
+            return max(rolled, key=lambda t: _score(t[1])) if rolled else None
+
+        whole = attempt(0, 0)
+        if whole[3]:
+            return whole[:2]
+        most = max(whole[1].roles.odd.values(), default=0)
+        beside = [(0, run.length - p) for p, n in whole[1].roles.odd.items() if 2 * n >= most and p >= self.min_layers] + \
+                 [(p + 1, 0) for p, n in whole[1].roles.odd.items() if 2 * n >= most and run.length - p - 1 >= self.min_layers]
+        for first, last in sorted(beside, key=lambda t: (t[0] + t[1], t)):
+            if attempt(first, last)[3]:
+                return done[first, last][:2]
+        most = whole[2]
+        for total in range(1, run.length - self.min_layers + 1):
+            found = [attempt(first, total - first) for first in sorted(range(total + 1), key=lambda a: (abs(2 * a - total), a))]
+            perfect = [t for t in found if t[3]]
+            if perfect:
+                return perfect[0][:2]
+            if best() is not None or max(t[2] for t in found) <= most:
                 break
-            most = ops_here
-        return found or best
+            most = max(t[2] for t in found)
+        return best() or whole[:2]
 
     def _candidates(self, leaves: list, tried: set) -> list:
         """The runs (`layer_runs.runs`) of the state `leaves` not tried yet, with their leaves' paths."""
@@ -316,6 +333,10 @@ class Plan:
                 + ")" if roles.dropped else ": nothing is differentiated through the layers")
             return plan
         plan._carries_and_exports(leaf_paths, written)
+        if not plan.carries:
+            plan.why_not = ("no value passes from one layer to the next through ops alike at every layer: "
+                            "the layers are not a chain, rolling them saves no activation")
+            return plan
         plan._loops()
         plan.why_not = "" if force else plan._not_worth_stacking()
         return plan

@@ -13,8 +13,10 @@ chain, with the features users write around such a loop, and says which layers m
   may contain (the alike layers on either side of it may roll);
 * a random optax optimizer, a memory budget of 0 or 0.5, the state as a pytree or packed.
 
-`Model.alike` lists the longest ranges of alike layers (a rolled run should be one of them; none if no
-two layers are alike), `Model.forbidden` the layers no rolled run may contain.
+`Model.alike` lists the longest ranges of alike layers (a rolled run should cover one of them, but
+for its first layer where that is the network's first: the data it reads needs no gradient, so jax
+traces the first op on it otherwise, a ``jax.nn`` activation as a call of another function; none if
+no two layers are alike), `Model.forbidden` the layers no rolled run may contain.
 """
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -129,3 +131,9 @@ def model(seed: int) -> Model:
              f"{scaled}, stem {stem}, head {head}, odd layer {odd}, {opt_name}")
     return Model(seed, step, (params, opt.init(params)), data, layers, alike, {odd} - {None},
                  budget=float(rng.choice([0.0, 0.5])), packed=bool(rng.integers(2)), about=about)
+
+
+def covers(rolled: range, m: Model) -> bool:
+    """Whether a rolled run of layers `rolled` is one `m` should roll: one of its alike ranges, less the
+    network's first layer at most."""
+    return any(rolled == r or (r.start == 0 and rolled == range(1, r.stop)) for r in m.alike)

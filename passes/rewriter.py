@@ -14,12 +14,13 @@ saved=[h])`` builds a loop of L trips, the body reads ``loop.arg("carry")``, end
 caller computes a carried value's position. `recarried` rebuilds an existing loop over other
 carried values (the regions moved, not copied), for passes that change what a loop carries.
 """
+import math
 from collections.abc import Sequence
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ._concat import FAN_IN
+from ._concat import concat_tree
 
 
 def i32() -> ir.RankedTensorType:
@@ -56,13 +57,9 @@ def reshape(value: ir.Value, shape: list) -> ir.Value:
 
 def stack(values: list) -> ir.Value:
     """`values` (one type) as one tensor with a new leading axis, ``[len(values), *shape]``; built
-    as concatenates of at most `_concat.FAN_IN` operands."""
+    as a tree of concatenates (`_concat.concat_tree`)."""
     t = ir.RankedTensorType(values[0].type)
-    pieces = [reshape(v, [1, *t.shape]) for v in values]
-    while len(pieces) > 1:
-        pieces = [chunk[0] if len(chunk := pieces[i:i + FAN_IN]) == 1 else stablehlo.ConcatenateOp(chunk, 0).result
-                  for i in range(0, len(pieces), FAN_IN)]
-    return pieces[0]
+    return concat_tree([reshape(v, [1, *t.shape]) for v in values], 0)
 
 
 def row(stacked: ir.Value, index: ir.Value) -> ir.Value:
@@ -79,10 +76,33 @@ def static_row(stacked: ir.Value, index: int) -> ir.Value:
 
 
 def static_rows(stacked: ir.Value, start: int, stop: int) -> ir.Value:
-    """Rows `start` .. `stop` - 1 (Python ints) of `stacked` (``[n, *shape]``), as ``[stop - start, *shape]``."""
+    """Rows `start` .. `stop` - 1 (Python ints) of `stacked` (``[n, *shape]``), as ``[stop - start, *shape]``
+    (`stacked` itself when that is all of it)."""
     t = ir.RankedTensorType(stacked.type)
+    if (start, stop) == (0, t.shape[0]):
+        return stacked
     return stablehlo.SliceOp(stacked, ir.DenseI64ArrayAttr.get([start] + [0] * (t.rank - 1)),
                              ir.DenseI64ArrayAttr.get([stop, *t.shape[1:]]), ir.DenseI64ArrayAttr.get([1] * t.rank)).result
+
+
+def flat(value: ir.Value) -> ir.Value:
+    """`value` reshaped to 1-D (row major)."""
+    return reshape(value, [math.prod(ir.RankedTensorType(value.type).shape)])
+
+
+def flat_piece(buffer: ir.Value, offset: int, t: ir.RankedTensorType) -> ir.Value:
+    """The value of type `t` that 1-D `buffer` holds from element `offset` on (a slice, reshaped)."""
+    return reshape(static_rows(buffer, offset, offset + math.prod(t.shape)), list(t.shape))
+
+
+def concat(values: Sequence[ir.Value], dim: int = 0) -> ir.Value:
+    """`values` concatenated along `dim` (the one value itself)."""
+    return values[0] if len(values) == 1 else stablehlo.ConcatenateOp(list(values), dim).result
+
+
+def flat_concat(values: Sequence[ir.Value]) -> ir.Value:
+    """`values` as one 1-D buffer: their `flat`s concatenated, in order."""
+    return concat([flat(v) for v in values])
 
 
 def write_row(stacked: ir.Value, value: ir.Value, index: ir.Value) -> ir.Value:

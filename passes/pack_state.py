@@ -32,7 +32,7 @@ buffer that the step reads only through slices of the pieces of the concatenatio
 it is first carried as those pieces (`_split`: each shaped as the value the step returns for it, the slices and their
 reshapes replaced by the piece), so the grouping above applies to them as to leaves; before the
 loop the groups are slices of the buffer, after it the buffer is their concatenation, consecutive
-slices merged (`_join_slices`): a group that is a whole buffer (`pack` gives the parameters and
+slices merged (`canonicalize.fold_slices`): a group that is a whole buffer (`pack` gives the parameters and
 each moment buffers of their own) enters the loop as it is. Without ``flatten``, whose groups are
 per element type only, a packed buffer is carried as it is. A concatenate of more than 16 pieces is
 built as a tree of concatenates of at most 16 (`_concat.split_wide_concatenates`, as
@@ -66,11 +66,12 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
 from ._concat import split_wide_concatenates
+from .canonicalize import fold_slices
 from .dead_code import erase_dead_ops
 from .functions import arg_attrs, callee, last_op, main_func
 from .control_flow import is_wrap_loop
 from .flatten_update import Flattener, feeding, trees_of
-from .matchers import producer
+from .matchers import producer, rows, sliced_rows
 from .module_pass import ModulePass, option
 from .vocabulary import BODY, SHARDINGS, STATE
 
@@ -106,7 +107,7 @@ class PackState(ModulePass):
                 flattener.flatten(self.min_group, last_op(flattener.block), trees, self.max_leaf_elements)
             flattener.finish()
             split_wide_concatenates(flattener.block)
-        _join_slices(main.body.blocks[0])
+        fold_slices(main.operation)
         split_wide_concatenates(main.body.blocks[0])
 
     def _groups(self, main: func.FuncOp, loop: ir.Operation, trees: list) -> list[list[int]]:
@@ -178,7 +179,7 @@ def _operands(body: ir.Block, call: func.CallOp) -> dict[int, int]:
 
 def _state_arg(main: func.FuncOp, value: ir.Value) -> int | None:
     """The argument of `main` that `value` is, or is a (reshaped) slice of (a piece of a split buffer)."""
-    source = _sliced(value)
+    source = sliced_rows(value)
     value = value if source is None else source[0]
     entry = main.body.blocks[0]
     return ir.BlockArgument(value).arg_number if isinstance(value, ir.BlockArgument) and value.owner == entry else None
@@ -298,7 +299,7 @@ def _split(main: func.FuncOp, loop: ir.Operation) -> ir.Operation:
     concatenation (a state packed by the caller, `loopfuse.pack`) as its pieces instead, each shaped
     as the value the step returns for it, so that grouping can pack the pieces again (per role);
     returns the loop, rewritten or not. Before the loop the pieces are slices of the buffer, after
-    it the buffer is their concatenation (`_join_slices` then merges consecutive slices)."""
+    it the buffer is their concatenation (`canonicalize.fold_slices` then merges consecutive slices)."""
     cond, body = (loop.regions[r].blocks[0] for r in range(2))
     call = _step_call(body)
     step = callee(call)
@@ -417,7 +418,7 @@ def _pieces(main, loop, cond, body, call, entry, step_ret, body_ret, k: int, m: 
         offset += size
     for use in entry.arguments[m].uses:
         sl = use.owner.operation
-        bounds = _bounds(sl)
+        bounds = rows(sl)
         at = None if bounds is None else ranges.get(bounds)
         if at is None:
             return None
@@ -442,52 +443,3 @@ def _flat(value: ir.Value) -> ir.Value:
     t = ir.RankedTensorType(value.type)
     return value if t.rank == 1 else stablehlo.ReshapeOp(
         ir.RankedTensorType.get([math.prod(t.shape)], t.element_type), value).result
-
-
-def _sliced(value: ir.Value):
-    """(x, start, end) when `value` is the stride-1 slice [start:end] of the 1-D value x, possibly reshaped."""
-    while (reshape := producer(value, stablehlo.ReshapeOp)) is not None:
-        value = reshape.operands[0]
-    sl = producer(value)
-    if sl is None or (bounds := _bounds(sl)) is None or ir.RankedTensorType(sl.operands[0].type).rank != 1:
-        return None
-    return sl.operands[0], *bounds
-
-
-def _bounds(op: ir.Operation) -> tuple[int, int] | None:
-    """(start, limit) of a 1-D stride-1 `stablehlo.slice`, else None."""
-    view = op.opview
-    if not isinstance(view, stablehlo.SliceOp) or list(view.strides) != [1]:
-        return None
-    return view.start_indices[0], view.limit_indices[0]
-
-
-def _join_slices(block: ir.Block) -> None:
-    """In each 1-D concatenation of `block`, consecutive slices of one value become one slice of it
-    (the value itself when they cover it), and a concatenation left with one operand is that operand."""
-    for op in [op.operation for op in block.operations if isinstance(op, stablehlo.ConcatenateOp)]:
-        if ir.RankedTensorType(op.result.type).rank != 1:
-            continue
-        runs: list = []          # [x, start, end] or [value]
-        for v in op.operands:
-            s = _sliced(v)
-            if s is not None and runs and len(runs[-1]) == 3 and runs[-1][0] == s[0] and runs[-1][2] == s[1]:
-                runs[-1][2] = s[2]
-            else:
-                runs.append(list(s) if s is not None else [v])
-        if len(runs) == len(op.operands):
-            continue
-        with ir.InsertionPoint(op), op.location:
-            parts = []
-            for run in runs:
-                if len(run) == 1:
-                    parts.append(run[0])
-                elif (run[1], run[2]) == (0, ir.RankedTensorType(run[0].type).shape[0]):
-                    parts.append(run[0])
-                else:
-                    parts.append(stablehlo.SliceOp(run[0], [run[1]], [run[2]], [1]).result)
-            joined = parts[0] if len(parts) == 1 else stablehlo.ConcatenateOp(parts, 0).result
-        op.result.replace_all_uses_with(joined)
-        op.erase()
-    erase_dead_ops(block)
-

@@ -94,7 +94,7 @@ class _Run:
     operands: list = field(default_factory=list)
 
 
-def join_slices(op, rewriter):
+def join_slices(op: stablehlo.ConcatenateOp, rewriter) -> bool | None:
     """concatenate(.., x[a:b], x[b:c], ..) along dimension 0 (whole rows, reshaped or not) ->
     concatenate(.., reshape(x[a:c]), ..)."""
     if ir.IntegerAttr(op.attributes["dimension"]).value != 0 or not static(op):

@@ -12,13 +12,15 @@ given at the call site, as ``scf.for``'s iter_args are named there: ``Loop.count
 saved=[h])`` builds a loop of L trips, the body reads ``loop.arg("carry")``, ends with
 ``loop.next(carry=[...], saved=[...])`` and the code after it reads ``loop.result("saved")``; no
 caller computes a carried value's position. `recarried` rebuilds an existing loop over other
-carried values (the regions moved, not copied), for passes that change what a loop carries.
+carried values (the regions moved, not copied), for passes that change what a loop carries;
+`Recarry` names its parts while the pass rewires it (the old values by their old positions, the
+added ones as a list), as `recall` does for a ``func.call`` that takes and returns other values.
 """
 import math
 from collections.abc import Sequence
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
+from jaxlib.mlir.dialects import func, stablehlo
 
 from ._concat import concat_tree
 
@@ -276,3 +278,110 @@ def recarried(loop: ir.Operation, kept: Sequence[int], added: Sequence[ir.Value]
         for v in added:
             block.add_argument(v.type, loop.location)
     return new
+
+
+def returning(ret: ir.Operation, values: Sequence[ir.Value]) -> None:
+    """Replace the terminator `ret` (a ``func.return`` or ``stablehlo.return``) by one of its kind returning `values`."""
+    with ir.InsertionPoint(ret), ret.location:
+        ir.Operation.create(ret.name, operands=list(values))
+    ret.erase()
+
+
+def erase_arguments(block: ir.Block, positions: Sequence[int]) -> None:
+    """Erase the arguments of `block` at `positions` (nothing may read them)."""
+    for k in sorted(positions, reverse=True):
+        block.erase_argument(k)
+
+
+class Rebuilt:
+    """`old` replaced by `op`, whose results are `old`'s at positions `kept`, in order, then the
+    added ones (`added_results`). The caller replaces the uses of `old`'s other results, then
+    calls `finish`."""
+
+    def __init__(self, old: ir.Operation, op: ir.Operation, kept: Sequence[int]):
+        self.old, self.op, self.kept = old, op, list(kept)
+
+    @property
+    def added_results(self) -> list[ir.OpResult]:
+        return list(self.op.results)[len(self.kept):]
+
+    def finish(self) -> None:
+        """`old`'s kept results read `op`'s; `old` is erased."""
+        for n, k in enumerate(self.kept):
+            self.old.results[k].replace_all_uses_with(self.op.results[n])
+        self.old.erase()
+
+
+def recall(call: ir.Operation, kept_operands: Sequence[int], added: Sequence[ir.Value], kept_results: Sequence[int],
+           added_types: Sequence[ir.Type]) -> Rebuilt:
+    """A call of `call`'s function before it on its operands at `kept_operands` then `added`,
+    returning its results at `kept_results` then values of `added_types` (the function is the
+    caller's to change alike)."""
+    with ir.InsertionPoint(call), call.location:
+        new = func.CallOp([call.results[j].type for j in kept_results] + list(added_types),
+                          call.attributes["callee"],
+                          [call.operands[m] for m in kept_operands] + list(added))
+    return Rebuilt(call, new.operation, kept_results)
+
+
+class Recarry(Rebuilt):
+    """`loop` rebuilt over its carried values at positions `kept`, then `added` ones (`recarried`).
+    While the caller rewires it, its blocks (`cond`, `body`) hold the old arguments, read by their
+    old positions (`old_args`), then one per added value (`added_args`); `next` ends the body;
+    `finish` erases the old arguments not kept and the old loop.
+
+    Examples:
+        >>> from loopfuse.mlir_context import make_context
+        >>> from jaxlib.mlir.dialects import func
+        >>> with make_context(), ir.Location.unknown():
+        ...     module = ir.Module.create()
+        ...     t = ir.RankedTensorType.get([], ir.F32Type.get())
+        ...     with ir.InsertionPoint(module.body):
+        ...         f = func.FuncOp("main", ([t, t], [t]))
+        ...     with ir.InsertionPoint(f.add_entry_block()):
+        ...         loop = Loop.counted(3, a=[f.arguments[0]], b=[f.arguments[1]])
+        ...         with ir.InsertionPoint(loop.body):
+        ...             loop.next(a=loop.arg("b"), b=loop.arg("a"))
+        ...         _ = func.ReturnOp(loop.result("a"))
+        ...         with ir.InsertionPoint(loop.op):    # carry a + b instead of b
+        ...             both = stablehlo.AddOp(*loop.op.operands[1:]).result
+        ...         new = Recarry(loop.op, [0, 1], [both])
+        ...         with ir.InsertionPoint(new.body.operations[0]):
+        ...             _ = new.old_args(new.body)[2].replace_all_uses_with(new.added_args(new.body)[0])
+        ...         new.next(new.added_args(new.body))
+        ...         new.finish()
+        ...     print(module.operation.verify(), [a.type for a in new.body.arguments])
+        True [RankedTensorType(tensor<i32>), RankedTensorType(tensor<f32>), RankedTensorType(tensor<f32>)]
+    """
+
+    def __init__(self, loop: ir.Operation, kept: Sequence[int], added: Sequence[ir.Value]):
+        super().__init__(loop, recarried(loop, kept, added), kept)
+        self._n_old = len(loop.operands)
+
+    @property
+    def cond(self) -> ir.Block:
+        return self.op.regions[0].blocks[0]
+
+    @property
+    def body(self) -> ir.Block:
+        return self.op.regions[1].blocks[0]
+
+    def old_args(self, block: ir.Block) -> list[ir.BlockArgument]:
+        """`block`'s arguments for the old loop's carried values, by their old positions."""
+        return list(block.arguments)[:self._n_old]
+
+    def added_args(self, block: ir.Block) -> list[ir.BlockArgument]:
+        """`block`'s arguments for the added values, in order."""
+        return list(block.arguments)[self._n_old:]
+
+    def next(self, added: Sequence[ir.Value]) -> None:
+        """End the body with its return's kept operands, then `added`: the added values' next values."""
+        ret = self.body.operations[len(self.body.operations) - 1].operation
+        returning(ret, [ret.operands[k] for k in self.kept] + list(added))
+
+    def finish(self) -> None:
+        """The old arguments not kept are erased from both blocks (nothing may read them), the old
+        loop's kept results read the new loop's, and the old loop is erased."""
+        for block in (self.cond, self.body):
+            erase_arguments(block, [k for k in range(self._n_old) if k not in self.kept])
+        super().finish()

@@ -32,12 +32,24 @@ def i32() -> ir.RankedTensorType:
 def scalar(value: int, t: ir.RankedTensorType | None = None) -> ir.Value:
     """A 0-d integer constant (i32 unless `t` says otherwise)."""
     t = t or i32()
-    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(t, ir.IntegerAttr.get(t.element_type, value))).result
+    return splat(ir.IntegerAttr.get(t.element_type, value), list(t.shape))
+
+
+def splat(value: ir.IntegerAttr | ir.FloatAttr, shape: Sequence[int] = ()) -> ir.Value:
+    """A constant of `shape` (0-d by default) filled with `value`."""
+    t = ir.RankedTensorType.get(list(shape), value.type)
+    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(t, value)).result
+
+
+def broadcast(value: ir.Value, shape: Sequence[int]) -> ir.Value:
+    """The 0-d `value` broadcast to `shape`."""
+    t = ir.RankedTensorType.get(list(shape), ir.RankedTensorType(value.type).element_type)
+    return stablehlo.BroadcastInDimOp(t, value, []).result
 
 
 def zeros(t: ir.RankedTensorType) -> ir.Value:
     """A tensor of type `t` filled with zero (integer, float or complex elements)."""
-    return stablehlo.BroadcastInDimOp(t, zero(t.element_type), []).result
+    return broadcast(zero(t.element_type), t.shape)
 
 
 def zero(et: ir.Type) -> ir.Value:
@@ -45,8 +57,7 @@ def zero(et: ir.Type) -> ir.Value:
     if isinstance(et, ir.ComplexType):
         real = zero(et.element_type)
         return stablehlo.ComplexOp(real, real).result
-    value = ir.IntegerAttr.get(et, 0) if isinstance(et, ir.IntegerType) else ir.FloatAttr.get(et, 0.0)
-    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([], et), value)).result
+    return splat(ir.IntegerAttr.get(et, 0) if isinstance(et, ir.IntegerType) else ir.FloatAttr.get(et, 0.0))
 
 
 def reshape(value: ir.Value, shape: list) -> ir.Value:

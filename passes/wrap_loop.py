@@ -295,11 +295,10 @@ def _unwritten(t: ir.RankedTensorType) -> ir.Value:
     if not isinstance(et, (ir.FloatType, ir.ComplexType)):
         return rw.zeros(t)
     part = ir.ComplexType(et).element_type if isinstance(et, ir.ComplexType) else et
-    scalar = ir.RankedTensorType.get([], part)
-    nan = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.FloatAttr.get(part, float("nan")))).result
+    nan = rw.splat(ir.FloatAttr.get(part, float("nan")))
     if isinstance(et, ir.ComplexType):
         nan = stablehlo.ComplexOp(nan, nan).result
-    return stablehlo.BroadcastInDimOp(t, nan, []).result
+    return rw.broadcast(nan, t.shape)
 
 
 def _prepend_unsharded_dim(sharding: ir.Attribute) -> ir.Attribute:

@@ -113,14 +113,14 @@ class PackState(ModulePass):
         fold_slices(main.operation)
         split_wide_concatenates(main.body.blocks[0])
 
-    def _groups(self, main: func.FuncOp, s: "_StepLoop", trees: list) -> list[list[int]]:
+    def _groups(self, main: func.FuncOp, loop: "_StepLoop", trees: list) -> list[list[int]]:
         """Groups of the loop's carry positions to pack (the state arguments and the pieces of split
         buffers), one per element type (with `flatten`, per element type and `_update_only` role,
         from the step's `trees`), in first-occurrence order."""
-        update_only = _update_only(s, trees) if self.flatten else {}
+        update_only = _update_only(loop, trees) if self.flatten else {}
         by_type: dict[tuple, list[int]] = {}
         attrs = arg_attrs(main)
-        for k, v in enumerate(s.loop.operands):
+        for k, v in enumerate(loop.op.operands):   # the counter is no state argument
             i, t = _state_arg(main, v), v.type
             if (i is None or STATE not in attrs[i] or any(s in attrs[i] for s in SHARDINGS)
                     or not isinstance(t, ir.RankedTensorType) or not t.has_static_shape
@@ -154,7 +154,7 @@ class _StepLoop:
     """Wrap-loop's loop and what the rewrites read of it, looked up once: its blocks (which stay
     the same blocks when a `rw.Recarry` moves them), the body's call of the step and the step."""
 
-    loop: ir.Operation
+    op: ir.Operation      # the stablehlo.while
     cond: ir.Block
     body: ir.Block
     call: func.CallOp
@@ -211,7 +211,7 @@ def _state_arg(main: func.FuncOp, value: ir.Value) -> int | None:
 
 def _pack(s: _StepLoop, groups: list[list[int]]) -> _StepPacker:
     """Rewrite the loop and its step for `groups`; returns the step's packer, to finish."""
-    loop = s.loop
+    loop = s.op
     with ir.InsertionPoint(loop), loop.location:
         flats = [rw.flat_concat([loop.operands[k] for k in g]) for g in groups]
     packed = {k for g in groups for k in g}
@@ -310,7 +310,7 @@ def _split(main: func.FuncOp, s: _StepLoop) -> _StepLoop:
     splits = {k: split for k, m in s.operands().items() if (split := _split_of(main, s, k, m)) is not None}
     if not splits:
         return s
-    loop = s.loop
+    loop = s.op
     with ir.InsertionPoint(loop), loop.location:
         init = [rw.flat_piece(loop.operands[k], offset, piece.type)
                 for k, split in splits.items() for offset, piece in split.offsets()]
@@ -356,8 +356,8 @@ def _split_step(s: _StepLoop, splits: list[_Split]) -> None:
 
 def _split_of(main: func.FuncOp, s: _StepLoop, k: int, m: int) -> _Split | None:
     """The `_Split` of carried value `k` (the step call's operand `m`), if it is one, else None."""
-    t = s.loop.operands[k].type
-    if (_state_arg(main, s.loop.operands[k]) is None or not isinstance(t, ir.RankedTensorType) or t.rank != 1
+    t = s.op.operands[k].type
+    if (_state_arg(main, s.op.operands[k]) is None or not isinstance(t, ir.RankedTensorType) or t.rank != 1
             or any(True for _ in s.cond.arguments[k].uses) or len(list(s.body.arguments[k].uses)) != 1):
         return None
     out = last_op(s.body).operands[k]

@@ -342,27 +342,28 @@ class Recarry(Rebuilt):
     `finish` erases the old arguments not kept and the old loop.
 
     Examples:
-        >>> from loopfuse.mlir_context import make_context
-        >>> from jaxlib.mlir.dialects import func
-        >>> with make_context(), ir.Location.unknown():
-        ...     module = ir.Module.create()
-        ...     t = ir.RankedTensorType.get([], ir.F32Type.get())
-        ...     with ir.InsertionPoint(module.body):
-        ...         f = func.FuncOp("main", ([t, t], [t]))
-        ...     with ir.InsertionPoint(f.add_entry_block()):
-        ...         loop = Loop.counted(3, a=[f.arguments[0]], b=[f.arguments[1]])
-        ...         with ir.InsertionPoint(loop.body):
-        ...             loop.next(a=loop.arg("b"), b=loop.arg("a"))
-        ...         _ = func.ReturnOp(loop.result("a"))
-        ...         with ir.InsertionPoint(loop.op):    # carry a + b instead of b
-        ...             both = stablehlo.AddOp(*loop.op.operands[1:]).result
-        ...         new = Recarry(loop.op, [0, 1], [both])
-        ...         with ir.InsertionPoint(new.body.operations[0]):
-        ...             _ = new.old_args(new.body)[2].replace_all_uses_with(new.added_args(new.body)[0])
-        ...         new.next(new.added_args(new.body))
-        ...         new.finish()
-        ...     print(module.operation.verify(), [a.type for a in new.body.arguments])
-        True [RankedTensorType(tensor<i32>), RankedTensorType(tensor<f32>), RankedTensorType(tensor<f32>)]
+        A loop carrying ``x`` and ``y`` rebuilt to carry ``y`` after ``x`` only (dropped at position
+        1, added at the end):
+
+        >>> from loopfuse.mlir_context import parse_module
+        >>> m = parse_module('''
+        ... func.func @main(%a: tensor<f32>, %b: tensor<f32>) -> tensor<f32> {
+        ...   %0:2 = stablehlo.while(%x = %a, %y = %b) : tensor<f32>, tensor<f32>
+        ...     cond { %c = stablehlo.compare LT, %x, %y : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        ...            stablehlo.return %c : tensor<i1> }
+        ...     do { %s = stablehlo.add %x, %y : tensor<f32>
+        ...          stablehlo.return %s, %y : tensor<f32>, tensor<f32> }
+        ...   return %0#0 : tensor<f32>
+        ... }''')
+        >>> main = m.body.operations[0].regions[0].blocks[0]
+        >>> with m.context, ir.Location.unknown():
+        ...     new = Recarry(main.operations[0], [0], [main.arguments[1]])
+        ...     for block in (new.cond, new.body):
+        ...         new.old_args(block)[1].replace_all_uses_with(new.added_args(block)[0])
+        ...     new.next(new.added_args(new.body))
+        ...     new.finish()
+        >>> print(m.operation.verify(), [str(a.type) for a in new.body.arguments], len(main.operations))
+        True ['tensor<f32>', 'tensor<f32>'] 2
     """
 
     def __init__(self, loop: ir.Operation, kept: Sequence[int], added: Sequence[ir.Value]):

@@ -110,8 +110,23 @@ def _signature(f: func.FuncOp) -> _Signature:
     """The roles of ``@main``'s arguments and results, checked (a `PassError` naming the first problem)."""
     args, results = arg_attrs(f), result_attrs(f)
     in_types, out_types = list(f.type.inputs), list(f.type.results)
+    carried = _carried(f, args, results)
+    step_args = [i for i, a in enumerate(args) if STEP_INDEX in a]
+    for s in step_args:
+        if in_types[s] != rw.i32():
+            raise PassError(f, f"step index argument {s} must be tensor<i32>, not {in_types[s]}")
+    stop = _stop_result(f, results, out_types, carried)
+    stopped_arg = _stopped_arg(f, args, in_types, stop)
+    aux = [j for j in range(len(out_types)) if j not in carried and j != stop]
+    return _Signature(in_types, out_types, carried, step_args, stop, stopped_arg, aux)
+
+
+def _carried(f: func.FuncOp, args: list[dict], results: list[dict]) -> dict[int, int]:
+    """State result -> the argument of the same ``loopfuse.state`` path and type, which the loop
+    carries it into; every state argument has one such result."""
+    in_types, out_types = list(f.type.inputs), list(f.type.results)
     state_arg = {ir.StringAttr(a[STATE]).value: i for i, a in enumerate(args) if STATE in a}
-    carried: dict[int, int] = {}  # result index -> argument index
+    carried: dict[int, int] = {}
     carried_paths: set[str] = set()
     for j, a in enumerate(results):
         path = string_attr(a, STATE)
@@ -128,14 +143,7 @@ def _signature(f: func.FuncOp) -> _Signature:
     if len(carried) != len(state_arg):
         missing = sorted(set(state_arg) - {string_attr(results[j], STATE) for j in carried})
         raise PassError(f, f"state arguments {missing} have no matching result: the loop cannot carry them")
-    step_args = [i for i, a in enumerate(args) if STEP_INDEX in a]
-    for s in step_args:
-        if in_types[s] != rw.i32():
-            raise PassError(f, f"step index argument {s} must be tensor<i32>, not {in_types[s]}")
-    stop = _stop_result(f, results, out_types, carried)
-    stopped_arg = _stopped_arg(f, args, in_types, stop)
-    aux = [j for j in range(len(out_types)) if j not in carried and j != stop]
-    return _Signature(in_types, out_types, carried, step_args, stop, stopped_arg, aux)
+    return carried
 
 
 def _loop(sig: _Signature, args: list, k: int, rows: int) -> list[ir.Value]:

@@ -5,6 +5,7 @@ module. A pipeline is the mlir-opt textual form, ``builtin.module(alias-state,wr
 names not in ``PASSES`` are handed to MLIR's own pass registry (canonicalize, cse, inline ...).
 """
 from .alias_state import AliasState
+from .canonicalize import FoldSlices
 from .drop_unused_outputs import DropUnusedOutputs
 from .flatten_update import FlattenUpdate
 from .module_pass import ModulePass, PassError, PassOptionError
@@ -14,4 +15,4 @@ from .simplify import Simplify
 from .wrap_loop import WrapLoop
 
 PASSES: dict[str, type[ModulePass]] = {p.name: p for p in (
-    AliasState, DropUnusedOutputs, FlattenUpdate, PackState, RollLayers, Simplify, WrapLoop)}
+    AliasState, DropUnusedOutputs, FlattenUpdate, FoldSlices, PackState, RollLayers, Simplify, WrapLoop)}

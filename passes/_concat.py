@@ -11,18 +11,22 @@ from jaxlib.mlir.dialects import stablehlo
 FAN_IN = 16  # operands per concatenate: jax.numpy.concatenate's chunk
 
 
+def concat_tree(values: list[ir.Value], dim: int) -> ir.Value:
+    """`values` concatenated along `dim` as a tree: concatenates of `FAN_IN` consecutive values, then
+    of those, up to one at the root (the one value itself)."""
+    while len(values) > 1:
+        values = [chunk[0] if len(chunk := values[i:i + FAN_IN]) == 1 else stablehlo.ConcatenateOp(chunk, dim).result
+                  for i in range(0, len(values), FAN_IN)]
+    return values[0]
+
+
 def split_wide_concatenates(block: ir.Block) -> None:
     """Replace each concatenate of more than `FAN_IN` operands in `block` (not in nested regions) by
-    a tree: concatenates of `FAN_IN` consecutive operands, then of those, up to one at the root."""
+    its `concat_tree`."""
     for op in [op.operation for op in block.operations]:
         if not isinstance(op.opview, stablehlo.ConcatenateOp) or len(op.operands) <= FAN_IN:
             continue
-        dim = ir.IntegerAttr(op.attributes["dimension"]).value
-        pieces = list(op.operands)
         with ir.InsertionPoint(op), op.location:
-            while len(pieces) > FAN_IN:
-                pieces = [chunk[0] if len(chunk := pieces[i:i + FAN_IN]) == 1 else
-                          stablehlo.ConcatenateOp(chunk, dim).result for i in range(0, len(pieces), FAN_IN)]
-            root = stablehlo.ConcatenateOp(pieces, dim)
-        op.result.replace_all_uses_with(root.result)
+            root = concat_tree(list(op.operands), ir.IntegerAttr(op.attributes["dimension"]).value)
+        op.result.replace_all_uses_with(root)
         op.erase()

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from . import rewriter as rw
 from ._concat import split_wide_concatenates
 from .dead_code import erase_dead_ops
 from .functions import main_func
@@ -200,7 +201,7 @@ class Flattener:
     def __init__(self, block: ir.Block):
         self.block = block
         self.slice_of: dict[ir.Value, tuple[ir.Value, int]] = {}  # a value sliced out of a flat result -> (flat result, offset)
-        self.concat_of: dict[tuple, ir.OpResult] = {}  # tuple of values -> their concatenation
+        self.concat_of: dict[tuple, ir.Value] = {}  # tuple of values -> their concatenation
 
     def flatten(self, min_group: int, sink: ir.Operation | None = None, trees: list[Tree] | None = None,
                 max_size: int | None = None) -> None:
@@ -303,9 +304,7 @@ class Flattener:
                 values.append(ir.Operation.create(name, [flat_type], operands, dict(attrs)).result)
             flat, offset = values[-1], 0
             for tree, n in zip(trees, sizes):
-                piece = stablehlo.SliceOp(flat, [offset], [offset + n], [1]).result
-                if tree.root.type.rank != 1:
-                    piece = stablehlo.ReshapeOp(tree.root.type, piece).result
+                piece = rw.flat_piece(flat, offset, tree.root.type)
                 tree.root.replace_all_uses_with(piece)
                 self.slice_of[piece] = (flat, offset)
                 offset += n
@@ -343,27 +342,22 @@ class Flattener:
         """`values` as one 1-D vector: (a slice of) an earlier flat result or concatenation if there
         is one, else the concatenation of their reshapes. Call it at an insertion point before `anchor`."""
         source = self._source(values, sizes)
-        flat = None
         if source is not None:
-            flat, start, end = source
-            if (start, end) != (0, flat.type.shape[0]):
-                flat = stablehlo.SliceOp(flat, [start], [end], [1]).result
-        if flat is None:
-            flat = self._concatenation(values, anchor)
-        if flat is None:
-            pieces = [v if v.type.rank == 1 else
-                      stablehlo.ReshapeOp(ir.RankedTensorType.get([n], v.type.element_type), v).result
-                      for v, n in zip(values, sizes)]
-            flat = self.concat_of[tuple(values)] = stablehlo.ConcatenateOp(pieces, 0).result
+            return rw.static_rows(*source)
+        known = self._concatenation(values, anchor)
+        if known is not None:
+            return known
+        flat = self.concat_of[tuple(values)] = rw.flat_concat(values)
         return flat
 
     def _concatenation(self, values: list, anchor: ir.Operation):
         """An earlier concatenation of `values` placed before `anchor`, or None. Its operands are
         checked rather than trusted to the key: an erased value's address may now be a new value's."""
         known = self.concat_of.get(tuple(values))
-        if known is None or not known.owner.operation.is_before_in_block(anchor):
+        concat = None if known is None else producer(known)
+        if concat is None or not concat.is_before_in_block(anchor):
             return None
-        for piece, v in zip(known.owner.operands, values):
+        for piece, v in zip(concat.operands, values):
             reshape = producer(piece, stablehlo.ReshapeOp)
             if piece != v and not (reshape is not None and reshape.operands[0] == v):
                 return None
@@ -395,15 +389,15 @@ def _scalars(column: list[tuple], sizes: list[int]) -> ir.Value:
     concatenated (a per-leaf learning rate, a per-leaf mean's 1/n)."""
     if all(x == column[0] for x in column):
         return _broadcast(column[0], sum(sizes))
-    return stablehlo.ConcatenateOp([_broadcast(x, n) for x, n in zip(column, sizes)], 0).result
+    return rw.concat([_broadcast(x, n) for x, n in zip(column, sizes)])
 
 
 def _broadcast(scalar: tuple, size: int) -> ir.Value:
     """A shared scalar as a 1-D vector of `size` elements."""
     kind, x = scalar
     if kind == "splat":
-        return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([size], x.type), x)).result
-    return stablehlo.BroadcastInDimOp(ir.RankedTensorType.get([size], x.type.element_type), x, []).result
+        return rw.splat(x, [size])
+    return rw.broadcast(x, [size])
 
 
 def _has_uses(value: ir.Value) -> bool:

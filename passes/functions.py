@@ -88,6 +88,13 @@ def set_signature(f: func.FuncOp, results: list[ir.Value], attrs: list[dict]) ->
     set_result_attrs(f, attrs)
 
 
+def retype(f: func.FuncOp) -> None:
+    """Set `f`'s function type to its entry block's argument types and the types its return returns."""
+    entry = f.body.blocks[0]
+    f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in entry.arguments], [v.type for v in last_op(entry).operands]))
+
+
 def string_attr(d: dict, name: str) -> str | None:
     """The value of a string attribute in an attr dict, or None."""
     a = d.get(name)

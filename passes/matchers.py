@@ -1,4 +1,5 @@
-"""Matchers on values shared by the rewriting passes."""
+"""Matchers on values and ops shared by the rewriting passes: one reader for each fact (a producer,
+a splat, the rows a slice takes)."""
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
@@ -21,3 +22,48 @@ def splat(value: ir.Value) -> ir.IntegerAttr | ir.FloatAttr | None:
         return None
     scalar = attr.get_splat_value()  # downcast by the bindings: an IntegerAttr or a FloatAttr
     return scalar if isinstance(scalar, (ir.IntegerAttr, ir.FloatAttr)) else None
+
+
+def slice_attrs(op: ir.Operation) -> tuple[list[int], list[int], list[int]] | None:
+    """(start indices, limit indices, strides) of a ``stablehlo.slice``, else None."""
+    if op.name != "stablehlo.slice":
+        return None
+    start, limit, strides = (list(ir.DenseI64ArrayAttr(op.attributes[name]))
+                             for name in ("start_indices", "limit_indices", "strides"))
+    return start, limit, strides
+
+
+def rows(op: ir.Operation) -> tuple[int, int] | None:
+    """(first, last) when `op` is a unit-stride ``stablehlo.slice`` of whole rows of its operand's
+    first axis (statically shaped), rows first .. last - 1; of a 1-D operand, its elements first .. last - 1.
+
+    Examples:
+        >>> from loopfuse.mlir_context import parse_module
+        >>> m = parse_module('''
+        ... func.func @main(%x: tensor<4x3xf32>, %y: tensor<9xf32>) -> (tensor<2x3xf32>, tensor<2x2xf32>, tensor<4xf32>) {
+        ...   %0 = stablehlo.slice %x [1:3, 0:3] : (tensor<4x3xf32>) -> tensor<2x3xf32>
+        ...   %1 = stablehlo.slice %x [1:3, 1:3] : (tensor<4x3xf32>) -> tensor<2x2xf32>
+        ...   %2 = stablehlo.slice %y [2:6] : (tensor<9xf32>) -> tensor<4xf32>
+        ...   return %0, %1, %2 : tensor<2x3xf32>, tensor<2x2xf32>, tensor<4xf32>
+        ... }''')
+        >>> [rows(op.operation) for op in list(m.body.operations[0].regions[0].blocks[0].operations)[:3]]
+        [(1, 3), None, (2, 6)]
+    """
+    attrs = slice_attrs(op)
+    if attrs is None or not (isinstance(t := op.operands[0].type, ir.RankedTensorType) and t.has_static_shape):
+        return None
+    start, limit, strides = attrs
+    if strides != [1] * t.rank or start[1:] != [0] * (t.rank - 1) or limit[1:] != list(t.shape[1:]):
+        return None
+    return start[0], limit[0]
+
+
+def sliced_rows(value: ir.Value) -> tuple[ir.Value, int, int] | None:
+    """(x, first, last) when `value` is rows first .. last - 1 of x (a `rows` slice), possibly reshaped."""
+    while (reshape := producer(value, stablehlo.ReshapeOp)) is not None:
+        value = reshape.operands[0]
+    op = producer(value)
+    bounds = None if op is None else rows(op)
+    if op is None or bounds is None:
+        return None
+    return op.operands[0], *bounds

@@ -32,7 +32,7 @@ buffer that the step reads only through slices of the pieces of the concatenatio
 it is first carried as those pieces (`_split`: each shaped as the value the step returns for it, the slices and their
 reshapes replaced by the piece), so the grouping above applies to them as to leaves; before the
 loop the groups are slices of the buffer, after it the buffer is their concatenation, consecutive
-slices merged (`_join_slices`): a group that is a whole buffer (`pack` gives the parameters and
+slices merged (`canonicalize.fold_slices`): a group that is a whole buffer (`pack` gives the parameters and
 each moment buffers of their own) enters the loop as it is. Without ``flatten``, whose groups are
 per element type only, a packed buffer is carried as it is. A concatenate of more than 16 pieces is
 built as a tree of concatenates of at most 16 (`_concat.split_wide_concatenates`, as
@@ -59,18 +59,20 @@ kernel per leaf) and passes the state leaf by leaf, which a state packed by the 
 """
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
+from . import rewriter as rw
 from ._concat import split_wide_concatenates
+from .canonicalize import fold_slices
 from .dead_code import erase_dead_ops
-from .functions import arg_attrs, callee, last_op, main_func
+from .functions import arg_attrs, callee, last_op, main_func, retype
 from .control_flow import is_wrap_loop
 from .flatten_update import Flattener, feeding, trees_of
-from .matchers import producer
+from .matchers import producer, rows, sliced_rows
 from .module_pass import ModulePass, option
 from .vocabulary import BODY, SHARDINGS, STATE
 
@@ -97,8 +99,10 @@ class PackState(ModulePass):
         loops = [op.operation for op in main.body.blocks[0].operations if is_wrap_loop(op.operation)]
         if not loops:
             return
-        loop = _split(main, loops[0]) if self.flatten else loops[0]
-        trees = list(trees_of(_step_entry(loop))) if self.flatten else []  # found once: packing keeps them
+        loop = _StepLoop.of(loops[0])
+        if self.flatten:
+            loop = _split(main, loop)
+        trees = list(trees_of(loop.entry)) if self.flatten else []  # found once: packing keeps them
         groups = self._groups(main, loop, trees)
         if groups:
             flattener = _pack(loop, groups)
@@ -106,18 +110,18 @@ class PackState(ModulePass):
                 flattener.flatten(self.min_group, last_op(flattener.block), trees, self.max_leaf_elements)
             flattener.finish()
             split_wide_concatenates(flattener.block)
-        _join_slices(main.body.blocks[0])
+        fold_slices(main.operation)
         split_wide_concatenates(main.body.blocks[0])
 
-    def _groups(self, main: func.FuncOp, loop: ir.Operation, trees: list) -> list[list[int]]:
+    def _groups(self, main: func.FuncOp, loop: "_StepLoop", trees: list) -> list[list[int]]:
         """Groups of the loop's carry positions to pack (the state arguments and the pieces of split
         buffers), one per element type (with `flatten`, per element type and `_update_only` role,
         from the step's `trees`), in first-occurrence order."""
         update_only = _update_only(loop, trees) if self.flatten else {}
         by_type: dict[tuple, list[int]] = {}
         attrs = arg_attrs(main)
-        for k in range(1, len(loop.operands)):
-            i, t = _state_arg(main, loop.operands[k]), loop.operands[k].type
+        for k, v in enumerate(loop.op.operands):   # the counter is no state argument
+            i, t = _state_arg(main, v), v.type
             if (i is None or STATE not in attrs[i] or any(s in attrs[i] for s in SHARDINGS)
                     or not isinstance(t, ir.RankedTensorType) or not t.has_static_shape
                     or not 0 < math.prod(t.shape) <= self.max_leaf_elements):
@@ -135,21 +139,51 @@ class _StepPacker(Flattener):
         self.step, self.results = step, results
 
     def finish(self) -> None:
-        block = self.block
-        ret = last_op(block)
+        ret = last_op(self.block)
         packed = {j for g in self.results for j in g}
         with ir.InsertionPoint(ret), ret.location:
             flats = [self.flat([ret.operands[j] for j in g], [_size(ret.operands[j]) for j in g], ret)
                      for g in self.results]
-            outs = [v for j, v in enumerate(ret.operands) if j not in packed] + flats
-            func.ReturnOp(outs)
-        ret.erase()
-        self.step.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get([a.type for a in block.arguments], [v.type for v in outs]))
+        rw.returning(ret, [v for j, v in enumerate(ret.operands) if j not in packed] + flats)
+        retype(self.step)
         self.erase_unused()
 
 
-def _update_only(loop: ir.Operation, trees: list) -> dict[int, tuple]:
+@dataclass(frozen=True)
+class _StepLoop:
+    """Wrap-loop's loop and what the rewrites read of it, looked up once: its blocks (which stay
+    the same blocks when a `rw.Recarry` moves them), the body's call of the step and the step."""
+
+    op: ir.Operation      # the stablehlo.while
+    cond: ir.Block
+    body: ir.Block
+    call: func.CallOp
+    step: func.FuncOp
+
+    @classmethod
+    def of(cls, loop: ir.Operation) -> "_StepLoop":
+        body = loop.regions[1].blocks[0]
+        call = next(op for op in body.operations if isinstance(op, func.CallOp) and op.callee.value == BODY)
+        return cls(loop, loop.regions[0].blocks[0], body, call, callee(call))
+
+    @property
+    def entry(self) -> ir.Block:
+        """The step's entry block."""
+        return self.step.body.blocks[0]
+
+    def operands(self) -> dict[int, int]:
+        """Carry position -> the step call's operand index, for the carried values the call takes as they are."""
+        return {ir.BlockArgument(v).arg_number: m for m, v in enumerate(self.call.operands)
+                if isinstance(v, ir.BlockArgument) and v.owner == self.body}
+
+    def recall(self, dropped_operands: set, dropped_results: set, added: Sequence[ir.Value]) -> rw.Rebuilt:
+        """The body's call of the step without the operands and results at the positions dropped, and
+        with `added` as further operands and the values of their types as further results."""
+        return rw.recall(self.call, [m for m in range(len(self.call.operands)) if m not in dropped_operands], added,
+                         [j for j in range(len(self.call.results)) if j not in dropped_results], [v.type for v in added])
+
+
+def _update_only(s: _StepLoop, trees: list) -> dict[int, tuple]:
     """The carry positions whose step argument is read only by update chains into the step's return
     (`flatten_update.feeding`): an optimizer's moments, not the parameters, which the forward pass
     reads too; each with the signature and scalars of the chain that reads it. Each kind of moment
@@ -157,122 +191,67 @@ def _update_only(loop: ir.Operation, trees: list) -> dict[int, tuple]:
     reads that result: in one buffer with the parameters (or with each other) XLA recomputes the
     moments in the parameters' update from the old buffer, and copies the whole buffer every step
     to keep it."""
-    body = loop.regions[1].blocks[0]
-    call = _step_call(body)
-    entry = callee(call).body.blocks[0]
-    tree_of = {op: tree for tree in feeding(trees, last_op(entry)) for op in tree.nodes}
+    tree_of = {op: tree for tree in feeding(trees, last_op(s.entry)) for op in tree.nodes}
     roles = {}
-    for k, m in _operands(body, call).items():
-        users = [u.owner.operation for u in entry.arguments[m].uses]
+    for k, m in s.operands().items():
+        users = [u.owner.operation for u in s.entry.arguments[m].uses]
         if users and all(op in tree_of for op in users):
             tree = tree_of[users[0]]
             roles[k] = tree.signature, tuple(tree.scalars)
     return roles
 
 
-def _operands(body: ir.Block, call: func.CallOp) -> dict[int, int]:
-    """Carry position -> the step call's operand index, for the carried values the call takes as they are."""
-    return {ir.BlockArgument(v).arg_number: m for m, v in enumerate(call.operands)
-            if isinstance(v, ir.BlockArgument) and v.owner == body}
-
-
 def _state_arg(main: func.FuncOp, value: ir.Value) -> int | None:
     """The argument of `main` that `value` is, or is a (reshaped) slice of (a piece of a split buffer)."""
-    source = _sliced(value)
+    source = sliced_rows(value)
     value = value if source is None else source[0]
     entry = main.body.blocks[0]
     return ir.BlockArgument(value).arg_number if isinstance(value, ir.BlockArgument) and value.owner == entry else None
 
 
-def _step_entry(loop: ir.Operation) -> ir.Block:
-    """The entry block of the step function the loop calls."""
-    return callee(_step_call(loop.regions[1].blocks[0])).body.blocks[0]
-
-
-def _step_call(body: ir.Block) -> func.CallOp:
-    return next(op for op in body.operations if isinstance(op, func.CallOp) and op.callee.value == BODY)
-
-
-def _pack(loop: ir.Operation, groups: list[list[int]]) -> _StepPacker:
+def _pack(s: _StepLoop, groups: list[list[int]]) -> _StepPacker:
     """Rewrite the loop and its step for `groups`; returns the step's packer, to finish."""
-    packed = {k for g in groups for k in g}
-    kept = [k for k in range(len(loop.operands)) if k not in packed]
+    loop = s.op
     with ir.InsertionPoint(loop), loop.location:
-        flats = [_concat([loop.operands[k] for k in g]) for g in groups]
-        init = [loop.operands[k] for k in kept] + flats
-        new = stablehlo.WhileOp([v.type for v in init], init)
-    cond, body = (loop.regions[r].blocks[0] for r in range(2))
-    for r, block in enumerate((cond, body)):
-        block.append_to(new.regions[r])
-        for v in flats:
-            block.add_argument(v.type, loop.location)
-    with ir.InsertionPoint(cond.operations[0]), loop.location:
-        _unpack(list(cond.arguments)[len(loop.operands):], groups, list(cond.arguments))
-    packer = _pack_step(body, groups, len(loop.operands))
-    for block in (cond, body):
-        for k in sorted(packed, reverse=True):
-            block.erase_argument(k)
-    with ir.InsertionPoint.after(new), loop.location:
-        results = list(new.results)
-        for n, k in enumerate(kept):
-            loop.results[k].replace_all_uses_with(results[n])
-        _unpack(results[len(kept):], groups, list(loop.results))
-    loop.erase()
+        flats = [rw.flat_concat([loop.operands[k] for k in g]) for g in groups]
+    packed = {k for g in groups for k in g}
+    new = rw.Recarry(loop, [k for k in range(len(loop.operands)) if k not in packed], flats)
+    with ir.InsertionPoint(new.cond.operations[0]), loop.location:
+        _unpack(new.added_args(new.cond), groups, new.old_args(new.cond))
+    packer = _pack_step(s, new, groups)
+    with ir.InsertionPoint.after(new.op), loop.location:
+        _unpack(new.added_results, groups, list(loop.results))
+    new.finish()
     return packer
 
 
-def _pack_step(body: ir.Block, groups: list[list[int]], n_carry: int) -> _StepPacker:
-    """Make the body's call of the step take and return the flat buffers (the body's last arguments)."""
-    call = _step_call(body)
-    ret = last_op(body)
-    flat_args = list(body.arguments)[n_carry:]
-    operand_of = _operands(body, call)
+def _pack_step(s: _StepLoop, new: rw.Recarry, groups: list[list[int]]) -> _StepPacker:
+    """Make the body's call of the step take and return the flat buffers (`new`'s added values)."""
+    ret = last_op(s.body)
+    operand_of = s.operands()
     for g in groups:
         for k in g:
             assert k in operand_of, "the step takes carried value k as it is"
-            assert ret.operands[k].owner == call.operation, "the body returns the step's new value of k"
+            assert ret.operands[k].owner == s.call.operation, "the body returns the step's new value of k"
     arg_groups = [[operand_of[k] for k in g] for g in groups]
     res_groups = [[ir.OpResult(ret.operands[k]).result_number for k in g] for g in groups]
-    step = callee(call)
-    packer = _StepPacker(step, res_groups)
-    entry = step.body.blocks[0]
-    step_flats = [entry.add_argument(v.type, step.location) for v in flat_args]
-    with ir.InsertionPoint(entry.operations[0]), step.location:
-        packer.slice_of.update(_unpack(step_flats, arg_groups, list(entry.arguments)))
-    for i in sorted((i for g in arg_groups for i in g), reverse=True):
-        entry.erase_argument(i)
+    packer = _StepPacker(s.step, res_groups)
+    flats = new.added_args(s.body)
+    step_flats = [s.entry.add_argument(v.type, s.step.location) for v in flats]
+    with ir.InsertionPoint(s.entry.operations[0]), s.step.location:
+        packer.slice_of.update(_unpack(step_flats, arg_groups, list(s.entry.arguments)))
+    rw.erase_arguments(s.entry, [i for g in arg_groups for i in g])
 
-    packed_args = {i for g in arg_groups for i in g}
-    packed_res = {j for g in res_groups for j in g}
-    kept_res = [j for j in range(len(call.results)) if j not in packed_res]
-    with ir.InsertionPoint(call), call.location:
-        operands = [v for i, v in enumerate(call.operands) if i not in packed_args] + flat_args
-        types = [call.results[j].type for j in kept_res] + [v.type for v in flat_args]
-        new_call = func.CallOp(types, ir.FlatSymbolRefAttr.get(BODY), operands)
-    new_flats = list(new_call.results)[len(kept_res):]
-    packed = {k for g in groups for k in g}
-    with ir.InsertionPoint(ret), ret.location:
-        stablehlo.ReturnOp([v for k, v in enumerate(ret.operands) if k not in packed] + new_flats)
-    ret.erase()
-    for n, j in enumerate(kept_res):
-        call.results[j].replace_all_uses_with(new_call.results[n])
-    with ir.InsertionPoint.after(new_call), call.location:
-        _unpack(new_flats, res_groups, list(call.results))  # a packed result read elsewhere in the body
-    call.erase()
+    call = s.recall({i for g in arg_groups for i in g}, {j for g in res_groups for j in g}, flats)
+    new.next(call.added_results)
+    with ir.InsertionPoint.after(call.op), s.call.location:
+        _unpack(call.added_results, res_groups, list(s.call.results))  # a packed result read elsewhere in the body
+    call.finish()
     return packer
 
 
 def _size(v: ir.Value) -> int:
     return math.prod(ir.RankedTensorType(v.type).shape)
-
-
-def _concat(values: list[ir.Value]) -> ir.Value:
-    """The 1-D concatenation of `values` (each reshaped to 1-D)."""
-    pieces = [v if ir.RankedTensorType(v.type).rank == 1 else
-              stablehlo.ReshapeOp(ir.RankedTensorType.get([_size(v)], ir.RankedTensorType(v.type).element_type),
-                                  v).result
-              for v in values]
-    return stablehlo.ConcatenateOp(pieces, 0).result
 
 
 def _unpack(flats: Sequence[ir.Value], groups: list[list[int]], olds: Sequence[ir.Value]) -> dict:
@@ -282,147 +261,130 @@ def _unpack(flats: Sequence[ir.Value], groups: list[list[int]], olds: Sequence[i
     for flat, g in zip(flats, groups):
         offset = 0
         for k in g:
-            old, n = olds[k], _size(olds[k])
+            old = olds[k]
             if any(True for _ in old.uses):
-                piece = stablehlo.SliceOp(flat, [offset], [offset + n], [1]).result
-                if ir.RankedTensorType(old.type).rank != 1:
-                    piece = stablehlo.ReshapeOp(old.type, piece).result
+                piece = rw.flat_piece(flat, offset, ir.RankedTensorType(old.type))
                 old.replace_all_uses_with(piece)
                 slices[piece] = (flat, offset)
-            offset += n
+            offset += _size(old)
     return slices
 
 
-def _split(main: func.FuncOp, loop: ir.Operation) -> ir.Operation:
+@dataclass
+class _Piece:
+    """A piece of a split buffer: the value the step returns for it (in the concatenation it returns
+    for the buffer), and the slices of the buffer by which the step reads it."""
+
+    value: ir.Value
+    slices: list = field(default_factory=list)
+
+    @property
+    def type(self) -> ir.RankedTensorType:
+        return ir.RankedTensorType(self.value.type)
+
+
+@dataclass
+class _Split:
+    """A carried state buffer that the step reads only by slices of its pieces and returns as the
+    concatenation of them: the step call's operand and result that are the buffer, and its pieces."""
+
+    operand: int
+    result: int
+    pieces: list[_Piece]
+
+    def offsets(self) -> list[tuple[int, _Piece]]:
+        """Each piece with the offset of its first element in the buffer."""
+        out, offset = [], 0
+        for piece in self.pieces:
+            out.append((offset, piece))
+            offset += math.prod(piece.type.shape)
+        return out
+
+
+def _split(main: func.FuncOp, s: _StepLoop) -> _StepLoop:
     """Carry each state buffer of the loop that the step reads only as slices and returns as a
     concatenation (a state packed by the caller, `loopfuse.pack`) as its pieces instead, each shaped
     as the value the step returns for it, so that grouping can pack the pieces again (per role);
     returns the loop, rewritten or not. Before the loop the pieces are slices of the buffer, after
-    it the buffer is their concatenation (`_join_slices` then merges consecutive slices)."""
-    cond, body = (loop.regions[r].blocks[0] for r in range(2))
-    call = _step_call(body)
-    step = callee(call)
-    entry = step.body.blocks[0]
-    step_ret, body_ret = last_op(entry), last_op(body)
-    splits = {}      # carry position -> (call operand index, call result index, [(piece type, slices, new value)])
-    for k, m in _operands(body, call).items():
-        pieces = _pieces(main, loop, cond, body, call, entry, step_ret, body_ret, k, m)
-        if pieces is not None:
-            splits[k] = pieces
+    it the buffer is their concatenation (`canonicalize.fold_slices` then merges consecutive slices)."""
+    splits = {k: split for k, m in s.operands().items() if (split := _split_of(main, s, k, m)) is not None}
     if not splits:
-        return loop
-    n = len(loop.operands)
-    kept = [k for k in range(n) if k not in splits]
+        return s
+    loop = s.op
     with ir.InsertionPoint(loop), loop.location:
-        init = [loop.operands[k] for k in kept]
-        for k, (_, _, pieces) in splits.items():
-            offset = 0
-            for t, _, _ in pieces:
-                size = math.prod(t.shape)
-                piece = stablehlo.SliceOp(loop.operands[k], [offset], [offset + size], [1]).result
-                init.append(piece if t.rank == 1 else stablehlo.ReshapeOp(t, piece).result)
-                offset += size
-        new = stablehlo.WhileOp([v.type for v in init], init)
-    for r, block in enumerate((cond, body)):
-        block.append_to(new.regions[r])
-        for v in init[len(kept):]:
-            block.add_argument(v.type, loop.location)
-    piece_args = list(body.arguments)[n:]
+        init = [rw.flat_piece(loop.operands[k], offset, piece.type)
+                for k, split in splits.items() for offset, piece in split.offsets()]
+    new = rw.Recarry(loop, [k for k in range(len(loop.operands)) if k not in splits], init)
+    _split_step(s, list(splits.values()))
+    call = s.recall({split.operand for split in splits.values()}, {split.result for split in splits.values()},
+                    new.added_args(s.body))
+    new.next(call.added_results)
+    call.finish()
+    with ir.InsertionPoint.after(new.op), loop.location:   # after the loop: each buffer is the concatenation of its pieces
+        pieces = iter(new.added_results)
+        for k, split in splits.items():
+            loop.results[k].replace_all_uses_with(rw.flat_concat([next(pieces) for _ in split.pieces]))
+    new.finish()
+    return _StepLoop.of(new.op)
 
-    # the step takes and returns the pieces (after its other arguments and results)
-    results_out, dropped_args, dropped_results = [], set(), set()
-    replaced: dict = {}     # a slice (or its reshape) of a split buffer -> what reads the piece now
-    for k, (m, j, pieces) in splits.items():
-        dropped_args.add(m)
-        dropped_results.add(j)
-        for t, slices, value in pieces:
-            arg = entry.add_argument(t, step.location)
-            results_out.append(value)
-            for sl in slices:
+
+def _split_step(s: _StepLoop, splits: list[_Split]) -> None:
+    """Make the step take and return the pieces of the `splits` (after its other arguments and results)."""
+    returned: list[ir.Value] = []
+    replaced: dict[ir.Value, ir.Value] = {}   # a slice (or its reshape) of a split buffer -> what reads the piece now
+    for split in splits:
+        for piece in split.pieces:
+            arg = s.entry.add_argument(piece.type, s.step.location)
+            returned.append(piece.value)
+            for sl in piece.slices:
                 for use in list(sl.result.uses):
                     user = use.owner.operation
-                    if isinstance(user.opview, stablehlo.ReshapeOp) and user.result.type == t:
+                    if isinstance(user.opview, stablehlo.ReshapeOp) and user.result.type == piece.type:
                         user.result.replace_all_uses_with(arg)
                         replaced[user.result] = arg
-                with ir.InsertionPoint(sl), step.location:
-                    flat = arg if t.rank == 1 else stablehlo.ReshapeOp(sl.result.type, arg).result
+                with ir.InsertionPoint(sl), s.step.location:
+                    flat = rw.reshape(arg, list(ir.RankedTensorType(sl.result.type).shape))
                 sl.result.replace_all_uses_with(flat)
                 replaced[sl.result] = flat
-    with ir.InsertionPoint(step_ret), step_ret.location:   # a piece returned as it came reads the piece
-        outs = [v for j, v in enumerate(step_ret.operands) if j not in dropped_results] + [
-            replaced.get(v, v) for v in results_out]
-        func.ReturnOp(outs)
-    step_ret.erase()
-    erase_dead_ops(entry)     # the slices of the buffers and the concatenations of their pieces
-    for i in sorted(dropped_args, reverse=True):
-        entry.erase_argument(i)
-    step.attributes["function_type"] = ir.TypeAttr.get(
-        ir.FunctionType.get([a.type for a in entry.arguments], [v.type for v in outs]))
-
-    # the body calls it so and carries the pieces
-    kept_results = [j for j in range(len(call.results)) if j not in dropped_results]
-    with ir.InsertionPoint(call), call.location:
-        operands = [v for m, v in enumerate(call.operands) if m not in dropped_args] + piece_args
-        new_call = func.CallOp([call.results[j].type for j in kept_results] + [a.type for a in piece_args],
-                               ir.FlatSymbolRefAttr.get(BODY), operands)
-    for n_new, j in enumerate(kept_results):
-        call.results[j].replace_all_uses_with(new_call.results[n_new])
-    with ir.InsertionPoint(body_ret), body_ret.location:
-        stablehlo.ReturnOp([body_ret.operands[k] for k in kept] + list(new_call.results)[len(kept_results):])
-    body_ret.erase()
-    call.erase()
-    for block in (cond, body):
-        for k in sorted(splits, reverse=True):
-            block.erase_argument(k)
-
-    # after the loop: each buffer is the concatenation of its pieces
-    results = list(new.results)
-    with ir.InsertionPoint.after(new), loop.location:
-        for n_new, k in enumerate(kept):
-            loop.results[k].replace_all_uses_with(results[n_new])
-        at = len(kept)
-        for k, (_, _, pieces) in splits.items():
-            parts = [_flat(v) for v in results[at:at + len(pieces)]]
-            at += len(pieces)
-            loop.results[k].replace_all_uses_with(stablehlo.ConcatenateOp(parts, 0).result)
-    loop.erase()
-    return new.operation
+    ret = last_op(s.entry)
+    dropped = {split.result for split in splits}     # a piece returned as it came reads the piece
+    rw.returning(ret, [v for j, v in enumerate(ret.operands) if j not in dropped] + [replaced.get(v, v) for v in returned])
+    erase_dead_ops(s.entry)     # the slices of the buffers and the concatenations of their pieces
+    rw.erase_arguments(s.entry, [split.operand for split in splits])
+    retype(s.step)
 
 
-def _pieces(main, loop, cond, body, call, entry, step_ret, body_ret, k: int, m: int):
-    """(call operand m, call result j, pieces) when carried value `k` is a state buffer that the step
-    reads only by slices of its pieces and returns as the concatenation of them, else None. A piece:
-    (its type: the value's the step returns for it, the slices of it that the step reads, that value)."""
-    t = loop.operands[k].type
-    if (_state_arg(main, loop.operands[k]) is None or not isinstance(t, ir.RankedTensorType) or t.rank != 1
-            or any(True for _ in cond.arguments[k].uses) or len(list(body.arguments[k].uses)) != 1):
+def _split_of(main: func.FuncOp, s: _StepLoop, k: int, m: int) -> _Split | None:
+    """The `_Split` of carried value `k` (the step call's operand `m`), if it is one, else None."""
+    t = s.op.operands[k].type
+    if (_state_arg(main, s.op.operands[k]) is None or not isinstance(t, ir.RankedTensorType) or t.rank != 1
+            or any(True for _ in s.cond.arguments[k].uses) or len(list(s.body.arguments[k].uses)) != 1):
         return None
-    out = body_ret.operands[k]
-    if not (isinstance(out, ir.OpResult) and out.owner == call.operation) or len(list(out.uses)) != 1:
+    out = last_op(s.body).operands[k]
+    if not (isinstance(out, ir.OpResult) and out.owner == s.call.operation) or len(list(out.uses)) != 1:
         return None
-    j = out.result_number
-    concat = producer(step_ret.operands[j], stablehlo.ConcatenateOp)
-    if concat is None or len(list(step_ret.operands[j].uses)) != 1:
+    step_out = last_op(s.entry).operands[out.result_number]
+    concat = producer(step_out, stablehlo.ConcatenateOp)
+    if concat is None or len(list(step_out.uses)) != 1:
         return None
-    pieces: list = []
-    ranges, offset = {}, 0
-    for v in _concatenated(concat):
-        reshape = producer(v, stablehlo.ReshapeOp)
-        value = v if reshape is None else reshape.operands[0]
-        if not (isinstance(value.type, ir.RankedTensorType) and value.type.has_static_shape):
+    pieces = [_Piece(_unreshaped(v)) for v in _concatenated(concat)]
+    if not all(isinstance(p.value.type, ir.RankedTensorType) and p.value.type.has_static_shape for p in pieces):
+        return None
+    split = _Split(m, out.result_number, pieces)
+    at = {(offset, offset + math.prod(p.type.shape)): p for offset, p in split.offsets()}
+    for use in s.entry.arguments[m].uses:
+        bounds = rows(use.owner.operation)
+        piece = None if bounds is None else at.get(bounds)
+        if piece is None:
             return None
-        size = math.prod(value.type.shape)
-        ranges[(offset, offset + size)] = len(pieces)
-        pieces.append((value.type, [], value))
-        offset += size
-    for use in entry.arguments[m].uses:
-        sl = use.owner.operation
-        bounds = _bounds(sl)
-        at = None if bounds is None else ranges.get(bounds)
-        if at is None:
-            return None
-        pieces[at][1].append(sl)
-    return m, j, pieces
+        piece.slices.append(use.owner.operation)
+    return split
+
+
+def _unreshaped(value: ir.Value) -> ir.Value:
+    """The operand of `value`'s reshape, or `value`."""
+    reshape = producer(value, stablehlo.ReshapeOp)
+    return value if reshape is None else reshape.operands[0]
 
 
 def _concatenated(concat: ir.Operation) -> list[ir.Value]:
@@ -436,58 +398,3 @@ def _concatenated(concat: ir.Operation) -> list[ir.Value]:
         else:
             values.append(v)
     return values
-
-
-def _flat(value: ir.Value) -> ir.Value:
-    t = ir.RankedTensorType(value.type)
-    return value if t.rank == 1 else stablehlo.ReshapeOp(
-        ir.RankedTensorType.get([math.prod(t.shape)], t.element_type), value).result
-
-
-def _sliced(value: ir.Value):
-    """(x, start, end) when `value` is the stride-1 slice [start:end] of the 1-D value x, possibly reshaped."""
-    while (reshape := producer(value, stablehlo.ReshapeOp)) is not None:
-        value = reshape.operands[0]
-    sl = producer(value)
-    if sl is None or (bounds := _bounds(sl)) is None or ir.RankedTensorType(sl.operands[0].type).rank != 1:
-        return None
-    return sl.operands[0], *bounds
-
-
-def _bounds(op: ir.Operation) -> tuple[int, int] | None:
-    """(start, limit) of a 1-D stride-1 `stablehlo.slice`, else None."""
-    view = op.opview
-    if not isinstance(view, stablehlo.SliceOp) or list(view.strides) != [1]:
-        return None
-    return view.start_indices[0], view.limit_indices[0]
-
-
-def _join_slices(block: ir.Block) -> None:
-    """In each 1-D concatenation of `block`, consecutive slices of one value become one slice of it
-    (the value itself when they cover it), and a concatenation left with one operand is that operand."""
-    for op in [op.operation for op in block.operations if isinstance(op, stablehlo.ConcatenateOp)]:
-        if ir.RankedTensorType(op.result.type).rank != 1:
-            continue
-        runs: list = []          # [x, start, end] or [value]
-        for v in op.operands:
-            s = _sliced(v)
-            if s is not None and runs and len(runs[-1]) == 3 and runs[-1][0] == s[0] and runs[-1][2] == s[1]:
-                runs[-1][2] = s[2]
-            else:
-                runs.append(list(s) if s is not None else [v])
-        if len(runs) == len(op.operands):
-            continue
-        with ir.InsertionPoint(op), op.location:
-            parts = []
-            for run in runs:
-                if len(run) == 1:
-                    parts.append(run[0])
-                elif (run[1], run[2]) == (0, ir.RankedTensorType(run[0].type).shape[0]):
-                    parts.append(run[0])
-                else:
-                    parts.append(stablehlo.SliceOp(run[0], [run[1]], [run[2]], [1]).result)
-            joined = parts[0] if len(parts) == 1 else stablehlo.ConcatenateOp(parts, 0).result
-        op.result.replace_all_uses_with(joined)
-        op.erase()
-    erase_dead_ops(block)
-

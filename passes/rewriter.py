@@ -12,14 +12,17 @@ given at the call site, as ``scf.for``'s iter_args are named there: ``Loop.count
 saved=[h])`` builds a loop of L trips, the body reads ``loop.arg("carry")``, ends with
 ``loop.next(carry=[...], saved=[...])`` and the code after it reads ``loop.result("saved")``; no
 caller computes a carried value's position. `recarried` rebuilds an existing loop over other
-carried values (the regions moved, not copied), for passes that change what a loop carries.
+carried values (the regions moved, not copied), for passes that change what a loop carries;
+`Recarry` names its parts while the pass rewires it (the old values by their old positions, the
+added ones as a list), as `recall` does for a ``func.call`` that takes and returns other values.
 """
+import math
 from collections.abc import Sequence
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
+from jaxlib.mlir.dialects import func, stablehlo
 
-from ._concat import FAN_IN
+from ._concat import concat_tree
 
 
 def i32() -> ir.RankedTensorType:
@@ -29,12 +32,24 @@ def i32() -> ir.RankedTensorType:
 def scalar(value: int, t: ir.RankedTensorType | None = None) -> ir.Value:
     """A 0-d integer constant (i32 unless `t` says otherwise)."""
     t = t or i32()
-    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(t, ir.IntegerAttr.get(t.element_type, value))).result
+    return splat(ir.IntegerAttr.get(t.element_type, value), list(t.shape))
+
+
+def splat(value: ir.IntegerAttr | ir.FloatAttr, shape: Sequence[int] = ()) -> ir.Value:
+    """A constant of `shape` (0-d by default) filled with `value`."""
+    t = ir.RankedTensorType.get(list(shape), value.type)
+    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(t, value)).result
+
+
+def broadcast(value: ir.Value, shape: Sequence[int]) -> ir.Value:
+    """The 0-d `value` broadcast to `shape`."""
+    t = ir.RankedTensorType.get(list(shape), ir.RankedTensorType(value.type).element_type)
+    return stablehlo.BroadcastInDimOp(t, value, []).result
 
 
 def zeros(t: ir.RankedTensorType) -> ir.Value:
     """A tensor of type `t` filled with zero (integer, float or complex elements)."""
-    return stablehlo.BroadcastInDimOp(t, zero(t.element_type), []).result
+    return broadcast(zero(t.element_type), t.shape)
 
 
 def zero(et: ir.Type) -> ir.Value:
@@ -42,8 +57,7 @@ def zero(et: ir.Type) -> ir.Value:
     if isinstance(et, ir.ComplexType):
         real = zero(et.element_type)
         return stablehlo.ComplexOp(real, real).result
-    value = ir.IntegerAttr.get(et, 0) if isinstance(et, ir.IntegerType) else ir.FloatAttr.get(et, 0.0)
-    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([], et), value)).result
+    return splat(ir.IntegerAttr.get(et, 0) if isinstance(et, ir.IntegerType) else ir.FloatAttr.get(et, 0.0))
 
 
 def reshape(value: ir.Value, shape: list) -> ir.Value:
@@ -56,13 +70,9 @@ def reshape(value: ir.Value, shape: list) -> ir.Value:
 
 def stack(values: list) -> ir.Value:
     """`values` (one type) as one tensor with a new leading axis, ``[len(values), *shape]``; built
-    as concatenates of at most `_concat.FAN_IN` operands."""
+    as a tree of concatenates (`_concat.concat_tree`)."""
     t = ir.RankedTensorType(values[0].type)
-    pieces = [reshape(v, [1, *t.shape]) for v in values]
-    while len(pieces) > 1:
-        pieces = [chunk[0] if len(chunk := pieces[i:i + FAN_IN]) == 1 else stablehlo.ConcatenateOp(chunk, 0).result
-                  for i in range(0, len(pieces), FAN_IN)]
-    return pieces[0]
+    return concat_tree([reshape(v, [1, *t.shape]) for v in values], 0)
 
 
 def row(stacked: ir.Value, index: ir.Value) -> ir.Value:
@@ -79,10 +89,33 @@ def static_row(stacked: ir.Value, index: int) -> ir.Value:
 
 
 def static_rows(stacked: ir.Value, start: int, stop: int) -> ir.Value:
-    """Rows `start` .. `stop` - 1 (Python ints) of `stacked` (``[n, *shape]``), as ``[stop - start, *shape]``."""
+    """Rows `start` .. `stop` - 1 (Python ints) of `stacked` (``[n, *shape]``), as ``[stop - start, *shape]``
+    (`stacked` itself when that is all of it)."""
     t = ir.RankedTensorType(stacked.type)
+    if (start, stop) == (0, t.shape[0]):
+        return stacked
     return stablehlo.SliceOp(stacked, ir.DenseI64ArrayAttr.get([start] + [0] * (t.rank - 1)),
                              ir.DenseI64ArrayAttr.get([stop, *t.shape[1:]]), ir.DenseI64ArrayAttr.get([1] * t.rank)).result
+
+
+def flat(value: ir.Value) -> ir.Value:
+    """`value` reshaped to 1-D (row major)."""
+    return reshape(value, [math.prod(ir.RankedTensorType(value.type).shape)])
+
+
+def flat_piece(buffer: ir.Value, offset: int, t: ir.RankedTensorType) -> ir.Value:
+    """The value of type `t` that 1-D `buffer` holds from element `offset` on (a slice, reshaped)."""
+    return reshape(static_rows(buffer, offset, offset + math.prod(t.shape)), list(t.shape))
+
+
+def concat(values: Sequence[ir.Value], dim: int = 0) -> ir.Value:
+    """`values` concatenated along `dim` (the one value itself)."""
+    return values[0] if len(values) == 1 else stablehlo.ConcatenateOp(list(values), dim).result
+
+
+def flat_concat(values: Sequence[ir.Value]) -> ir.Value:
+    """`values` as one 1-D buffer: their `flat`s concatenated, in order."""
+    return concat([flat(v) for v in values])
 
 
 def write_row(stacked: ir.Value, value: ir.Value, index: ir.Value) -> ir.Value:
@@ -256,3 +289,111 @@ def recarried(loop: ir.Operation, kept: Sequence[int], added: Sequence[ir.Value]
         for v in added:
             block.add_argument(v.type, loop.location)
     return new
+
+
+def returning(ret: ir.Operation, values: Sequence[ir.Value]) -> None:
+    """Replace the terminator `ret` (a ``func.return`` or ``stablehlo.return``) by one of its kind returning `values`."""
+    with ir.InsertionPoint(ret), ret.location:
+        ir.Operation.create(ret.name, operands=list(values))
+    ret.erase()
+
+
+def erase_arguments(block: ir.Block, positions: Sequence[int]) -> None:
+    """Erase the arguments of `block` at `positions` (nothing may read them)."""
+    for k in sorted(positions, reverse=True):
+        block.erase_argument(k)
+
+
+class Rebuilt:
+    """`old` replaced by `op`, whose results are `old`'s at positions `kept`, in order, then the
+    added ones (`added_results`). The caller replaces the uses of `old`'s other results, then
+    calls `finish`."""
+
+    def __init__(self, old: ir.Operation, op: ir.Operation, kept: Sequence[int]):
+        self.old, self.op, self.kept = old, op, list(kept)
+
+    @property
+    def added_results(self) -> list[ir.OpResult]:
+        return list(self.op.results)[len(self.kept):]
+
+    def finish(self) -> None:
+        """`old`'s kept results read `op`'s; `old` is erased."""
+        for n, k in enumerate(self.kept):
+            self.old.results[k].replace_all_uses_with(self.op.results[n])
+        self.old.erase()
+
+
+def recall(call: ir.Operation, kept_operands: Sequence[int], added: Sequence[ir.Value], kept_results: Sequence[int],
+           added_types: Sequence[ir.Type]) -> Rebuilt:
+    """A call of `call`'s function before it on its operands at `kept_operands` then `added`,
+    returning its results at `kept_results` then values of `added_types` (the function is the
+    caller's to change alike)."""
+    with ir.InsertionPoint(call), call.location:
+        new = func.CallOp([call.results[j].type for j in kept_results] + list(added_types),
+                          call.attributes["callee"],
+                          [call.operands[m] for m in kept_operands] + list(added))
+    return Rebuilt(call, new.operation, kept_results)
+
+
+class Recarry(Rebuilt):
+    """`loop` rebuilt over its carried values at positions `kept`, then `added` ones (`recarried`).
+    While the caller rewires it, its blocks (`cond`, `body`) hold the old arguments, read by their
+    old positions (`old_args`), then one per added value (`added_args`); `next` ends the body;
+    `finish` erases the old arguments not kept and the old loop.
+
+    Examples:
+        A loop carrying ``x`` and ``y`` rebuilt to carry ``y`` after ``x`` only (dropped at position
+        1, added at the end):
+
+        >>> from loopfuse.mlir_context import parse_module
+        >>> m = parse_module('''
+        ... func.func @main(%a: tensor<f32>, %b: tensor<f32>) -> tensor<f32> {
+        ...   %0:2 = stablehlo.while(%x = %a, %y = %b) : tensor<f32>, tensor<f32>
+        ...     cond { %c = stablehlo.compare LT, %x, %y : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        ...            stablehlo.return %c : tensor<i1> }
+        ...     do { %s = stablehlo.add %x, %y : tensor<f32>
+        ...          stablehlo.return %s, %y : tensor<f32>, tensor<f32> }
+        ...   return %0#0 : tensor<f32>
+        ... }''')
+        >>> main = m.body.operations[0].regions[0].blocks[0]
+        >>> with m.context, ir.Location.unknown():
+        ...     new = Recarry(main.operations[0], [0], [main.arguments[1]])
+        ...     for block in (new.cond, new.body):
+        ...         new.old_args(block)[1].replace_all_uses_with(new.added_args(block)[0])
+        ...     new.next(new.added_args(new.body))
+        ...     new.finish()
+        >>> print(m.operation.verify(), [str(a.type) for a in new.body.arguments], len(main.operations))
+        True ['tensor<f32>', 'tensor<f32>'] 2
+    """
+
+    def __init__(self, loop: ir.Operation, kept: Sequence[int], added: Sequence[ir.Value]):
+        super().__init__(loop, recarried(loop, kept, added), kept)
+        self._n_old = len(loop.operands)
+
+    @property
+    def cond(self) -> ir.Block:
+        return self.op.regions[0].blocks[0]
+
+    @property
+    def body(self) -> ir.Block:
+        return self.op.regions[1].blocks[0]
+
+    def old_args(self, block: ir.Block) -> list[ir.BlockArgument]:
+        """`block`'s arguments for the old loop's carried values, by their old positions."""
+        return list(block.arguments)[:self._n_old]
+
+    def added_args(self, block: ir.Block) -> list[ir.BlockArgument]:
+        """`block`'s arguments for the added values, in order."""
+        return list(block.arguments)[self._n_old:]
+
+    def next(self, added: Sequence[ir.Value]) -> None:
+        """End the body with its return's kept operands, then `added`: the added values' next values."""
+        ret = self.body.operations[len(self.body.operations) - 1].operation
+        returning(ret, [ret.operands[k] for k in self.kept] + list(added))
+
+    def finish(self) -> None:
+        """The old arguments not kept are erased from both blocks (nothing may read them), the old
+        loop's kept results read the new loop's, and the old loop is erased."""
+        for block in (self.cond, self.body):
+            erase_arguments(block, [k for k in range(self._n_old) if k not in self.kept])
+        super().finish()

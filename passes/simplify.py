@@ -10,7 +10,7 @@ Rewrites, with MLIR's greedy pattern driver (which also erases ops left dead):
 * ``broadcast_in_dim(broadcast_in_dim(x, d1), d2)`` -> ``broadcast_in_dim(x, d2[d1])``: each
   dimension of ``x`` lands where the two broadcasts put it, size-1 dims stay broadcast.
 * ``reshape(reshape(x))`` -> ``reshape(x)``, a reshape to its operand's type -> ``x``: a reshape
-  keeps the row-major element order, so only the final shape matters.
+  keeps the row-major element order, so only the final shape matters (`canonicalize.RESHAPE_PATTERNS`).
 * ``transpose(transpose(x, p1), p2)`` -> ``transpose(x, p1[p2])``; the identity transpose -> ``x``.
 * ``convert`` to its operand's type -> ``x``.
 
@@ -29,16 +29,10 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ._mlir_compat import rewrite
+from ._mlir_compat import apply_patterns
+from .canonicalize import NO_MATCH, RESHAPE_PATTERNS, fold_into_producer, forward, same_type, static
 from .matchers import producer, splat
 from .module_pass import ModulePass
-
-NO_MATCH = True  # pattern callbacks return a falsy value iff they rewrote
-
-
-def _static(op) -> bool:
-    return all(isinstance(v.type, ir.RankedTensorType) and v.type.has_static_shape
-               for v in [*op.operands, *op.results])
 
 
 def _splat(value: ir.Value):
@@ -63,23 +57,15 @@ def _is_zero(value: ir.Value, negative: bool) -> bool:
     return s == 0 and (_is_int(value) or (math.copysign(1.0, s) < 0) == negative)
 
 
-def _forward(rewriter, op, value: ir.Value):
-    """Replace `op` by `value` if that keeps the result type."""
-    if value.type != op.result.type:
-        return NO_MATCH
-    rewriter.replace_op(op, [value])
-    return None
-
-
 def _identity_operand(op, rewriter, is_identity):
     """op(x, e) -> x and op(e, x) -> x for a commutative op whose identity `is_identity` recognizes."""
     lhs, rhs = op.operands
-    if not _static(op):
+    if not static(op):
         return NO_MATCH
     if is_identity(rhs):
-        return _forward(rewriter, op, lhs)
+        return forward(rewriter, op, lhs)
     if is_identity(lhs):
-        return _forward(rewriter, op, rhs)
+        return forward(rewriter, op, rhs)
     return NO_MATCH
 
 
@@ -96,20 +82,9 @@ def _add_zero(op, rewriter):
 def _sub_zero(op, rewriter):
     """x - 0 -> x (integers); x - (+0.0) -> x (floats)."""
     lhs, rhs = op.operands
-    if not _static(op) or not _is_zero(rhs, negative=False):
+    if not static(op) or not _is_zero(rhs, negative=False):
         return NO_MATCH
-    return _forward(rewriter, op, lhs)
-
-
-def _fold_into_producer(op, rewriter, build):
-    """op(producer(x)) -> build(producer): one op of the same kind straight on x."""
-    inner = producer(op.operand, type(op))
-    if inner is None or not _static(op) or not _static(inner):
-        return NO_MATCH
-    with ir.InsertionPoint(op), op.location:
-        new = build(inner.opview)
-    rewriter.replace_op(op, [new.result])
-    return None
+    return forward(rewriter, op, lhs)
 
 
 def _broadcast_broadcast(op, rewriter):
@@ -118,19 +93,7 @@ def _broadcast_broadcast(op, rewriter):
         outer_dims = list(op.broadcast_dimensions)
         dims = [outer_dims[d] for d in inner.broadcast_dimensions]
         return stablehlo.BroadcastInDimOp(op.result.type, inner.operand, dims)
-    return _fold_into_producer(op, rewriter, build)
-
-
-def _reshape_reshape(op, rewriter):
-    """reshape(reshape(x)) -> reshape(x)."""
-    return _fold_into_producer(op, rewriter, lambda inner: stablehlo.ReshapeOp(op.result.type, inner.operand))
-
-
-def _same_type(op, rewriter):
-    """A reshape or convert to its operand's own type -> the operand."""
-    if not _static(op):
-        return NO_MATCH
-    return _forward(rewriter, op, op.operand)
+    return fold_into_producer(op, rewriter, build)
 
 
 def _transpose_transpose(op, rewriter):
@@ -139,14 +102,14 @@ def _transpose_transpose(op, rewriter):
         inner_perm = list(inner.permutation)
         perm = [inner_perm[p] for p in op.permutation]
         return stablehlo.TransposeOp(inner.operand, perm, results=[op.result.type])
-    return _fold_into_producer(op, rewriter, build)
+    return fold_into_producer(op, rewriter, build)
 
 
 def _transpose_identity(op, rewriter):
     """transpose(x, [0, 1, ...]) -> x."""
-    if not _static(op) or list(op.permutation) != list(range(len(op.permutation))):
+    if not static(op) or list(op.permutation) != list(range(len(op.permutation))):
         return NO_MATCH
-    return _forward(rewriter, op, op.operand)
+    return forward(rewriter, op, op.operand)
 
 
 PATTERNS = [
@@ -154,9 +117,8 @@ PATTERNS = [
     (stablehlo.AddOp, _add_zero),
     (stablehlo.SubtractOp, _sub_zero),
     (stablehlo.BroadcastInDimOp, _broadcast_broadcast),
-    (stablehlo.ReshapeOp, _reshape_reshape),
-    (stablehlo.ReshapeOp, _same_type),
-    (stablehlo.ConvertOp, _same_type),
+    *RESHAPE_PATTERNS,
+    (stablehlo.ConvertOp, same_type),
     (stablehlo.TransposeOp, _transpose_transpose),
     (stablehlo.TransposeOp, _transpose_identity),
 ]
@@ -168,8 +130,4 @@ class Simplify(ModulePass):
     summary = "Exact algebraic simplification (x*1, x+(-0.0), reshape/transpose/broadcast chains)"
 
     def apply(self, module_op: ir.Operation) -> None:
-        api = rewrite()
-        patterns = api.RewritePatternSet()
-        for root, fn in PATTERNS:
-            patterns.add(root, fn)
-        api.apply_patterns_and_fold_greedily(module_op, patterns.freeze())
+        apply_patterns(module_op, PATTERNS)

@@ -74,11 +74,59 @@ class WrapLoop(ModulePass):
         _wrap(main_func(module_op), self.steps, self.rows)
 
 
+@dataclass(frozen=True)
+class _Signature:
+    """What each argument and result of ``@main`` is to the loop (indices into its arguments and results)."""
+
+    in_types: list
+    out_types: list
+    carried: dict[int, int]     # state result -> the argument it is carried into
+    step_args: list[int]        # arguments tagged loopfuse.step_index
+    stop: int | None            # the result tagged loopfuse.stop
+    stopped_arg: int | None     # the argument tagged loopfuse.stopped (the stopped flag's initial value)
+    aux: list[int]              # the other results, one history each
+
+    @property
+    def flag_group(self) -> str | None:
+        """The name of the loops' group carrying the stopped flag, for a stopping loop."""
+        return None if self.stop is None else "flag"
+
+
 def _wrap(f: func.FuncOp, k: int, rows: int) -> None:
+    sig = _signature(f)
+    results = result_attrs(f)
+    _clone_as_body(f)
+    block = f.body.blocks[0]
+    for op in reversed(list(block.operations)):
+        op.operation.erase()
+    with ir.InsertionPoint(block), f.location:
+        new_results = _loop(sig, list(block.arguments), k, rows)
+        func.ReturnOp(new_results)
+    f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(sig.in_types, [v.type for v in new_results]))
+    set_result_attrs(f, _new_result_attrs(sig, results))
+
+
+def _signature(f: func.FuncOp) -> _Signature:
+    """The roles of ``@main``'s arguments and results, checked (a `PassError` naming the first problem)."""
     args, results = arg_attrs(f), result_attrs(f)
     in_types, out_types = list(f.type.inputs), list(f.type.results)
+    carried = _carried(f, args, results)
+    step_args = [i for i, a in enumerate(args) if STEP_INDEX in a]
+    for s in step_args:
+        if in_types[s] != rw.i32():
+            raise PassError(f, f"step index argument {s} must be tensor<i32>, not {in_types[s]}")
+    stop = _stop_result(f, results, out_types, carried)
+    stopped_arg = _stopped_arg(f, args, in_types, stop)
+    aux = [j for j in range(len(out_types)) if j not in carried and j != stop]
+    return _Signature(in_types, out_types, carried, step_args, stop, stopped_arg, aux)
+
+
+def _carried(f: func.FuncOp, args: list[dict], results: list[dict]) -> dict[int, int]:
+    """State result -> the argument of the same ``loopfuse.state`` path and type, which the loop
+    carries it into; every state argument has one such result."""
+    in_types, out_types = list(f.type.inputs), list(f.type.results)
     state_arg = {ir.StringAttr(a[STATE]).value: i for i, a in enumerate(args) if STATE in a}
-    carried: dict[int, int] = {}  # result index -> argument index
+    carried: dict[int, int] = {}
     carried_paths: set[str] = set()
     for j, a in enumerate(results):
         path = string_attr(a, STATE)
@@ -95,82 +143,69 @@ def _wrap(f: func.FuncOp, k: int, rows: int) -> None:
     if len(carried) != len(state_arg):
         missing = sorted(set(state_arg) - {string_attr(results[j], STATE) for j in carried})
         raise PassError(f, f"state arguments {missing} have no matching result: the loop cannot carry them")
-    step_args = [i for i, a in enumerate(args) if STEP_INDEX in a]
-    i32 = rw.i32()
-    for s in step_args:
-        if in_types[s] != i32:
-            raise PassError(f, f"step index argument {s} must be tensor<i32>, not {in_types[s]}")
-    stop = _stop_result(f, results, out_types, carried)
-    stopped_arg = _stopped_arg(f, args, in_types, stop)
-    aux = [j for j in range(len(out_types)) if j not in carried and j != stop]
+    return carried
 
-    _clone_as_body(f)
-    block = f.body.blocks[0]
-    for op in reversed(list(block.operations)):
-        op.operation.erase()
-    blocked = 0 < rows < k and bool(aux)
-    hist_types = [_stacked(k, out_types[j]) for j in aux]
-    with ir.InsertionPoint(block), f.location:
-        zero = rw.scalar(0, i32)
-        hist_init = rw.zeros if stop is None else _unwritten
-        n_args = len(in_types)
-        padded = [_stacked(-(-k // rows) * rows, out_types[j]) for j in aux] if blocked else hist_types  # whole blocks
-        init = [zero, *block.arguments, *[hist_init(t) for t in padded]]
-        if stop is not None:
-            init.append(rw.scalar(0, ir.RankedTensorType(out_types[stop])) if stopped_arg is None
-                        else block.arguments[stopped_arg])  # the "stopped" flag, last
-        step = _Step(out_types, carried, aux, stop, step_args)
-        loop = stablehlo.WhileOp([v.type for v in init], init)
-        _condition(loop, lambda args: rw.scalar(k, i32), stop)
 
-        body = loop.regions[1].blocks.append(*[v.type for v in init])
-        with ir.InsertionPoint(body):
-            i, state = body.arguments[0], list(body.arguments[1:1 + n_args])
-            hist = list(body.arguments[1 + n_args:1 + n_args + len(aux)])
-            flag = list(body.arguments[1 + n_args + len(aux):])
-            if blocked:   # rows steps (fewer in the last block) writing a block of each history
-                end = stablehlo.MinOp(stablehlo.AddOp(i, rw.scalar(rows, i32)).result, rw.scalar(k, i32)).result
-                inner_init = [i, i, end, *state, *[hist_init(_stacked(rows, out_types[j])) for j in aux], *flag]
-                inner = stablehlo.WhileOp([v.type for v in inner_init], inner_init)
-                _condition(inner, lambda args: args[2], stop)
-                inner_body = inner.regions[1].blocks.append(*[v.type for v in inner_init])
-                with ir.InsertionPoint(inner_body):
-                    j, first, last = inner_body.arguments[:3]
-                    offset = stablehlo.SubtractOp(j, first).result
-                    new_args, new_blocks, new_flag = step(j, offset, list(inner_body.arguments[3:3 + n_args]),
-                                                          list(inner_body.arguments[3 + n_args:3 + n_args + len(aux)]))
-                    stablehlo.ReturnOp([_next(j), first, last, *new_args, *new_blocks, *new_flag])
-                out = list(inner.results)
-                new_hist = [rw.write_rows(h, b, i) for h, b in zip(hist, out[3 + n_args:3 + n_args + len(aux)])]
-                stablehlo.ReturnOp([out[0], *out[3:3 + n_args], *new_hist, *out[3 + n_args + len(aux):]])
-            else:
-                new_args, new_hist, new_flag = step(i, i, state, hist)
-                stablehlo.ReturnOp([_next(i), *new_args, *new_hist, *new_flag])
+def _loop(sig: _Signature, args: list, k: int, rows: int) -> list[ir.Value]:
+    """Build the loop of `k` steps (in blocks of `rows`, where 0 < rows < k) over ``@main``'s
+    arguments `args`; returns ``@main``'s new results."""
+    blocked = 0 < rows < k and bool(sig.aux)
+    unwritten = rw.zeros if sig.stop is None else _unwritten
+    zero = rw.scalar(0)
+    padded = -(-k // rows) * rows if blocked else k     # a blocked loop's histories: whole blocks
+    hist = [unwritten(_stacked(padded, sig.out_types[j])) for j in sig.aux]
+    flag = [] if sig.stop is None else [
+        rw.scalar(0, ir.RankedTensorType(sig.out_types[sig.stop])) if sig.stopped_arg is None else args[sig.stopped_arg]]
+    loop = rw.Loop.build(zero, k, {"state": args, "hist": hist, "flag": flag}, stop=sig.flag_group)
+    with ir.InsertionPoint(loop.body):
+        if blocked:
+            _block_of_steps(sig, loop, k, rows, unwritten)
+        else:
+            state, hist, flag = _step(sig, loop.counter, loop.counter, loop.arg("state"), loop.arg("hist"))
+            loop.next(state=state, hist=hist, flag=flag)
+    state = loop.result("state")
+    history = dict(zip(sig.aux, (rw.static_rows(h, 0, k) for h in loop.result("hist"))))  # cut to k rows
+    outs = [state[sig.carried[j]] if j in sig.carried else loop.final_counter if j == sig.stop else history[j]
+            for j in range(len(sig.out_types))]
+    if sig.stop is not None:
+        outs.insert(sig.stop + 1, loop.result("flag")[0])
+    return outs
 
-        final = list(loop.results)
-        for h, t in enumerate(hist_types):   # a blocked loop's histories, padded to whole blocks, cut to k rows
-            if t != padded[h]:
-                final[1 + n_args + h] = stablehlo.SliceOp(final[1 + n_args + h], [0] * t.rank, t.shape,
-                                                          [1] * t.rank).result
-        row = {j: 1 + n_args + h for h, j in enumerate(aux)}  # aux result -> its history's loop result
-        new_results = [final[1 + carried[j]] if j in carried else final[0] if j == stop else final[row[j]]
-                       for j in range(len(out_types))]
-        if stop is not None:
-            stopped: dict[str, ir.Attribute] = {STOPPED: ir.UnitAttr.get()}
-            if RESULT in results[stop]:
-                flat = ir.IntegerAttr(results[stop][RESULT])
-                stopped[RESULT] = ir.IntegerAttr.get(flat.type, flat.value + 1)
-            del results[stop][STOP]
-            results[stop][STEPS_RUN] = ir.UnitAttr.get()
-            new_results.insert(stop + 1, final[-1])
-            results.insert(stop + 1, stopped)
-        func.ReturnOp(new_results)
-    f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(in_types, [v.type for v in new_results]))
-    for j in aux:
-        j += stop is not None and j > stop    # past the inserted stopped flag
+
+def _block_of_steps(sig: _Signature, loop: rw.Loop, k: int, rows: int, unwritten) -> None:
+    """The body of the loop over blocks: an inner loop over the block's steps (`rows`, fewer in the
+    last block) writing a block of each history, then the blocks written into the histories."""
+    i = loop.counter
+    end = stablehlo.MinOp(stablehlo.AddOp(i, rw.scalar(rows)).result, rw.scalar(k)).result
+    inner = rw.Loop.build(i, "last", {"first": [i], "last": [end], "state": loop.arg("state"),
+                                      "hist": [unwritten(_stacked(rows, sig.out_types[j])) for j in sig.aux],
+                                      "flag": loop.arg("flag")}, stop=sig.flag_group)
+    with ir.InsertionPoint(inner.body):
+        j = inner.counter
+        offset = stablehlo.SubtractOp(j, *inner.arg("first")).result
+        state, blocks, flag = _step(sig, j, offset, inner.arg("state"), inner.arg("hist"))
+        inner.next(first=inner.arg("first"), last=inner.arg("last"), state=state, hist=blocks, flag=flag)
+    hist = [rw.write_rows(h, b, i) for h, b in zip(loop.arg("hist"), inner.result("hist"))]
+    loop.next(inner.final_counter, state=inner.result("state"), hist=hist, flag=inner.result("flag"))
+
+
+def _new_result_attrs(sig: _Signature, results: list[dict]) -> list[dict]:
+    """``@main``'s result attributes after the rewrite: a stopping loop's stop result becomes the
+    steps run, followed by the stopped flag; an aux result's sharding gains the history's axis."""
+    results = [dict(a) for a in results]
+    if sig.stop is not None:
+        stopped: dict[str, ir.Attribute] = {STOPPED: ir.UnitAttr.get()}
+        if RESULT in results[sig.stop]:
+            flat = ir.IntegerAttr(results[sig.stop][RESULT])
+            stopped[RESULT] = ir.IntegerAttr.get(flat.type, flat.value + 1)
+        del results[sig.stop][STOP]
+        results[sig.stop][STEPS_RUN] = ir.UnitAttr.get()
+        results.insert(sig.stop + 1, stopped)
+    for j in sig.aux:
+        j += sig.stop is not None and j > sig.stop    # past the inserted stopped flag
         if SDY_SHARDING in results[j]:
             results[j][SDY_SHARDING] = _prepend_unsharded_dim(results[j][SDY_SHARDING])
-    set_result_attrs(f, results)
+    return results
 
 
 def history_rows(module_op: ir.Operation, steps: int, max_bytes: int) -> int:
@@ -211,37 +246,19 @@ def _bytes(t: ir.Type) -> int:
     return count * max(1, width // 8) * (2 if isinstance(et, ir.ComplexType) else 1)
 
 
-class _Step:
-    """One step inside a loop body: call @loopfuse_step on the carried arguments (a step index argument
-    gets ``start + i``), carry its new state, write its aux results into row `row` of their histories."""
-
-    def __init__(self, out_types: list, carried: dict, aux: list, stop: int | None, step_args: list):
-        self.out_types, self.carried, self.aux, self.stop, self.step_args = out_types, carried, aux, stop, step_args
-
-    def __call__(self, i: ir.Value, row: ir.Value, state: list, hist: list) -> tuple[list, list, list]:
-        """(new arguments, new histories, [the stop flag] or [])."""
-        call_args = list(state)
-        for s in self.step_args:
-            call_args[s] = stablehlo.AddOp(state[s], i).result
-        outs = func.CallOp(self.out_types, ir.FlatSymbolRefAttr.get(BODY), call_args).results
-        new_args = list(state)
-        for j, arg in self.carried.items():
-            new_args[arg] = outs[j]
-        return new_args, [rw.write_row(h, outs[j], row) for h, j in zip(hist, self.aux)], \
-            [] if self.stop is None else [outs[self.stop]]
-
-
-def _condition(loop: stablehlo.WhileOp, limit, stop: int | None) -> None:
-    """`loop`'s condition: its counter (first) below ``limit(arguments)``, and for a stopping loop its
-    stopped flag (last) false."""
-    cond = loop.regions[0].blocks.append(*[v.type for v in loop.operands])
-    with ir.InsertionPoint(cond):
-        lt = stablehlo.CompareOp(cond.arguments[0], limit(cond.arguments), stablehlo.ComparisonDirectionAttr.get("LT"))
-        stablehlo.ReturnOp([lt.result if stop is None else _and_not(lt.result, cond.arguments[-1])])
-
-
-def _next(i: ir.Value) -> ir.Value:
-    return stablehlo.AddOp(i, rw.scalar(1, ir.RankedTensorType(i.type))).result
+def _step(sig: _Signature, i: ir.Value, row: ir.Value, state: list, hist: list) -> tuple[list, list, list]:
+    """One step inside a loop body: call @loopfuse_step on the carried arguments `state` (a step index
+    argument gets ``start + i``), carry its new state, write its aux results into row `row` of their
+    histories `hist`. Returns (the new arguments, the new histories, [the stop flag] or [])."""
+    call_args = list(state)
+    for s in sig.step_args:
+        call_args[s] = stablehlo.AddOp(state[s], i).result
+    outs = func.CallOp(sig.out_types, ir.FlatSymbolRefAttr.get(BODY), call_args).results
+    new_args = list(state)
+    for j, arg in sig.carried.items():
+        new_args[arg] = outs[j]
+    return new_args, [rw.write_row(h, outs[j], row) for h, j in zip(hist, sig.aux)], \
+        [] if sig.stop is None else [outs[sig.stop]]
 
 
 def _stacked(rows: int, t: ir.Type) -> ir.RankedTensorType:
@@ -279,10 +296,6 @@ def _stopped_arg(f: func.FuncOp, args: list[dict], in_types: list, stop: int | N
     return tagged[0]
 
 
-def _and_not(go: ir.Value, stopped: ir.Value) -> ir.Value:
-    return stablehlo.AndOp(go, stablehlo.NotOp(stopped).result).result
-
-
 def _unwritten(t: ir.RankedTensorType) -> ir.Value:
     """The initial history of a stopping loop: NaN for floating elements, NaN + NaN i for complex
     ones, else 0 (the rows of steps that do not run keep it)."""
@@ -290,11 +303,10 @@ def _unwritten(t: ir.RankedTensorType) -> ir.Value:
     if not isinstance(et, (ir.FloatType, ir.ComplexType)):
         return rw.zeros(t)
     part = ir.ComplexType(et).element_type if isinstance(et, ir.ComplexType) else et
-    scalar = ir.RankedTensorType.get([], part)
-    nan = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar, ir.FloatAttr.get(part, float("nan")))).result
+    nan = rw.splat(ir.FloatAttr.get(part, float("nan")))
     if isinstance(et, ir.ComplexType):
         nan = stablehlo.ComplexOp(nan, nan).result
-    return stablehlo.BroadcastInDimOp(t, nan, []).result
+    return rw.broadcast(nan, t.shape)
 
 
 def _prepend_unsharded_dim(sharding: ir.Attribute) -> ir.Attribute:

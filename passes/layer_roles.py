@@ -483,19 +483,19 @@ def _odd_positions(g: Dataflow, roles: Roles, seed_at: dict, values: list) -> se
     """The positions at which an operand that fits no class reads another kind of value than at most
     positions (a layer's own leaf, another role's value at the same or a neighbouring position, a value
     from outside), but for the first or last position of a carry, which reads from outside."""
-    kinds = {}
+    kinds: dict[int, tuple] = {}
     for l, v in enumerate(values):
         if v is None:
             continue
         at = None if g.owner[v] == ARG else roles.role_of.get(g.owner[v])
         kinds[l] = (("seed", seed_at[v][0], seed_at[v][1] - l) if v in seed_at else
                     ("role", at[0], at[1] - l, g.results[g.owner[v]].index(v)) if at else ("outside", v))
-    common = Counter(kinds.values()).most_common(1)[0][0]
-    if common[0] == "outside":
-        return set()
-    ends = {0: -1, roles.length - 1: 1}
-    return {l for l, kind in kinds.items()
-            if kind != common and not (kind[0] == "outside" and common[0] == "role" and ends.get(l) == common[2])}
+    common: tuple = Counter(kinds.values()).most_common(1)[0][0]
+    if common[0] != "role":
+        return {l for l, kind in kinds.items() if kind != common} if common[0] == "seed" else set()
+    carried_from = {0: -1, roles.length - 1: 1}     # where a carry's first value comes from outside
+    return {l for l, kind in kinds.items() if kind != common and not (
+        kind[0] == "outside" and carried_from.get(l) == common[2])}
 
 
 def _renumbered(c: Operand, new: dict) -> Operand:

@@ -46,7 +46,9 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from .functions import arg_attrs, last_op, main_func, result_attrs, string_attr
+from .canonicalize import fold_slices
+from .functions import arg_attrs, main_func, result_attrs, string_attr
+from .matchers import rows
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
@@ -106,7 +108,7 @@ class RollLayers(ModulePass):
                                 "ops differ from the others'" if left else ""))
                 g.merge()
                 _rewrite(g, plan)
-                join_rows(block)
+                fold_slices(main.operation)
                 g, pure = None, None
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one index")
@@ -177,10 +179,10 @@ def state_leaves(main: func.FuncOp) -> list[tuple[ir.Value, str]]:
             continue
         held = [ir.StringAttr(p).value for p in ir.ArrayAttr(attrs[PACKED])]
         users = [use.owner.operation for use in args[a].uses]
-        if len(held) == 1 and not any(_bounds(op) for op in users):
+        if len(held) == 1 and not any(rows(op) for op in users):
             out.append((args[a], held[0]))        # a leaf a packed state keeps as it is
             continue
-        pieces = sorted(((bounds, op) for op in users if (bounds := _bounds(op)) is not None), key=cmp_to_key(_by_bounds))
+        pieces = sorted(((bounds, op) for op in users if (bounds := rows(op)) is not None), key=cmp_to_key(_by_bounds))
         if len(pieces) != len(held) or [lo for (lo, _), _ in pieces] != [0, *[hi for (_, hi), _ in pieces[:-1]]]:
             continue         # not sliced leaf by leaf: no leaf to name
         for (_, op), path in zip(pieces, held):
@@ -236,54 +238,6 @@ def _pieces(g: Dataflow, v: int) -> list[tuple[int, int]]:
         inner = _pieces(g, u) if len(g.users[u]) == 1 else []
         out += inner or [(op, j)]
     return out
-
-
-def _bounds(op: ir.Operation) -> tuple[int, int] | None:
-    """(start, limit) of a 1-D unit-stride ``stablehlo.slice``, else None."""
-    if op.name != "stablehlo.slice" or ir.RankedTensorType(op.operands[0].type).rank != 1:
-        return None
-    if _i64s(op, "strides") != [1]:
-        return None
-    return _i64s(op, "start_indices")[0], _i64s(op, "limit_indices")[0]
-
-
-def _i64s(op: ir.Operation, name: str) -> list[int]:
-    return list(ir.DenseI64ArrayAttr(op.attributes[name]))
-
-
-def join_rows(block: ir.Block) -> None:
-    """Each ``concatenate`` of consecutive rows of one tensor (each piece a slice of whole rows of
-    its first axis, reshaped any way), in order, becomes a reshape of the slice of those rows, or of
-    the tensor where they cover it: what a packed state's buffer is made of after its layers' leaves
-    were rolled (a tree of concatenates over more than 16 layers joins from the inside out). Exact:
-    the same elements in the same order."""
-    for op in [op.operation for op in block.operations]:
-        if op.name != "stablehlo.concatenate":
-            continue
-        source, first, last = None, 0, 0
-        for v in op.operands:
-            while isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.reshape":
-                v = v.owner.operands[0]
-            piece = v.owner.operation if isinstance(v, ir.OpResult) else None
-            if piece is None or piece.name != "stablehlo.slice":
-                break
-            t = ir.RankedTensorType(piece.operands[0].type)
-            start, limit = _i64s(piece, "start_indices"), _i64s(piece, "limit_indices")
-            if (source is not None and (piece.operands[0] != source or start[0] != last)) \
-                    or _i64s(piece, "strides") != [1] * t.rank or start[1:] != [0] * (t.rank - 1) \
-                    or limit[1:] != list(t.shape[1:]):
-                break
-            first = start[0] if source is None else first
-            source, last = piece.operands[0], limit[0]
-        else:
-            if source is None:
-                continue
-            t = ir.RankedTensorType(source.type)
-            with Builder.before(op):
-                rows = source if (first, last) == (0, t.shape[0]) else rw.static_rows(source, first, last)
-                joined = rw.reshape(rows, list(ir.RankedTensorType(op.result.type).shape))
-            op.result.replace_all_uses_with(joined)
-            op.erase()
 
 
 # ---- the plan ----------------------------------------------------------------------------------
@@ -439,7 +393,7 @@ class Plan:
 
     def _loops(self) -> None:
         """Which forward roles each loop runs, and what the forward loop saves (see `memory_budget`)."""
-        roles, g = self.roles, self.g
+        roles = self.roles
         order = sorted(range(len(roles.ops)), key=roles.order)
         forward_roles = [r for r in order if r not in self.backward]
         needs = {r: {c.role for c in classes if isinstance(c, Internal)} for r, classes in enumerate(roles.operands)}
@@ -754,7 +708,7 @@ def _packed_buffer(g: Dataflow, values: list) -> int | None:
         op = g.owner[v]
         if op != ARG and g.ops[op].name == "stablehlo.reshape":
             op = g.owner[g.operands[op][0]]
-        if op == ARG or _bounds(g.ops[op]) != (l * size, (l + 1) * size) or source not in (None, g.operands[op][0]):
+        if op == ARG or rows(g.ops[op]) != (l * size, (l + 1) * size) or source not in (None, g.operands[op][0]):
             return None
         source = g.operands[op][0]
     if source is None or ir.RankedTensorType(g.values[source].type).shape != [len(values) * size]:

@@ -192,6 +192,7 @@ def jit_memory(fn, *args):
 
 
 def progress_bar_updates(err: str, total: int) -> list[tuple[int, str]]:
-    """(steps done, postfix) of each distinct refresh of a tqdm bar over `total` steps in stderr `err`."""
-    updates = re.findall(rf"(\d+)/{total} \[[^,\]]*, [^,\]]*step/s(?:, (.*?))?\](?=[\r\n]|$)", err)
+    """(steps done, postfix) of each distinct refresh of a tqdm bar over `total` steps in stderr `err` (tqdm
+    pads a refresh shorter than the one before with spaces)."""
+    updates = re.findall(rf"(\d+)/{total} \[[^,\]]*, [^,\]]*step/s(?:, ([^\]]*))?\] *(?=[\r\n]|$)", err)
     return list(dict.fromkeys((int(n), postfix) for n, postfix in updates))

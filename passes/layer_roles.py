@@ -455,6 +455,11 @@ def _validate(g: Dataflow, roles: Roles) -> None:
         return [_classify(g, roles, seed_at, [None if o is None else g.operands[o][k] for o in ops])
                 for k in range(len(g.operands[template]))]
 
+    shared = _read_everywhere(g, roles)
+    if shared:
+        roles.dropped += [f"{_describe(g, roles.template(r))}: one of its values is read at every layer" for r in sorted(shared)]
+        roles.ops = [ops for r, ops in enumerate(roles.ops) if r not in shared]
+        roles.role_of = _placed(roles.ops)
     roles.operands = [classes(ops) for ops in roles.ops]
     for r, found in enumerate(roles.operands):      # where the first failures point (not their knock-on drops)
         for k, c in enumerate(found):
@@ -477,6 +482,21 @@ def _validate(g: Dataflow, roles: Roles) -> None:
         roles.role_of = _placed(roles.ops)
         roles.operands = [classes(roles.ops[new[r]]) if any(isinstance(c, (Internal, Carry)) and c.role in bad for c in found)
                           else [_renumbered(c, new) for c in found] for r, found in enumerate(roles.operands) if r in new]
+
+
+def _read_everywhere(g: Dataflow, roles: Roles) -> set:
+    """Roles one of whose values a role reads at every position: a value the same at every layer
+    cannot be a role's (computed anew per layer in a loop), so its role is dropped and its ops stay
+    outside the loops (the merged view makes this: one layer's ``broadcast(0.5)``, a per-layer
+    scale, is also the constant a GELU reads in every layer)."""
+    out = set()
+    for ops in roles.ops:
+        template = ops[0] if ops[0] is not None else ops[1]
+        for k in range(len(g.operands[template])):
+            values = {g.operands[o][k] for o in ops if o is not None}
+            if len(values) == 1 and (v := values.pop()) is not None and g.owner[v] != ARG and g.owner[v] in roles.role_of:
+                out.add(roles.role_of[g.owner[v]][0])
+    return out
 
 
 def _odd_positions(g: Dataflow, roles: Roles, seed_at: dict, values: list) -> set:

@@ -119,8 +119,8 @@ class RollLayers(ModulePass):
         either end whose ops differ from the others' (a stem, a head block), tried by the number of
         layers left out, fewest first, until a part rolls with every op or leaving out more layers
         finds no more alike ops; or, first, the parts on either side of a layer the whole run's
-        analysis points at (`Roles.odd`: an op only that layer has). The part that rolls the most
-        ops wins; a part that rolls with every op ends the search."""
+        analysis points at (`Roles.odd`: an op only that layer has). A part that rolls with every op
+        ends the search; the part that rolls the most ops (layers times ops) wins."""
         paths, written = dict(leaves), written_leaves(g, main)
         layout = analyze(g, run, lambda leaf: leaves[leaf][0])
         done: dict = {}
@@ -140,21 +140,18 @@ class RollLayers(ModulePass):
         whole = attempt(0, 0)
         if whole[3]:
             return whole[:2]
-        most = max(whole[1].roles.odd.values(), default=0)
-        beside = [(0, run.length - p) for p, n in whole[1].roles.odd.items() if 2 * n >= most and p >= self.min_layers] + \
-                 [(p + 1, 0) for p, n in whole[1].roles.odd.items() if 2 * n >= most and run.length - p - 1 >= self.min_layers]
-        for first, last in sorted(beside, key=lambda t: (t[0] + t[1], t)):
-            if attempt(first, last)[3]:
-                return done[first, last][:2]
+        odd = whole[1].roles.odd
+        for p, n in odd.items():
+            if 2 * n >= max(odd.values()):
+                for first, last in ((0, run.length - p), (p + 1, 0)):
+                    if run.length - first - last >= self.min_layers:
+                        attempt(first, last)
         most = whole[2]
         for total in range(1, run.length - self.min_layers + 1):
-            found = [attempt(first, total - first) for first in sorted(range(total + 1), key=lambda a: (abs(2 * a - total), a))]
-            perfect = [t for t in found if t[3]]
-            if perfect:
-                return perfect[0][:2]
-            if best() is not None or max(t[2] for t in found) <= most:
+            found = [attempt(first, total - first) for first in range(total + 1)]
+            if any(t[3] for t in found) or max(t[2] for t in found) <= most:
                 break
-            most = max(t[2] for t in found)
+            most = max(most, *(t[2] for t in found))
         return best() or whole[:2]
 
     def _candidates(self, leaves: list, tried: set) -> list:

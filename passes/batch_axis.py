@@ -145,7 +145,8 @@ def analyze(main: func.FuncOp, slices: int, pure: frozenset = frozenset()) -> Pl
                 plan.inputs[g.results[n][0]] = seed
             continue
         if has_side_effects(op) and op.name != "sdy.sharding_constraint":
-            raise Refusal(op, "has effects and reads a per-example value: it cannot run once per slice")
+            raise Refusal(op, "may have effects (a custom call, a collective) and reads a per-example value: "
+                              "micro-batch does not run it once per slice")
         cut = _rule(op, split)
         needs = cut.operands + (None,) * (len(fs) - len(cut.operands))   # values its regions capture: as they are
         for k, (f, dim) in enumerate(zip(fs, needs)):

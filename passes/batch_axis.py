@@ -377,6 +377,13 @@ def _sort(op, split):
     return Cut((d,) * len(op.results), (d,) * len(op.operands))
 
 
+def _top_k(op, split):
+    d = split[0]
+    if d == len(_shape(op.operands[0])) - 1:
+        raise Refusal(op, f"takes the top k along the batch axis (dim {d})")
+    return Cut((d, d), (d,))
+
+
 def _reduce_window(op, split):
     k = len(op.operands) // 2
     d = next(iter(split.values()))
@@ -453,6 +460,7 @@ _RULES = {
     "stablehlo.dynamic_slice": _dynamic_slice, "stablehlo.dynamic_update_slice": _dynamic_update_slice,
     "stablehlo.concatenate": _concatenate, "stablehlo.pad": _pad, "stablehlo.sort": _sort,
     "stablehlo.reduce_window": _reduce_window, "stablehlo.gather": _gather, "stablehlo.scatter": _scatter,
+    "chlo.top_k": _top_k,
 }
 
 

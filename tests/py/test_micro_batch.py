@@ -185,11 +185,11 @@ def test_a_loss_that_does_not_decompose_is_refused_with_its_line(program):
 def test_a_batch_that_does_not_divide_is_an_error_naming_the_leaf():
     opt = optax.sgd(0.1)
     params = mlp_params((4, 8, 1))
-    with pytest.raises(loopfuse.StateMismatchError, match=r"batch leaf \['x'\] has 12 rows, which do not divide "
+    with pytest.raises(loopfuse.StateMismatchError, match=r"batch\['x'\] has 12 rows, which do not divide "
                                                           r"into micro_batches=8 slices"):
         loopfuse.compile_step(train_step(opt), micro_batches=8)((params, opt.init(params)), mlp_batch(12))
     data = loopfuse.Dataset(mlp_batch(40), batch_size=10)
-    with pytest.raises(loopfuse.StateMismatchError, match=r"batch leaf batch_size has 10 rows"):
+    with pytest.raises(loopfuse.StateMismatchError, match=r"the Dataset's batch_size has 10 rows"):
         loopfuse.compile_step(train_step(opt), micro_batches=4)((params, opt.init(params)), data)
     with pytest.raises(ValueError, match="micro_batches must be a positive int, got 0"):
         loopfuse.compile_step(train_step(opt), micro_batches=0)

@@ -61,7 +61,7 @@ from .dead_code import erase_dead_ops, pure_callees
 from .functions import main_func, module_functions
 from .locations import described
 from .matchers import producer, splat
-from .module_pass import ModulePass, option
+from .module_pass import ModulePass, PassError, option
 from .rewriter import Builder, Loop
 from .vocabulary import MICRO_BATCH
 
@@ -100,6 +100,9 @@ class MicroBatch(ModulePass):
             main.operation.erase()
             self.report(module_op, f"did not micro-batch: {e}")
             return
+        except PassError as e:
+            main.operation.erase()
+            raise PassError(as_traced, str(e)) from None
         as_traced.erase()
         text = _describe(plan)        # before the rewrite erases the ops it names
         _rewrite(main, plan, pure)

@@ -11,13 +11,19 @@ LIBRARIES = ("jax", "jaxlib", "flax", "optax", "loopfuse")   # frames inside the
 
 
 def described(op: ir.Operation) -> str:
-    """``stablehlo.dot_general (model.py:12)``: the op and the user's file:line of its location (the
-    innermost frame outside `LIBRARIES`, else the innermost), or the op alone where it has none."""
+    """``stablehlo.dot_general (model.py:12)``: the op and its `line`, or the op alone where it has none."""
+    where = line(op)
+    return f"{op.name} ({where})" if where else op.name
+
+
+def line(op: ir.Operation) -> str | None:
+    """``model.py:12``: the user's file:line of `op`'s location (the innermost frame outside
+    `LIBRARIES`, else the innermost), or None where it has none."""
     found = re.findall(r'"([^"]+)":(\d+)(?::\d+)?', str(op.location))
     if not found:
-        return op.name
-    file, line = next((f for f in found if not in_library(f[0])), found[0])
-    return f"{op.name} ({file.rsplit('/', 1)[-1]}:{line})"
+        return None
+    file, number = next((f for f in found if not in_library(f[0])), found[0])
+    return f"{file.rsplit('/', 1)[-1]}:{number}"
 
 
 def in_library(file: str) -> bool:

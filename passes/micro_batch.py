@@ -59,7 +59,7 @@ from .batch_axis import AFTER, Plan, Refusal, analyze, batch_inputs
 from .dataflow import ARG, Dataflow
 from .dead_code import erase_dead_ops, pure_callees
 from .functions import main_func, module_functions
-from .locations import described
+from .locations import described, line
 from .matchers import producer, splat
 from .module_pass import ModulePass, PassError, option
 from .rewriter import Builder, Loop
@@ -233,6 +233,11 @@ class _Body:
         return rw.slice_chunk(value, dim, self.index, self.plan.slices, self.plan.runs)
 
 
+def _by_line(where: str) -> tuple:
+    file, _, number = where.rpartition(":")
+    return file, int(number)
+
+
 def _cut_type(t: ir.Type, dim: int, slices: int) -> ir.RankedTensorType:
     t = ir.RankedTensorType(t)
     shape = list(t.shape)
@@ -250,6 +255,9 @@ def _describe(plan: Plan) -> str:
     counts = Counter(g.ops[n].name for n in plan.cuts)
     lines.append(f"ran {len(plan.cuts)} ops once per slice: "
                  + ", ".join(f"{c} {name}" for name, c in sorted(counts.items(), key=lambda x: (-x[1], x[0]))))
+    where = sorted({w for n in plan.cuts if (w := line(g.ops[n]))}, key=_by_line)
+    if where:
+        lines.append("  from " + ", ".join(where))
     roots = plan.roots
     lines.append(f"accumulated {len(roots)} partial sums over the slices, in slice order:")
     lines += [f"  {described(g.ops[n])} -> {g.ops[n].results[0].type}"

@@ -10,7 +10,7 @@
 // 2/8 built at the slice's size), and adds up the two partial sums in slice order (the loss's sum
 // of squares, the weight's gradient); the loss's 1/8 and the update run once after the loop.
 // CHECK-LABEL: module attributes
-// CHECK-SAME: "loopfuse.report.micro-batch" = "micro-batched into 4 slices: the batch (argument 1 tensor<8x3xf32> along dim 0, argument 2 tensor<8xf32> along dim 0) cut into 4\0Aran 6 ops once per slice: 2 stablehlo.dot_general, 2 stablehlo.multiply, 1 stablehlo.reduce, 1 stablehlo.subtract\0Aaccumulated 2 partial sums over the slices, in slice order:\0A  stablehlo.reduce (model.py:4) -> tensor<f32>\0A  stablehlo.dot_general (model.py:6) -> tensor<3xf32>\0Aran 3 ops after the loop, on the sums"
+// CHECK-SAME: "loopfuse.report.micro-batch" = "micro-batched into 4 slices: the batch (argument 1 tensor<8x3xf32> along dim 0, argument 2 tensor<8xf32> along dim 0) cut into 4\0Aran 6 ops once per slice: 2 stablehlo.dot_general, 2 stablehlo.multiply, 1 stablehlo.reduce, 1 stablehlo.subtract\0A  from {{.*}}model.py:3, model.py:4, model.py:6\0Aaccumulated 2 partial sums over the slices, in slice order:\0A  stablehlo.reduce (model.py:4) -> tensor<f32>\0A  stablehlo.dot_general (model.py:6) -> tensor<3xf32>\0Aran 3 ops after the loop, on the sums"
 // CHECK: %[[LOSS0:[0-9]+]] = stablehlo.broadcast_in_dim %{{.*}} -> tensor<f32>
 // CHECK: %[[GRAD0:[0-9]+]] = stablehlo.broadcast_in_dim %{{.*}} -> tensor<3xf32>
 // CHECK: %[[LOOP:[0-9]+]]:3 = stablehlo.while(%[[I:[a-zA-Z0-9_]+]] = %{{[a-z0-9_]+}}, %[[LOSS:[a-zA-Z0-9_]+]] = %[[LOSS0]], %[[GRAD:[a-zA-Z0-9_]+]] = %[[GRAD0]]) : tensor<i32>, tensor<f32>, tensor<3xf32> attributes {loopfuse.micro_batch = 4 : i32}

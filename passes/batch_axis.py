@@ -37,7 +37,7 @@ from .dataflow import ARG, Dataflow
 from .dead_code import has_side_effects
 from .functions import arg_attrs, enclosing_module
 from .locations import described
-from .matchers import producer, splat
+from .matchers import producer, slice_attrs, splat
 from .module_pass import PassError
 from .vocabulary import SDY_SHARDING, SHARDINGS, STATE, STEP_INDEX, STOPPED
 
@@ -332,8 +332,8 @@ def _dot_general(op, split):
 
 def _slice(op, split):
     d = split[0]
-    n = _shape(op.operands[0])[d]
-    if (_i64s(op, "start_indices")[d], _i64s(op, "limit_indices")[d], _i64s(op, "strides")[d]) != (0, n, 1):
+    start, limit, strides = slice_attrs(op) or ([], [], [])
+    if (start[d], limit[d], strides[d]) != (0, _shape(op.operands[0])[d], 1):
         raise Refusal(op, f"takes some rows of the batch axis (dim {d})")
     return Cut((d,), (d,), (("limit_indices", d),))
 

@@ -179,7 +179,7 @@ def _start(op: ir.Operation, combine: str) -> ir.Value:
     """The accumulator's value before slice 0: zeros for a sum, else the reduction's own initial value
     (checked the identity of its op), broadcast."""
     t = ir.RankedTensorType(op.results[0].type)
-    return rw.zeros(t) if combine == "stablehlo.add" else stablehlo.BroadcastInDimOp(t, op.operands[1], []).result
+    return rw.zeros(t) if combine == "stablehlo.add" else rw.broadcast(op.operands[1], t.shape)
 
 
 class _Body:
@@ -226,7 +226,7 @@ class _Body:
             return stablehlo.BroadcastInDimOp(t, x, dims).result
         scalar = splat(value)
         if scalar is not None:
-            return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(t, scalar)).result
+            return rw.splat(scalar, t.shape)
         iota = producer(value, stablehlo.IotaOp)
         if iota is not None and (along := ir.IntegerAttr(iota.attributes["iota_dimension"]).value) != dim:
             return stablehlo.IotaOp(t, along).result

@@ -8,6 +8,7 @@ from .alias_state import AliasState
 from .canonicalize import FoldSlices
 from .drop_unused_outputs import DropUnusedOutputs
 from .flatten_update import FlattenUpdate
+from .micro_batch import MicroBatch
 from .module_pass import ModulePass, PassError, PassOptionError
 from .pack_state import PackState
 from .roll_layers import RollLayers
@@ -15,4 +16,5 @@ from .simplify import Simplify
 from .wrap_loop import WrapLoop
 
 PASSES: dict[str, type[ModulePass]] = {p.name: p for p in (
-    AliasState, DropUnusedOutputs, FlattenUpdate, FoldSlices, PackState, RollLayers, Simplify, WrapLoop)}
+    AliasState, DropUnusedOutputs, FlattenUpdate, FoldSlices, MicroBatch, PackState, RollLayers, Simplify,
+    WrapLoop)}

@@ -43,12 +43,12 @@ any rewrite that runs role r's op at position l on the operands the classificati
 the same values as the original op. `roll_layers` builds its loops from that.
 """
 import bisect
-import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from .dataflow import ARG, Dataflow
 from .layer_runs import Run
+from .locations import described
 
 
 @dataclass(frozen=True)
@@ -437,10 +437,7 @@ def _uses_at(g: Dataflow, placed: dict, v: int, counts: dict) -> Counter:
 
 
 def _describe(g: Dataflow, op: int) -> str:
-    """``stablehlo.dot_general (model.py:12)``: the op and the innermost file:line of its location."""
-    o = g.ops[op]
-    found = re.findall(r'"([^"]+)":(\d+)(?::\d+)?', str(o.location))
-    return f"{o.name} ({found[-1][0].rsplit('/', 1)[-1]}:{found[-1][1]})" if found else o.name
+    return described(g.ops[op])
 
 
 # ---- 3. validation ---------------------------------------------------------------------------

@@ -5,7 +5,8 @@ location (inside ``with ir.InsertionPoint(...), location:``): scalars, zero buff
 stacked buffer read or written at a dynamic index, a stack of equal-typed values, a clone of an op
 on other operands. `Builder` holds an insertion point and a location for code that builds at
 several places in turn. All are exact by construction: reshape, slice, concatenate and
-dynamic_update_slice only move elements.
+dynamic_update_slice only move elements. `slice_chunk` and `write_chunk` read and write one of the equal
+chunks of a dimension (a micro-batch slice); `inline` replaces a call by its callee's ops.
 
 Loops: every ``stablehlo.while`` a pass builds is a `Loop`, whose carried values are *named groups*
 given at the call site, as ``scf.for``'s iter_args are named there: ``Loop.counted(L, carry=[x],
@@ -23,6 +24,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
 from ._concat import concat_tree
+from .functions import callee, last_op
 
 
 def i32() -> ir.RankedTensorType:
@@ -129,6 +131,58 @@ def write_rows(stacked: ir.Value, rows: ir.Value, index: ir.Value) -> ir.Value:
     t = ir.RankedTensorType(stacked.type)
     start = [index] + ([scalar(0)] * (t.rank - 1) if t.rank > 1 else [])
     return stablehlo.DynamicUpdateSliceOp(stacked, rows, start).result
+
+
+def slice_chunk(value: ir.Value, dim: int, index: ir.Value, count: int, runs: int = 1) -> ir.Value:
+    """Chunk `index` (a 0-d i32) of `value` along `dim`, cut into `runs` runs of `count` equal chunks:
+    ``value`` viewed as ``[..., runs, count, size // (runs * count), ...]`` at ``[..., :, index, :, ...]``,
+    the runs joined again; one run: rows ``index * size / count`` on, a dynamic_slice."""
+    shape = list(ir.RankedTensorType(value.type).shape)
+    piece = shape[dim] // (runs * count)
+    if runs == 1:
+        sizes = shape[:dim] + [piece] + shape[dim + 1:]
+        return stablehlo.DynamicSliceOp(value, _chunk_start(len(shape), dim, index, piece),
+                                        ir.DenseI64ArrayAttr.get(sizes)).result
+    viewed = reshape(value, shape[:dim] + [runs, count, piece] + shape[dim + 1:])
+    sizes = shape[:dim] + [runs, 1, piece] + shape[dim + 1:]
+    part = stablehlo.DynamicSliceOp(viewed, _chunk_start(len(shape) + 2, dim + 1, index, 1),
+                                    ir.DenseI64ArrayAttr.get(sizes)).result
+    return reshape(part, shape[:dim] + [runs * piece] + shape[dim + 1:])
+
+
+def write_chunk(buffer: ir.Value, value: ir.Value, dim: int, index: ir.Value, count: int, runs: int = 1) -> ir.Value:
+    """`buffer` with its chunk `index` along `dim` (as `slice_chunk` reads it) replaced by `value`."""
+    shape = list(ir.RankedTensorType(buffer.type).shape)
+    piece = shape[dim] // (runs * count)
+    if runs == 1:
+        return stablehlo.DynamicUpdateSliceOp(buffer, value, _chunk_start(len(shape), dim, index, piece)).result
+    viewed = reshape(buffer, shape[:dim] + [runs, count, piece] + shape[dim + 1:])
+    part = reshape(value, shape[:dim] + [runs, 1, piece] + shape[dim + 1:])
+    return reshape(stablehlo.DynamicUpdateSliceOp(viewed, part, _chunk_start(len(shape) + 2, dim + 1, index, 1)).result,
+                   shape)
+
+
+def _chunk_start(rank: int, dim: int, index: ir.Value, piece: int) -> list:
+    """Start indices of chunk `index` (`piece` long) along `dim`, 0 elsewhere."""
+    start = [scalar(0)] * rank
+    start[dim] = index if piece == 1 else stablehlo.MulOp(index, scalar(piece, ir.RankedTensorType(index.type))).result
+    return start
+
+
+def inline(call: ir.Operation) -> None:
+    """Replace `call` (a ``func.call``) by a copy of its callee's ops, each located at its own location
+    called from the call's (so a message about it names the caller's line)."""
+    body = callee(call.opview).body.blocks[0]
+    values: dict = dict(zip(body.arguments, call.operands))
+    with ir.InsertionPoint(call):
+        for view in list(body.operations)[:-1]:
+            op = view.operation
+            new = clone(op, [values[v] for v in op.operands], values)
+            new.location = ir.Location.callsite(op.location, [call.location])
+            values.update(zip(op.results, new.results))
+    for r, v in zip(call.results, last_op(body).operands):
+        r.replace_all_uses_with(values[v])
+    call.erase()
 
 
 def clone(op: ir.Operation, operands: list, captured: dict | None = None) -> ir.Operation:

@@ -20,6 +20,9 @@ DONOR = "jax.buffer_donor"          # arg, bool (read by XLA): the buffer may be
 SDY_SHARDING = "sdy.sharding"       # arg/result (written by jax, read by XLA): a leaf's Shardy sharding
 SHARDINGS = (SDY_SHARDING, "mhlo.sharding")  # arg/result: a leaf's sharding, Shardy's or GSPMD's
 
+# ---- attributes on ops ----------------------------------------------------------------------------
+MICRO_BATCH = "loopfuse.micro_batch"  # stablehlo.while, i32: the loop micro-batch builds, over that many slices
+
 # ---- values of attributes -------------------------------------------------------------------------
 TOKEN_PATH = "<effect token {}>"    # the STATE of the N-th ordered-effect token argument and result
 

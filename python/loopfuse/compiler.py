@@ -12,14 +12,18 @@ bisects); `Step.lower` stops after `lower`, and so does `Step.memory_report`, wh
 module its own way.
 """
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import jax
+import numpy as np
 from jaxlib.mlir import ir
 
 from . import cache as compile_cache, packed, pipeline, runtime, stopping, trace as tracing
+from .data import Dataset
+from .errors import StateMismatchError
 from .executable import Executable
 from .leaves import aval, keyed_paths
 from .mlir_context import copy_module
@@ -66,6 +70,8 @@ def trace(fn: Callable, options: StepOptions, state, batch, static: dict) -> Pla
     to run it sequentially, `runtime.history_rows`), the XLA options, the dump folder."""
     t0 = time.perf_counter()
     packed.check_not_nested(state)
+    if options.micro_batches is not None and options.micro_batches > 1:
+        _check_slices(batch, options.micro_batches, options.placement)
     traced = tracing.trace(fn, state, batch, static, options.keep_aux, options.placement,
                            stopping.flag(options.until, options.stop_on_nonfinite), stopped_arg=options.stops,
                            loop=options.steps is not None, packed_paths=packed.buffer_paths(state))
@@ -117,8 +123,28 @@ def compile(plan: Plan) -> Executable:
             cache_seconds += time.perf_counter() - t0
     if where is not None:
         seconds["cache"] = cache_seconds
-    return Executable.build(traced, module, executable, plan.avals, plan.options.placement, devices[0],
-                            plan.options.donate, plan.xla, plan.passes, seconds)
+    built = Executable.build(traced, module, executable, plan.avals, plan.options.placement, devices[0],
+                             plan.options.donate, plan.xla, plan.passes, seconds)
+    refused = built.reports.get("micro-batch", "")
+    if refused.startswith("did not"):
+        warnings.warn(f"loopfuse: micro_batches={plan.options.micro_batches} not applied, the step runs on the "
+                      f"whole batch: {refused}", stacklevel=2)
+    return built
+
+
+def _check_slices(batch, slices: int, placement) -> None:
+    """Every batch leaf's leading axis (a Dataset's batch_size) divides into `slices` slices on each
+    device the batch is split over (`micro_batches`); a StateMismatchError names the leaf that does not."""
+    devices = len(placement.devices) if placement is not None and placement.mode != "members" else 1
+    parts = slices * devices
+    sizes = [("the Dataset's batch_size", batch.batch_size)] if isinstance(batch, Dataset) else [
+        (f"batch{path}", np.shape(x)[0]) for path, x in zip(keyed_paths(batch), jax.tree_util.tree_leaves(batch))
+        if np.ndim(x)]
+    for what, n in sizes:
+        if n % parts:
+            raise StateMismatchError(
+                f"{what} has {n} rows, which do not divide into micro_batches={slices} slices"
+                + (f" on each of {devices} devices" if devices > 1 else ""))
 
 
 def fn_name(fn: Callable) -> str:

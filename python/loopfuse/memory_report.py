@@ -23,8 +23,6 @@ call, which is ``memory_stats().peak`` (arguments + outputs - aliased + temporar
 the live bytes is at most that; the rest are allocated bytes that hold nothing live at the peak
 (temporaries packed for other moments, outputs not yet written).
 """
-import functools
-import importlib.util
 import os
 import re
 import tempfile
@@ -39,11 +37,11 @@ from . import memory_timeline, runtime, xla_dump
 from .errors import MemoryReportError
 from .compiler import Lowered
 from .passes.functions import arg_attrs, main_func
+from .passes.locations import in_library
 from .passes.vocabulary import STATE, STEP_INDEX, STOPPED
 from .pipeline import write_atomic
 
 REPORT_FILE, TIMELINE_FILE = "memory-report.txt", "memory-timeline.svg"
-LIBRARIES = ("jax", "jaxlib", "flax", "optax", "loopfuse")   # frames inside them are not the user's line
 COUNTED = ("argument", "donated", "output", "temp")         # allocation kinds in memory_stats()
 
 
@@ -289,26 +287,10 @@ def _made_by(hlo: xla_dump.Hlo, instruction: xla_dump.Instruction) -> tuple[str,
     while frame_id is not None and frame_id in hlo.frames and frame_id not in seen:
         seen.add(frame_id)
         frame = hlo.frames[frame_id]
-        if not _in_library(frame.file):
+        if not in_library(frame.file):
             return instruction.op_name, f"{_short(frame.file)}:{frame.line} ({frame.function})"
         frame_id = frame.parent
     return instruction.op_name, None
-
-
-@functools.cache
-def _library_folders() -> tuple[str, ...]:
-    folders = []
-    for name in LIBRARIES:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            continue
-        folders += [os.path.join(os.path.realpath(f), "") for f in (spec.submodule_search_locations or [])] if spec else []
-    return tuple(folders)
-
-
-def _in_library(file: str) -> bool:
-    return os.path.realpath(file).startswith(_library_folders())
 
 
 def _short(file: str) -> str:

@@ -75,6 +75,10 @@ class StepOptions:
               "the default) leaves the step as traced. A rolled program matches jax.jit within a tolerance, not "
               "bitwise (README, \"Rolling repeated layers\"); ``Executable.reports[\"roll-layers\"]`` says what "
               "rolled.")
+    micro_batches: int | None = option(
+        None, "run the loss and gradient over that many slices of the batch, one at a time in a device loop, summing "
+              "the gradients before one update (the ``micro-batch`` pass): within a tolerance of jax.jit, not bitwise "
+              "(README, \"Micro-batches\"); ``Executable.reports[\"micro-batch\"]`` says what was cut, or why not.")
     placement: Placement | None = field(init=False, repr=False, compare=False)  # of `devices` (None: one device)
 
     def __post_init__(self) -> None:
@@ -87,7 +91,7 @@ class StepOptions:
         """The passes the program runs (`pipeline.build` of these options; wrap-loop's `rows`, see
         `runtime.history_rows`)."""
         return pipeline.build(self.passes, steps=self.steps, donate=self.donate, memory_budget=self.memory_budget,
-                              rows=rows)
+                              rows=rows, micro_batches=self.micro_batches)
 
     @property
     def stops(self) -> bool:
@@ -114,6 +118,11 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
         o["memory_budget"] = None if budget == 1.0 else budget
     if o["steps"] is not None:
         o["steps"] = validate.steps(o["steps"], name("steps"))
+    if o["micro_batches"] is not None:
+        o["micro_batches"] = validate.steps(o["micro_batches"], name("micro_batches"))
+        if o["memory_budget"] is not None:
+            raise ValueError(f"{name('micro_batches')} and a memory_budget below 1 do not compose yet: roll-layers does "
+                             "not run one slice through its loops (README, \"Micro-batches\")")
     stopping.check(o["until"], o["stop_on_nonfinite"], o["steps"])
     if o["devices"] is not None:
         o["devices"] = _devices(o["devices"], name("devices"))

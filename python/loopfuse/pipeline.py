@@ -19,7 +19,7 @@ from jaxlib.mlir import ir
 from . import settings
 from .errors import LoopfuseError
 from .pass_manager import Pass, PassFailure, parse_pipeline, run_pass
-from .passes import AliasState, DropUnusedOutputs, RollLayers, WrapLoop
+from .passes import AliasState, DropUnusedOutputs, MicroBatch, RollLayers, WrapLoop
 from .passes.module_pass import reports
 from .passes.vocabulary import FINAL_STAGE, PIPELINE_HEADER, TRACED_STAGE, after_pass_stage
 
@@ -28,21 +28,22 @@ DEFAULT_PASSES: tuple = ()
 
 
 def build(passes=None, *, steps: int | None = None, donate: bool = True,
-          memory_budget: float | None = None, rows: int = 0) -> list[Pass]:
+          memory_budget: float | None = None, rows: int = 0, micro_batches: int | None = None) -> list[Pass]:
     """Structural passes around the optimization passes (default ``DEFAULT_PASSES``).
 
     `passes` is a pipeline string or a sequence of pass objects and pipeline strings (``"simplify"``,
     ``"flatten-update{min-group=3}"``). drop-unused-outputs always runs first (it removes work), then
-    roll-layers for a `memory_budget` below 1, the chosen passes, wrap-loop for ``steps`` (its histories
-    written in blocks of `rows`, where no pass adds loops of its own (`adds_control_flow`) or rewrites
-    wrap-loop's loop),
+    micro-batch for `micro_batches` above 1, roll-layers for a `memory_budget` below 1, the chosen passes,
+    wrap-loop for ``steps`` (its histories written in blocks of `rows`, where no pass adds loops of its own
+    (`adds_control_flow`) or rewrites wrap-loop's loop),
     then the chosen passes that rewrite its loop (``after_wrap_loop``: pack-state), alias-state last.
     """
     opt = chosen(passes)
     if memory_budget is not None and memory_budget < 1.0:
         opt.insert(0, RollLayers(memory_budget=float(memory_budget)))
     on_loop = [p for p in opt if getattr(p, "after_wrap_loop", False)]
-    specs = [DropUnusedOutputs(), *(p for p in opt if not getattr(p, "after_wrap_loop", False))]
+    specs = [DropUnusedOutputs(), *([MicroBatch(slices=micro_batches)] if micro_batches and micro_batches > 1 else []),
+             *(p for p in opt if not getattr(p, "after_wrap_loop", False))]
     if steps is not None:
         blocked = not on_loop and not any(p.adds_control_flow() for p in opt)
         specs.append(WrapLoop(steps=steps, rows=rows if blocked else 0))

@@ -17,10 +17,11 @@ culprits. Later calls of the same executable are not checked, so the check costs
 the first call. The check runs the program a few more times: host callbacks run again with it.
 
 A program whose layers roll-layers rolled (``memory_budget``) computes the same ops as jax.jit
-but XLA compiles its loops to other last bits, so it is held to a tolerance, not bitwise: each aux
-leaf within `ROLLED_RTOL` of its largest value, each new state leaf within `ROLLED_RTOL` of its
-largest value plus the call's own change of it (Adam moves a parameter whose gradient is rounding
-noise by up to its learning rate wherever rounding differs); step counts and stop flags exactly.
+but XLA compiles its loops to other last bits, and a micro-batched one (``micro_batches``) sums its
+gradients slice by slice, so either is held to a tolerance, not bitwise: each aux leaf within
+`ROLLED_RTOL` of its largest value, each new state leaf within `ROLLED_RTOL` of its largest value
+plus the call's own change of it (Adam moves a parameter whose gradient is rounding noise by up to
+its learning rate wherever rounding differs); step counts and stop flags exactly.
 """
 from dataclasses import replace
 from typing import Any
@@ -35,7 +36,7 @@ from .errors import MiscompileError
 from .leaves import aux_kept, dotted_paths, keyed_paths, raw
 
 VERIFY_ENV = "LOOPFUSE_VERIFY"
-ROLLED_RTOL = 1e-5      # a rolled program against jax.jit (see the module docstring)
+ROLLED_RTOL = 1e-5      # a rolled or micro-batched program against jax.jit (see the module docstring)
 
 
 def enabled(explicit: bool | None) -> bool:
@@ -48,7 +49,10 @@ def check(fn, options, executable, state, batch, start: int, static: dict) -> No
     does on copies of ``(state, batch)``."""
     got = _run(executable, state, batch, start)
     references = _references(fn, options, state, batch, start, static)
-    before = state if executable.reports.get("roll-layers", "").startswith("rolled") else None
+    reports = executable.reports
+    reassociated = reports.get("roll-layers", "").startswith("rolled") or \
+        reports.get("micro-batch", "").startswith("micro-batched")
+    before = state if reassociated else None
     if _matches(got, references, before):
         return
     culprits = [what for what, variant in _variants(options, executable)
@@ -215,6 +219,8 @@ def _variants(options, executable) -> list[tuple[str, Any]]:
         out.append(("buffer donation (alias-state)", replace(options, donate=False)))
     if options.memory_budget is not None:
         out.append(("memory_budget (the pass 'roll-layers')", replace(options, memory_budget=None)))
+    if options.micro_batches is not None:
+        out.append(("micro_batches (the pass 'micro-batch')", replace(options, micro_batches=None)))
     user = dict(options.xla_options or {})
     out += [(f"the XLA option {name}", replace(options, xla_options={**user, name: None}))
             for name in executable.xla_options]

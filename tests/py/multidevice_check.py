@@ -267,8 +267,36 @@ def check_minimize() -> dict:
             "num_devices": len(four.params.sharding.device_set)}
 
 
+def check_micro_batch() -> dict:
+    """micro_batches=2 over 4 devices: a fixed batch and a shuffled Dataset's against the whole batch on
+    one device; the report; the temporaries per device of the wide model without and with 4 slices."""
+    devices, batch = jax.devices(), mlp_batch(32)
+    ref_state, ref_aux = compile_step(mlp_step).loop(K)(mlp_state(), batch)
+    loop = compile_step(mlp_step, devices=devices, micro_batches=2).loop(K)
+    st, aux = loop(mlp_state(), batch)
+    ds = Dataset(mlp_batch(64), batch_size=32, key=jax.random.key(0))
+    ds_ref_state, ds_ref_aux = compile_step(mlp_step).loop(K)(mlp_state(), ds)
+    ds_loop = compile_step(mlp_step, devices=devices, micro_batches=2).loop(K)
+    ds_state, ds_aux = ds_loop(mlp_state(), ds)
+    temp = {str(m): compile_step(wide_step, devices=devices, micro_batches=m).memory_stats(wide_state(), wide_batch(4096)).temp
+            for m in (None, 4)}
+    return {
+        "ref_losses": np.asarray(ref_aux["loss"]).tolist(),
+        "loop_losses": np.asarray(aux["loss"]).tolist(),
+        "state_rel_diff": max_rel_diff(st, ref_state),
+        "placement": placement_facts(st),
+        "report": loop.compiled(mlp_state(), batch).reports["micro-batch"],
+        "final": loop.lower(mlp_state(), batch)["final"],
+        "dataset_losses": np.asarray(ds_aux["loss"]).tolist(),
+        "dataset_ref_losses": np.asarray(ds_ref_aux["loss"]).tolist(),
+        "dataset_state_rel_diff": max_rel_diff(ds_state, ds_ref_state),
+        "dataset_report": ds_loop.compiled(mlp_state(), ds).reports["micro-batch"],
+        "temp": temp,
+    }
+
+
 CHECKS = {"data": check_data, "params": check_params, "bad_batch": check_bad_batch, "dataset": check_dataset,
-          "scalars": check_scalar_and_dataset_batch_size, "minimize": check_minimize}
+          "scalars": check_scalar_and_dataset_batch_size, "minimize": check_minimize, "micro_batch": check_micro_batch}
 
 
 def main(names) -> None:

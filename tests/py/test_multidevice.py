@@ -165,3 +165,21 @@ def test_minimize_with_a_sharded_compiled_loop_matches_one_device(facts):
     d = section(facts, "minimize")
     assert d["num_devices"] == 4
     assert d["rel_diff"] < TOL and d["history_diff"] < 1e-5
+
+
+# ---- micro_batches -----------------------------------------------------------------------------
+def test_micro_batches_spread_each_slice_over_the_devices(facts):
+    """Each of the 2 slices is 4 rows of each device's 8 (the batch viewed as [4 devices, 2 slices, 4,
+    ...]): the fixed batch and a shuffled Dataset's match the whole batch on one device within the
+    tolerance of both (the slices' sums and the devices' all-reduce reassociate the gradient); the
+    wide model's temporaries per device fall with 4 slices."""
+    d = section(facts, "micro_batch")
+    assert d["report"].startswith("micro-batched into 2 slices, each spread over 4 devices")
+    assert d["dataset_report"].startswith("micro-batched into 2 slices, each spread over 4 devices")
+    assert "tensor<32x4xf32>) -> tensor<4x2x4x4xf32>" in d["final"]
+    np.testing.assert_allclose(d["loop_losses"], d["ref_losses"], rtol=TOL)
+    assert d["state_rel_diff"] < TOL
+    assert all(leaf["num_devices"] == 4 for leaf in d["placement"].values())
+    np.testing.assert_allclose(d["dataset_losses"], d["dataset_ref_losses"], rtol=TOL)
+    assert d["dataset_state_rel_diff"] < TOL
+    assert d["temp"]["4"] < d["temp"]["None"], d["temp"]

@@ -34,6 +34,7 @@ def loss_fn(params, batch):
 import transformer                       # a GPT-style model written as a Python loop over its blocks
 gpt_step, gpt_state, tokens = transformer.gpt(**transformer.TINY)
 """,
+    "state = jax.tree.map(jnp.copy, result.state)   # a copy: the step below consumes it",
     "state = result.state                  # the packing block leaves it intact (pack copies)",
     "loss, params = loss_fn, state[0]",
     "",                                   # continues the block above (loss, params, batch, minimize)
@@ -46,6 +47,7 @@ CLAIMS = [
     'assert aux["loss"].shape == (100,) and result.steps == 10_000 and result.history["loss"].shape == (10_000,)',
     'assert aux["loss"].shape == (10,) and jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(state[0])',
     'assert rolled.compiled(packed, tokens).reports["roll-layers"].startswith("rolled") and aux["loss"] > 0',
+    'assert step.compiled(state, batch).reports["micro-batch"].startswith("micro-batched into 4 slices")',
     'assert 1 <= int(steps) <= 1000 and losses.shape == (int(steps),) and aux["loss"].shape == (1000,)',
     "assert sol.loss_history.shape == (2000,) and sol.steps == 2000 and sol.steps_per_second > 0",
     'assert sol.retcode == "converged" and sol.steps < 200',

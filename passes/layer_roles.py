@@ -482,17 +482,23 @@ def _validate(g: Dataflow, roles: Roles) -> None:
 
 
 def _read_everywhere(g: Dataflow, roles: Roles) -> set:
-    """Roles one of whose values a role reads at every position: a value the same at every layer
-    cannot be a role's (computed anew per layer in a loop), so its role is dropped and its ops stay
-    outside the loops (the merged view makes this: one layer's ``broadcast(0.5)``, a per-layer
-    scale, is also the constant a GELU reads in every layer)."""
+    """Roles computed from outside values only (a per-layer constant) one of whose values a role reads at
+    every position: a value the same at every layer cannot be a role's (computed anew per layer in a
+    loop), so its role is dropped and its ops stay outside the loops, the readers reading them as
+    values from outside (the merged view makes this: one layer's ``broadcast(0.5)``, a per-layer scale,
+    is also the constant a GELU reads in every layer)."""
+    def from_outside(r: int) -> bool:      # the role's ops read no role's value: a per-layer constant
+        return all(g.owner[v] == ARG or g.owner[v] not in roles.role_of for o in roles.ops[r] if o is not None
+                   for v in g.operands[o])
+
     out = set()
     for ops in roles.ops:
         template = ops[0] if ops[0] is not None else ops[1]
         for k in range(len(g.operands[template])):
             values = {g.operands[o][k] for o in ops if o is not None}
-            if len(values) == 1 and (v := values.pop()) is not None and g.owner[v] != ARG and g.owner[v] in roles.role_of:
-                out.add(roles.role_of[g.owner[v]][0])
+            if len(values) == 1 and g.owner[v := values.pop()] != ARG and g.owner[v] in roles.role_of \
+                    and from_outside(r := roles.role_of[g.owner[v]][0]):
+                out.add(r)
     return out
 
 

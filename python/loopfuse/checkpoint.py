@@ -150,3 +150,29 @@ class Checkpoints:
         """Wait for the save in flight and release the manager."""
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+class CarriedAs:
+    """`Checkpoints` of a state that a driver carries in another layout than the caller's (its layers
+    stacked, `chunks.carried`): checked, saved and restored in the caller's layout, so a checkpoint
+    does not depend on how a run carried its state. `outside(state)`: the caller's layout of a carried
+    state; `inside(state)`: the carried layout of the caller's."""
+
+    def __init__(self, checkpoints: Checkpoints, outside, inside):
+        self.checkpoints, self.outside, self.inside = checkpoints, outside, inside
+
+    def check(self, template, num_steps: int) -> None:
+        self.checkpoints.check(self.outside(template), num_steps)
+
+    def restore(self, template, history_paths: list[str]):
+        restored = self.checkpoints.restore(self.outside(template), history_paths)
+        if restored is None:
+            return None
+        steps, state, history, stopped = restored
+        return steps, self.inside(state), history, stopped
+
+    def save(self, steps: int, state, history: Any, stopped: str | None = None, wait: bool = False) -> None:
+        self.checkpoints.save(steps, self.outside(state), history, stopped, wait)
+
+    def close(self) -> None:
+        self.checkpoints.close()

@@ -10,15 +10,15 @@ an exception after a chunk completed is raised as `FitError` carrying the state 
 import math
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import validate
-from .checkpoint import Checkpoints
+from . import packed, validate
+from .checkpoint import CarriedAs, Checkpoints
 from .errors import FitError
 from .results import FitResult
 from .sigint import SigintHold
@@ -49,6 +49,9 @@ class Chunks(Protocol):
 
     stop_on_nonfinite: bool     # a step whose floating aux leaves hold a NaN or Inf ends the run
     chains: bool                # `run` takes `after`: a chunk may be dispatched before the last one's stop is read
+
+    def program(self, k: int) -> Step | None:
+        """The Step a chunk of `k` steps calls (None: steps not compiled, GradOnly's)."""
 
     def prepare(self, state, k: int, start: int = 0) -> jax.tree_util.PyTreeDef:
         """Build the call for `k` steps from global step `start` (donates nothing; a `Dataset` serves the
@@ -93,6 +96,8 @@ class LoopChunks:
     def loop(self, k: int) -> Step:
         return self.step.loop(k, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite)
 
+    program = loop
+
     def prepare(self, state, k: int, start: int = 0):
         return aux_structure(self.loop(k), state, self.batch, start)
 
@@ -103,8 +108,27 @@ class LoopChunks:
         return state, aux, Stop(*stop) if stop else None
 
 
+def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = None):
+    """``(state, checkpoints, back)``: how a driver carries `state` through the calls of `step` (its
+    first chunk's, `Chunks.program`; None: nothing compiled). Where it rolls
+    layers (``memory_budget``) and its program on the state with its layers stacked
+    (``pack(state, layers=True)``) rolls a run (roll-layers' report; that compile is the first chunk's
+    own), the stacked state: the loops then update the layers in place, with no stack built or taken
+    apart per call (the packed figure of README "Rolling repeated layers"). Else `state` as it is.
+    `checkpoints` keep the caller's layout (`checkpoint.CarriedAs`); ``back(result)`` gives a
+    `FitResult` the caller's layout back."""
+    if step is None or step.options.memory_budget is None or isinstance(state, packed.PackedState):
+        return state, checkpoints, lambda result: result
+    stacked = packed.pack(state, layers=True)
+    reports = step.compiled(stacked, batch).reports
+    if not any(line.startswith("rolled") for line in reports.get("roll-layers", "").splitlines()):
+        return state, checkpoints, lambda result: result
+    views = CarriedAs(checkpoints, packed.PackedState.unpack, stacked.layout.pack) if checkpoints else None
+    return stacked, views, lambda result: replace(result, state=result.state.unpack())
+
+
 def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool = False,
-          callback: Callable[[int, Any], None] | None = None, checkpoints: Checkpoints | None = None,
+          callback: Callable[[int, Any], None] | None = None, checkpoints: Checkpoints | CarriedAs | None = None,
           every: int | None = None, pipelined: bool = False) -> FitResult:
     """Run `num_steps` steps in chunks of at most `chunk` (cut at multiples of `every` when checkpointing),
     or fewer when a chunk stops early (see `FitResult.retcode`).
@@ -185,7 +209,7 @@ class _Run:
     """
 
     def __init__(self, chunks: Chunks, state, num_steps: int, chunk: int, every: int | None,
-                 checkpoints: Checkpoints | None, pipelined: bool, queued: bool):
+                 checkpoints: Checkpoints | CarriedAs | None, pipelined: bool, queued: bool):
         self.chunks, self.state, self.num_steps, self.chunk, self.every = chunks, state, num_steps, chunk, every
         self.checkpoints, self.pipelined, self.queued = checkpoints, pipelined, queued and chunks.chains
         self.done = self.planned = self.resumed_from = 0    # done: steps read back; planned: dispatched

@@ -278,7 +278,10 @@ def _members_init(init: Callable, own: bool) -> Callable:
 
 def _members_options(options: StepOptions) -> StepOptions:
     """The options of an ensemble's Step from its member Step's: every aux leaf the ensemble step returns kept
-    (it drops the member's others itself), and over ``devices`` sharding "members" (each device its share)."""
+    (it drops the member's others itself), no layers rolled (roll-layers reads the layers of ``@main``'s
+    block, and a member's are inside the loop over tiles; see `chunks.carried`), and over ``devices``
+    sharding "members" (each device its share)."""
+    options = replace(options, memory_budget=None)
     if options.devices is None:
         return replace(options, keep_aux=None)
     if options.sharding not in (None, "members"):

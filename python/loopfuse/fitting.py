@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 from . import stopping, validate
 from .checkpoint import Checkpoints
-from .chunks import LoopChunks, check_checkpoint_options, drive
+from .chunks import LoopChunks, carried, check_checkpoint_options, drive
 from .data import Dataset
 from .ensemble import wrapper
 from .errors import FitError
@@ -39,6 +39,9 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
                       remaining steps run, a `Dataset` continuing at the global step, so the result
                       is bitwise that of an uninterrupted run; ``result.resumed_from`` says from where.
                       A run that `until` or a non-finite value ended is finished: resuming it runs no step.
+    A step that rolls layers (``compile_step(..., memory_budget=b)``) runs on the state with its layers'
+    leaves stacked (`chunks.carried`: packed once, the pytree given back at the end; checkpoints keep the
+    pytree), so its loops update the layers in place with no stack built per call.
     ensemble:         True (or a `loopfuse.Ensemble`) trains N copies in one call: `state` leaves lead with
                       the member axis N, `step` is one member's; the batch is shared, or per member when
                       wrapped as ``loopfuse.per_member(batch)``. `until` and `stop_on_nonfinite` end each
@@ -65,12 +68,13 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
         batch.validate()
     members, state, batch = wrapper(ensemble, state, "state", batch)     # the one question: an ensemble?
     step, state, until, stop_on_nonfinite = members.wrap(step, state, until, stop_on_nonfinite, step.options.keep_aux)
+    chunks = LoopChunks(step, batch, until, stop_on_nonfinite)
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
+    state, checkpoints, back = carried(chunks.program(min(chunk, num_steps)), state, batch, checkpoints)
     try:
-        result = drive(LoopChunks(step, batch, until, stop_on_nonfinite), state, num_steps, chunk=chunk,
-                       progress=progress, callback=callback, checkpoints=checkpoints,
-                       every=(checkpoint_every or chunk) if checkpoints else None)
+        result = drive(chunks, state, num_steps, chunk=chunk, progress=progress, callback=callback,
+                       checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)
     except FitError as e:
-        e.result = members.result(e.result)
+        e.result = members.result(back(e.result))
         raise
-    return members.result(result)
+    return members.result(back(result))

@@ -14,7 +14,7 @@ import optax
 from . import stopping, validate
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
-from .chunks import LoopChunks, Stop, check_checkpoint_options, chunk_sizes, drive
+from .chunks import LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, drive
 from .data import Dataset
 from .ensemble import wrapper
 from .results import Solution
@@ -87,10 +87,11 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     runner = _runner(backend, program, batch, stop, stop_on_nonfinite)
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
+    checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
+    state, checkpoints, back = carried(runner.program(chunk), state, batch, checkpoints)
     runner.compile(state, chunk_sizes(0, steps, chunk, every))
     compile_seconds = time.perf_counter() - t0
 
-    checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
     t0 = time.perf_counter()
     result = drive(runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints, every=every,
                    pipelined=True)    # a Ctrl-C raises KeyboardInterrupt here either way
@@ -98,7 +99,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         raise KeyboardInterrupt
     jax.block_until_ready(result.state)
     seconds = time.perf_counter() - t0
-    result = members.result(result, RETCODES)
+    result = members.result(back(result), RETCODES)
     ran = int(np.sum(np.maximum(np.asarray(result.steps) - result.resumed_from, 0)))   # (member) steps this call ran
     losses = result.history["loss"]
     return Solution(result.state[0], losses, result.steps, result.retcode, ran / seconds, compile_seconds, backend,
@@ -234,6 +235,9 @@ class _Eager:
     def compile(self, state, sizes) -> None:
         self.run(state, 0, 1)  # compiles the derivative and warms up the eager ops; nothing is donated
 
+    def program(self, k: int) -> None:
+        return None
+
     def prepare(self, state, k: int, start: int = 0):
         return _HISTORY
 
@@ -254,6 +258,9 @@ class _Stepped:
 
     def compile(self, state, sizes) -> None:
         self.step.compiled(state, self.batch)
+
+    def program(self, k: int) -> Step:
+        return self.step
 
     def prepare(self, state, k: int, start: int = 0):
         return _HISTORY

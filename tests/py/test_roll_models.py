@@ -128,3 +128,24 @@ def test_most_generated_models_worth_rolling_roll():
         worth += bool(m.alike)
         rolled += bool(m.alike) and rolls
     assert rolled >= 0.9 * worth, (rolled, worth)
+
+
+def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monkeypatch):
+    """A pytree state through `fit` with a budget: the driver packs it with its layers stacked once
+    (the rolled loops then update the layers in place), checkpoints it in the caller's layout, and
+    gives the pytree back; within the tolerance of jax.jit's four steps, and a resumed run bitwise
+    the uninterrupted one."""
+    from loopfuse import chunks
+    packs, pack = [], chunks.packed.pack
+    monkeypatch.setattr(chunks.packed, "pack", lambda state, **kw: packs.append(kw) or pack(state, **kw))
+    step, state, tokens = transformer.gpt(**TINY, opt=optax.adamw(3e-4, eps=EPS))
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    result = loopfuse.fit(call, fresh(state), tokens, 4, chunk=2, progress=False, checkpoint_dir=tmp_path / "a")
+    assert packs == [{"layers": True}]
+    assert jax.tree_util.tree_structure(result.state) == jax.tree_util.tree_structure(state)
+    leaves_close(result.state, run(jax.jit(step), fresh(state), tokens, 4)[0])
+    plain = loopfuse.fit(loopfuse.compile_step(step, keep_aux=("loss",)), fresh(state), tokens, 2, chunk=2,
+                         progress=False, checkpoint_dir=tmp_path / "b")     # saved by a run that did not roll
+    resumed = loopfuse.fit(call, fresh(state), tokens, 4, chunk=2, progress=False, checkpoint_dir=tmp_path / "b")
+    assert resumed.resumed_from == 2 and plain.steps == 2
+    leaves_close(resumed.state, result.state)

@@ -123,15 +123,16 @@ class Dataflow:
 def callee_classes(module_op: ir.Operation) -> dict:
     """callee attribute of a ``func.call`` -> the attribute naming the first function of the module
     whose body is the same (the functions' texts, their names left out and the calls in them named by
-    class, compared), to stand for it in op signatures."""
-    functions = {f.sym_name.value: f for f in module_functions(module_op)}
+    class, compared), to stand for it in op signatures; ``@main`` is nobody's callee."""
+    functions = {f.sym_name.value: f for f in module_functions(module_op) if f.sym_name.value != "main"}
     names: dict = {name: name for name in functions}
     texts: dict = {}
     while True:
         first: dict = {}
         new = {}
         for name, f in functions.items():
-            text = _CALLEE.sub(lambda m: "@" + names.get(m.group(1), m.group(1)), texts.get(name) or str(f))
+            text = _CALLEE.sub(lambda m: "@" + names.get(m.group(1), m.group(1)),
+                               texts.get(name) or f.operation.get_asm(use_local_scope=True, assume_verified=True))
             texts[name] = text
             new[name] = first.setdefault(text.replace("@" + names[name], "@", 1), name)
         if new == names:

@@ -127,12 +127,15 @@ def callee_classes(module_op: ir.Operation) -> dict:
     functions = {f.sym_name.value: f for f in module_functions(module_op) if f.sym_name.value != "main"}
     names: dict = {name: name for name in functions}
     texts: dict = {}
+
+    def by_class(m: re.Match) -> str:
+        return "@" + names.get(m[1], m[1])
+
     while True:
         first: dict = {}
         new = {}
         for name, f in functions.items():
-            text = _CALLEE.sub(lambda m: "@" + names.get(m.group(1), m.group(1)),
-                               texts.get(name) or f.operation.get_asm(use_local_scope=True, assume_verified=True))
+            text = _CALLEE.sub(by_class, texts.get(name) or f.operation.get_asm(use_local_scope=True, assume_verified=True))
             texts[name] = text
             new[name] = first.setdefault(text.replace("@" + names[name], "@", 1), name)
         if new == names:

@@ -1,0 +1,160 @@
+"""roll-layers on the stacks of blocks people write (issue 38), at full size (figure "roll_models").
+
+    python bench/bench_roll_models.py [--models linen,eqx,...] [--compile-rounds 2] [--devices] [--quick]
+
+Models (tests/py/layered.py, tests/py/transformer.py), AdamW, one step per call, the state donated,
+the data an argument:
+
+* ``linen``: a flax linen GPT, 8 blocks of width 256, 8 heads, 128 tokens, batch 16, vocab 512 (its
+  blocks ``Block_0`` .. as ``@nn.compact`` submodules);
+* ``eqx``: an equinox residual MLP, 12 blocks of 256 -> 1024 -> 256, batch 1024 (the first block reads
+  the batch);
+* ``gpt``: issue 31's GPT (a list of block dicts), same sizes as ``linen``;
+* ``nnx``: bench_layers' flax nnx GPT (an ``nnx.List`` of 8 blocks, width 256, 4 heads, 32 tokens, batch 4);
+* ``stem``: ``gpt`` with an unlike first block (no residual) and an unlike last block (ReLU);
+* ``scaled``: ``gpt`` with each residual branch scaled by ``1 / sqrt(2 (i + 1))``;
+* ``clipped``: ``gpt`` with ``optax.chain(clip_by_global_norm(1.0), adamw)`` (every gradient is
+  needed before the update: it runs after the backward loop).
+
+Per model: the layers rolled (roll-layers' report); temporaries from the compiled executables of
+jax.jit (the step as written, donated) and of loopfuse at ``memory_budget=0.0``: the state as a
+pytree (one `compile_step` call stacks it inside the call), the state packed with its layers
+stacked (``pack(state, layers=True)``), and the program `fit` runs on a pytree state (its
+``loop(2)`` on the state it carries, `chunks.carried`); the loss after 3 steps against jax.jit's,
+relative. Compile time: interleaved rounds (harness.compile_rounds, no compile cache), each
+compiling from nothing jax.jit's step and the program `fit` runs (trace, passes, XLA; the packing
+outside). ``--devices``: the GPT data-parallel on 4 CPU devices (a subprocess), rolled against
+unrolled loopfuse on the same mesh, per device.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import optax
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
+import harness  # noqa: E402
+import layered  # noqa: E402
+import transformer  # noqa: E402
+from problems import fresh  # noqa: E402
+
+import loopfuse  # noqa: E402
+from loopfuse import chunks  # noqa: E402
+
+GPT = transformer.ISSUE
+NNX = dict(layers=8, width=256, heads=4, seq=32, vocab=256, batch=4)
+TINY = dict(layers=4, width=16, heads=2, seq=8, batch=2, vocab=32)
+STEPS = 3
+MODELS = {
+    "linen": lambda size: layered.linen_gpt(**size),
+    "eqx": lambda size: layered.eqx_mlp(**({"layers": 12, "width": 256, "hidden": 1024, "batch": 1024}
+                                           if size is GPT else {"layers": 4, "width": 8, "hidden": 16, "batch": 4})),
+    "gpt": lambda size: transformer.gpt(**size),
+    "nnx": lambda size: transformer.nnx_gpt(**(NNX if size is GPT else size)),
+    "stem": lambda size: layered.gpt_variant("stem_and_last", **size),
+    "scaled": lambda size: layered.gpt_variant("depth_scaled", **size),
+    "clipped": lambda size: transformer.gpt(**size, opt=optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-4))),
+}
+
+
+def jit_temp(step, state, batch) -> int:
+    return jax.jit(step, donate_argnums=0).lower(fresh(state), batch).compile().memory_analysis().temp_size_in_bytes
+
+
+def loss_after(call, state, batch) -> float:
+    s = fresh(state)
+    for _ in range(STEPS):
+        s, aux = call(s, batch)
+    return float(aux["loss"])
+
+
+def measure(name: str, size: dict, compile_rounds: int) -> dict:
+    step, state, batch = MODELS[name](size)
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    stacked = loopfuse.pack(fresh(state), layers=True)
+    carried, _, _ = chunks.carried(call.loop(2), fresh(state), batch)
+    report = call.compiled(stacked, batch).reports["roll-layers"]
+    ref = jit_temp(step, state, batch)
+    temps = {"pytree": call.memory_stats(fresh(state), batch).temp, "packed": call.memory_stats(stacked, batch).temp,
+             "fit": call.loop(2).memory_stats(carried, batch).temp}
+    loss, ref_loss = loss_after(call, stacked, batch), loss_after(jax.jit(step), state, batch)
+
+    def jit_build():
+        return harness.jit_compile(step, fresh(state), batch)
+
+    def fit_build():        # the program fit runs: its first chunk on the state it carries
+        t0 = time.perf_counter()
+        s = loopfuse.pack(fresh(state), layers=True)
+        loop = loopfuse.compile_step(harness.fresh_fn(step), keep_aux=("loss",), memory_budget=0.0).loop(2)
+        parts = {"pack": time.perf_counter() - t0, **loop.compiled(s, batch).seconds}
+        return loop, parts
+    harness.warm_trace(step, state, batch)
+    timed = harness.compile_rounds({"jax.jit": jit_build, "loopfuse (fit's program)": fit_build}, compile_rounds)
+    stats = harness.compile_stats(timed["loopfuse (fit's program)"], timed["jax.jit"])
+    return dict(report=report.splitlines()[0], jit_temp=ref, temps=temps, loss=loss, ref_loss=ref_loss,
+                compile=stats, jit_compile=harness.summary(timed["jax.jit"]["total"]))
+
+
+def devices_row(quick: bool) -> dict:
+    """The GPT on 4 CPU devices (data-parallel), in a subprocess with 4 host devices."""
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'tests' / 'py')!r})
+import jax, loopfuse, transformer
+from problems import fresh
+step, state, tokens = transformer.gpt(**{TINY if quick else GPT!r})
+devs = jax.devices()[:4]
+out = {{}}
+for name, kw, packed in [("unrolled", {{}}, False), ("rolled, pytree", dict(memory_budget=0.0), False),
+                         ("rolled, packed", dict(memory_budget=0.0), True)]:
+    call = loopfuse.compile_step(step, keep_aux=("loss",), devices=devs, **kw)
+    s = loopfuse.pack(fresh(state), layers=True) if packed else fresh(state)
+    out[name] = call.memory_stats(s, tokens).temp
+print(json.dumps(out))
+"""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = harness.parser(__doc__, rounds=1, compile_rounds=2)
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated, of: " + ", ".join(MODELS))
+    ap.add_argument("--devices", action="store_true", help="also the GPT data-parallel on 4 CPU devices")
+    ns = ap.parse_args()
+    size = TINY if ns.quick else GPT
+    if ns.quick:
+        ns.compile_rounds = 1
+    out = harness.Report("roll_models", ns)
+    harness.no_compile_cache()
+    rows = [f"| model | rolled | jax.jit temp | pytree | packed | fit's program | loss rel. diff | compile: jax.jit s | "
+            f"fit's program s | ratio | passes s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    results = {}
+    for name in ns.models.split(","):
+        r = results[name] = measure(name, size, ns.compile_rounds)
+        ref = r["jit_temp"]
+        ratio = lambda n: f"{harness.mib(n)} ({n / ref:.2f}x)"  # noqa: E731
+        c = r["compile"]
+        passes = sum(v for k, v in c["parts"].items() if k not in ("pack", "trace", "xla", "other", "cache"))
+        rows.append(f"| {name} | {r['report'][:90]} | {harness.mib(ref)} | {ratio(r['temps']['pytree'])} | "
+                    f"{ratio(r['temps']['packed'])} | {ratio(r['temps']['fit'])} | "
+                    f"{abs(r['loss'] - r['ref_loss']) / abs(r['ref_loss']):.1e} | {r['jit_compile']['median']:.2f} | "
+                    f"{c['seconds']['median']:.2f} | {harness.paired_text(c['vs_reference'])} | {passes:.2f} |")
+        out.section("\n".join(rows[-1:]))
+    out.sections.clear()
+    out.section("\n".join(rows), models=results)
+    if ns.devices:
+        d = devices_row(ns.quick)
+        out.section("GPT data-parallel on 4 CPU devices, temporaries per device: " + ", ".join(
+            f"{k} {harness.mib(v)} ({v / d['unrolled']:.2f}x)" for k, v in d.items()), devices=d)
+    out.write()
+
+
+if __name__ == "__main__":
+    main()

@@ -49,26 +49,34 @@ class Dataflow:
     merged: list = field(default_factory=list)          # (op left out, the value ids its results read as)
 
     @classmethod
-    def of(cls, block: ir.Block, pure_callees: frozenset | None = None) -> "Dataflow":
+    def of(cls, block: ir.Block, pure_callees: frozenset | None = None, outside=()) -> "Dataflow":
         """The block's dataflow; with `pure_callees` (not None), as if alike ops were merged (see the
-        module docstring)."""
+        module docstring). A value the block reads from outside it (a loop body's captured values;
+        `outside` names some in advance) is numbered like a block argument (owner `ARG`), after them."""
         g = cls(block)
         texts: dict = callee_classes(enclosing_module(block.owner.operation))   # also: a call's callee -> its class
 
         types: list = []      # value id -> its type's text
-        for a in block.arguments:
-            types.append(_text(a.type, texts))
-            g._value(a, ARG)
         id_of, users = g.id_of, g.users
+
+        def vid(v: ir.Value) -> int:
+            i = id_of.get(v)
+            if i is None:
+                types.append(_text(v.type, texts))
+                i = g._value(v, ARG)
+            return i
+
+        for v in [*block.arguments, *outside]:
+            vid(v)
         first: dict = {}      # (signature id, operands) -> op id, for the merge
         for view in block.operations:
             op = view.operation
             n = len(g.ops)
-            direct = tuple([id_of[v] for v in op.operands])
+            direct = tuple([vid(v) for v in op.operands])
             result_types = tuple([_text(r.type, texts) for r in op.results])
             captured: list = []
             key = _signature(op, captured, texts, types=(tuple([types[v] for v in direct]), result_types),
-                             canonical=lambda v: g.values[id_of[v]])
+                             canonical=lambda v: g.values[vid(v)])
             signature = g.signatures.setdefault(key, len(g.signatures))
             operands = direct + tuple([id_of[v] for v in captured]) if captured else direct
             if pure_callees is not None and op.results and not has_side_effects(op, pure_callees):
@@ -109,8 +117,8 @@ class Dataflow:
         return i
 
     def arg_number(self, value: int) -> int | None:
-        """The block argument number of value id `value`, or None for an op result."""
-        return value if self.owner[value] == ARG else None
+        """The block argument number of value id `value`, or None for an op result or a value from outside."""
+        return value if value < len(self.block.arguments) else None
 
     def nbytes(self, value: int) -> int:
         """Bytes of a statically shaped tensor value (0 for other types)."""

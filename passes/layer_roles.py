@@ -545,7 +545,9 @@ def _classify(g: Dataflow, roles: Roles, seed_at: dict, values: list) -> Operand
             return None
         if all(v == first for v in known):
             return Invariant(first)
-        return None if dead else PerLayer(tuple(values))
+        if dead or any(g.arg_number(v) is not None for v in values) and g.block.owner.operation.name == "stablehlo.while":
+            return None        # a loop body's carried values: stacked anew every trip (a micro-batch's sums)
+        return PerLayer(tuple(values))
     # a role's value: the same position, or the previous / next one with an outside value at the end
     r = next(p[0] for p in placed if p is not None)
     v = next(v for v, p in zip(values, placed) if p is not None)

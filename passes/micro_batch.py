@@ -44,9 +44,9 @@ callees erased once nothing calls them; where the step does not decompose, ``@ma
 it was and the callees stay.
 
 Where it stops: the loop is one while over the slices, found by its ``loopfuse.micro_batch``
-attribute. roll-layers does not run one slice through its rolled loops (it looks for the layers in
-``@main``'s block, which then holds only the update). Over devices, XLA all-reduces each slice's
-partial sums inside the loop (m all-reduces of the gradients per step where the whole batch has one).
+attribute; roll-layers, after it, rolls the layers inside its body (one slice through the rolled
+loops, `roll_layers.layers_block`). Over devices, XLA all-reduces each slice's partial sums inside the
+loop (m all-reduces of the gradients per step where the whole batch has one).
 """
 from collections import Counter
 from dataclasses import dataclass

@@ -57,7 +57,7 @@ from .module_pass import ModulePass, option
 from . import rewriter as rw
 from . import xla_cpu
 from .rewriter import Builder
-from .vocabulary import PACKED, STATE
+from .vocabulary import MICRO_BATCH, PACKED, STATE
 
 
 @dataclass(frozen=True)
@@ -88,12 +88,12 @@ class RollLayers(ModulePass):
             lines.append("memory budget 1.0: the step is left as it is")
         else:
             main = main_func(module_op)
-            block = main.body.blocks[0]
+            block = layers_block(main)
             tried: set = set()       # the leaf paths of the runs tried so far
             pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
             g = None                 # the block's Dataflow, read again after each rewrite
             while candidates := self._candidates(state_leaves(main), tried):
-                g = g or Dataflow.of(block, pure)
+                g = g or Dataflow.of(block, pure, outside=[v for v, _ in state_leaves(main)])
                 leaves = [(g.id_of[v], path) for v, path in state_leaves(main)]
                 whole, names = candidates[0]
                 tried |= names
@@ -121,7 +121,8 @@ class RollLayers(ModulePass):
         finds no more alike ops; or, first, the parts on either side of a layer the whole run's
         analysis points at (`Roles.odd`: an op only that layer has). A part that rolls with every op
         ends the search; the part that rolls the most ops (layers times ops) wins."""
-        paths, written = dict(leaves), written_leaves(g, main)
+        paths = dict(leaves)
+        written = written_leaves(g, main) if g.block == main.body.blocks[0] else {}    # the update is in @main
         layout = analyze(g, run, lambda leaf: leaves[leaf][0])
         done: dict = {}
 
@@ -160,6 +161,17 @@ class RollLayers(ModulePass):
         found = runs(paths, [str(v.type) for v, _ in leaves], self.min_layers)
         return [(run, names) for run in found if not (names := {paths[leaf] for per in run.families.values()
                                                                 for layer in per for leaf in layer.values()}) & tried]
+
+
+def layers_block(main: func.FuncOp) -> ir.Block:
+    """The block that holds the layers' ops: ``@main``'s, or the body of its micro-batch loop (one
+    slice's loss and gradient, `micro_batch`), which reads the state leaves from ``@main``; there the
+    gradients leave the loops for the slices' sums, and the update runs after the micro-batch loop."""
+    entry = main.body.blocks[0]
+    for op in entry.operations:
+        if MICRO_BATCH in op.operation.attributes:
+            return op.operation.regions[1].blocks[0]
+    return entry
 
 
 def state_leaves(main: func.FuncOp) -> list[tuple[ir.Value, str]]:
@@ -505,6 +517,8 @@ class _Rewrite:
         self.ret = g.ops[-1]
         self.location = g.ops[min(o for ops in self.roles.ops for o in ops if o is not None)].location
         self.outer = Builder(ir.InsertionPoint(self.ret), self.location)
+        enclosing = g.block.owner.operation    # a micro-batch loop's body: stack the state's leaves once, before it
+        self.before = Builder.before(enclosing) if enclosing.name == "stablehlo.while" else self.outer
         self.seeds = sorted({c.leaf for classes in self.roles.operands for c in classes if isinstance(c, Seed)})
         self.per_layer: dict = {}    # PerLayer class -> its values stacked, before both loops
         self.stacked: dict = {}      # seed -> its stack, as the forward loop passes it through
@@ -518,9 +532,12 @@ class _Rewrite:
         exported = [key for key, layers in plan.exports.items()        # a value read outside only at the
                     if key[0] not in plan.backward and not (key in carried_out and layers == {self.length - 1})]
         saved = sorted(set(exported) | set(plan.saved))               # last layer, carried out, needs no row
-        with self.outer:
+        with self.before:
             stacked = [_stacked(g, roles.seeds[s]) for s in self.seeds]
-            self.per_layer = {c: rw.stack([g.values[v] for v in c.values]) for c in _per_layer(roles)}
+        for c in _per_layer(roles):          # values from outside the block: stacked once, before it
+            with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in c.values) else self.outer:
+                self.per_layer[c] = rw.stack([g.values[v] for v in c.values])
+        with self.outer:
             loop = rw.Loop.counted(self.length, carry=[g.values[v] for _, _, v in plan.carries],
                                    inputs=[self._history(g.values[v].type) for _, _, v in plan.carries],
                                    saved=[self._history(self._template(r).results[j].type) for r, j in saved],

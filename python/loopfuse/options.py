@@ -120,9 +120,6 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
         o["steps"] = validate.steps(o["steps"], name("steps"))
     if o["micro_batches"] is not None:
         o["micro_batches"] = validate.steps(o["micro_batches"], name("micro_batches"))
-        if o["memory_budget"] is not None:
-            raise ValueError(f"{name('micro_batches')} and a memory_budget below 1 do not compose yet: roll-layers does "
-                             "not run one slice through its loops (README, \"Micro-batches\")")
     stopping.check(o["until"], o["stop_on_nonfinite"], o["steps"])
     if o["devices"] is not None:
         o["devices"] = _devices(o["devices"], name("devices"))

@@ -193,8 +193,6 @@ def test_a_batch_that_does_not_divide_is_an_error_naming_the_leaf():
         loopfuse.compile_step(train_step(opt), micro_batches=4)((params, opt.init(params)), data)
     with pytest.raises(ValueError, match="micro_batches must be a positive int, got 0"):
         loopfuse.compile_step(train_step(opt), micro_batches=0)
-    with pytest.raises(ValueError, match="do not compose yet"):
-        loopfuse.compile_step(train_step(opt), micro_batches=2, memory_budget=0.0)
 
 
 def test_temporaries_fall_with_the_slices():

@@ -10,11 +10,13 @@ import re
 import jax
 import optax
 import pytest
+from jaxlib.mlir import ir
 
 import layer_fuzz
 import layered
 import loopfuse
 import transformer
+from loopfuse.mlir_context import parse_module
 from loopfuse.passes.layer_runs import runs
 from problems import fresh
 from test_roll_layers import EPS, leaves_close, run
@@ -149,3 +151,22 @@ def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monk
     resumed = loopfuse.fit(call, fresh(state), tokens, 4, chunk=2, progress=False, checkpoint_dir=tmp_path / "b")
     assert resumed.resumed_from == 2 and plain.steps == 2
     leaves_close(resumed.state, result.state)
+
+
+def test_one_slice_at_a_time_runs_through_the_rolled_loops():
+    """micro_batches with a budget: roll-layers rolls the layers inside the micro-batch loop's body (one
+    slice's loss and gradient), the stacks built once before it; within the tolerance of jax.jit."""
+    step, state, tokens = transformer.gpt(**dict(TINY, batch=4), opt=optax.adamw(3e-4, eps=EPS))
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, micro_batches=2)
+    reports = call.compiled(fresh(state), tokens).reports
+    assert rolled_runs(reports["roll-layers"]) == [range(0, 4)], reports["roll-layers"]
+    assert "2 slices" in reports["micro-batch"], reports["micro-batch"]
+    module = parse_module(call.lower(fresh(state), tokens)["final"])
+    main = next(op for op in module.body.operations if op.sym_name.value == "main")
+    loop = next(op for op in main.regions[0].blocks[0].operations if "loopfuse.micro_batch" in op.attributes)
+    inside = []
+    loop.operation.walk(lambda op: inside.append(op) or ir.WalkResult.ADVANCE)
+    stacks = [op for op in inside if op.name == "stablehlo.concatenate" and ir.IntegerAttr(op.attributes["dimension"]).value == 0
+              and ir.RankedTensorType(op.results[0].type).shape[0] == TINY["layers"]]
+    assert any(op.name == "stablehlo.while" for op in inside) and not stacks      # stacked before it, once
+    leaves_close(run(call, fresh(state), tokens, 2)[0], run(jax.jit(step), fresh(state), tokens, 2)[0])

@@ -95,3 +95,42 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
             start = stop
     out = [Run(start, stop, families) for (start, stop, _), families in found.items()]
     return sorted(out, key=lambda r: (min(depth[p] for p in r.families), -r.length * len(r.families), r.start))
+
+
+def keyed_runs(paths: list, types: list, first_use: list, min_length: int = 2) -> list[Run]:
+    """Runs of layers held under keys that say nothing of their order (``['blocks']['cedar']``,
+    ``['blocks']['alder']``, ...), where the paths propose none by an index: a family is the leaves
+    under one key of a dict or attribute, per key (a layer of two or more leaves), and the layers of
+    a run are the keys of alike layers (the same leaves, of the same types), in the order the step
+    first reads them (`first_use[leaf]`: an op's position, or None); families with the same keys
+    (an optimizer's moments mirror the parameters) are one run, in that order. Longest first.
+
+    Examples:
+        >>> paths = [f"[{s}]['b']['{k}']['{w}']" for s in (0, 1) for k in ("elm", "ash") for w in ("w", "v")]
+        >>> first = [5, 6, 1, 2, 20, 21, 22, 23]       # ash runs first; the moments are read by the update
+        >>> [(r.length, {f: [sorted(l.values()) for l in ls] for f, ls in r.families.items()})
+        ...  for r in keyed_runs(paths, ["f32[2]"] * 8, first)]
+        [(2, {"[0]['b'][*]": [[2, 3], [0, 1]], "[1]['b'][*]": [[6, 7], [4, 5]]})]
+    """
+    families: dict = {}     # prefix -> key -> {suffix: leaf}
+    for leaf, path in enumerate(paths):
+        if path is None:
+            continue
+        keys = tokens(path)
+        for at, key in enumerate(keys):
+            if not _INDEX.fullmatch(key):
+                families.setdefault("".join(keys[:at]), {}).setdefault(key, {})["".join(keys[at + 1:])] = leaf
+    found: dict = {}        # (keys, layer signature) -> {family name: {key: layer}}
+    for prefix, layers in families.items():
+        alike: dict = {}
+        for key, layer in layers.items():
+            if len(layer) >= 2 and all(first_use[leaf] is not None for leaf in layer.values()):
+                alike.setdefault(tuple(sorted((s, types[leaf]) for s, leaf in layer.items())), []).append(key)
+        for signature, keys in alike.items():
+            if len(keys) >= min_length:
+                found.setdefault((frozenset(keys), signature), {})[prefix + "[*]"] = {k: layers[k] for k in keys}
+    out = []
+    for (keys, _), fams in found.items():
+        order = sorted(keys, key=lambda k: min(min(first_use[leaf] for leaf in fam[k].values()) for fam in fams.values()))
+        out.append(Run(0, len(order), {name: [fam[k] for k in order] for name, fam in fams.items()}))
+    return sorted(out, key=lambda r: -r.length * len(r.families))

@@ -52,7 +52,7 @@ from .matchers import rows
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
-from .layer_runs import runs
+from .layer_runs import keyed_runs, runs
 from .module_pass import ModulePass, option
 from . import rewriter as rw
 from . import xla_cpu
@@ -92,9 +92,12 @@ class RollLayers(ModulePass):
             tried: set = set()       # the leaf paths of the runs tried so far
             pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
             g = None                 # the block's Dataflow, read again after each rewrite
-            while candidates := self._candidates(state_leaves(main), tried):
+            while True:
                 g = g or Dataflow.of(block, pure, outside=[v for v, _ in state_leaves(main)])
                 leaves = [(g.id_of[v], path) for v, path in state_leaves(main)]
+                candidates = self._candidates(g, leaves, tried)
+                if not candidates:
+                    break
                 whole, names = candidates[0]
                 tried |= names
                 run, plan = self._plan(g, main, whole, leaves)
@@ -111,7 +114,7 @@ class RollLayers(ModulePass):
                 fold_slices(main.operation)
                 g, pure = None, None
             if not tried:
-                lines.append("no run of alike layers: no state leaves differ only in one index")
+                lines.append("no run of alike layers: no state leaves differ only in one index or key")
         self.report(module_op, "\n".join(lines))
 
     def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list):
@@ -155,12 +158,17 @@ class RollLayers(ModulePass):
             most = max(most, *(t[2] for t in found))
         return best() or whole[:2]
 
-    def _candidates(self, leaves: list, tried: set) -> list:
-        """The runs (`layer_runs.runs`) of the state `leaves` not tried yet, with their leaves' paths."""
-        paths = [p for _, p in leaves]
-        found = runs(paths, [str(v.type) for v, _ in leaves], self.min_layers)
-        return [(run, names) for run in found if not (names := {paths[leaf] for per in run.families.values()
-                                                                for layer in per for leaf in layer.values()}) & tried]
+    def _candidates(self, g: Dataflow, leaves: list, tried: set) -> list:
+        """The runs of the state `leaves` ((value id, path)) not tried yet, with their leaves' paths: those
+        an index in the paths proposes (`layer_runs.runs`), or, where none does, the layers held under
+        keys that say nothing of their order, in the order the step first reads them (`keyed_runs`)."""
+        paths, types = [p for _, p in leaves], [str(g.values[v].type) for v, _ in leaves]
+
+        def untried(found: list) -> list:
+            return [(run, names) for run in found if not (names := {paths[leaf] for per in run.families.values()
+                                                                    for layer in per for leaf in layer.values()}) & tried]
+        return untried(runs(paths, types, self.min_layers)) or untried(keyed_runs(
+            paths, types, [min((op for op, _ in g.users[v]), default=None) for v, _ in leaves], self.min_layers))
 
 
 def layers_block(main: func.FuncOp) -> ir.Block:

@@ -8,7 +8,7 @@
 // LAYERS: loopfuse-opt: error: pass 'roll-layers' option 'min-layers': must be >= 2, got 1
 
 // A step without alike layers is left exactly as it is; the report says why.
-// CHECK: module attributes {"loopfuse.report.roll-layers" = "no run of alike layers: no state leaves differ only in one index"}
+// CHECK: module attributes {"loopfuse.report.roll-layers" = "no run of alike layers: no state leaves differ only in one index or key"}
 // CHECK-NEXT: func.func @main(%arg0: tensor<2xf32> {loopfuse.state = "['w']"}, %arg1: tensor<2xf32>) -> (tensor<2xf32> {loopfuse.state = "['w']"}) {
 // CHECK-NEXT: %0 = stablehlo.multiply %arg0, %arg1 : tensor<2xf32>
 // CHECK-NEXT: %1 = stablehlo.multiply %arg0, %arg1 : tensor<2xf32>

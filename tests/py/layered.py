@@ -10,7 +10,7 @@ given), the data an argument of the step.
 * `gpt_variant`: transformer.py's GPT with an unlike first block (a stem without its residual), an
   unlike last block (an MLP of another activation), a per-layer residual scale ``1 / sqrt(2 (i + 1))``
   (depth-scaled residuals), or its blocks held in other containers (a tuple, nested lists, a dict
-  ``h_0`` .. , keys ``w1, w2 ..`` with no container).
+  ``h_0`` .. , keys ``w1, w2 ..`` with no container, a dict of names that say nothing of the order).
 """
 import equinox as eqx
 import flax.linen as nn
@@ -115,7 +115,8 @@ def _scaled(p: dict, x, heads: int, scale: float):
     return x + scale * (transformer.block(p, x, heads) - x)
 
 
-VARIANTS = ("stem_and_last", "depth_scaled", "tuple", "nested", "dict_h", "numbered_keys")
+VARIANTS = ("stem_and_last", "depth_scaled", "tuple", "nested", "dict_h", "numbered_keys", "named")
+NAMES = ("cedar", "alder", "birch", "elm", "fir", "dogwood", "gum", "hazel")   # layer order, not key order
 
 
 def gpt_variant(variant: str, layers: int, width: int, heads: int, seq: int, batch: int, vocab: int, opt=None):
@@ -130,6 +131,8 @@ def gpt_variant(variant: str, layers: int, width: int, heads: int, seq: int, bat
         p["blocks"] = {f"h_{i}": b for i, b in enumerate(blocks)}
     elif variant == "numbered_keys":
         p.update({f"block{i + 1}": b for i, b in enumerate(blocks)})
+    elif variant == "named":         # no index anywhere: the leaves' uses propose the run
+        p["blocks"] = {NAMES[i]: b for i, b in enumerate(blocks)}
     else:
         p["blocks"] = blocks
 
@@ -140,6 +143,8 @@ def gpt_variant(variant: str, layers: int, width: int, heads: int, seq: int, bat
             return [p["blocks"][f"h_{i}"] for i in range(layers)]
         if variant == "numbered_keys":
             return [p[f"block{i + 1}"] for i in range(layers)]
+        if variant == "named":
+            return [p["blocks"][NAMES[i]] for i in range(layers)]
         return list(p["blocks"])
 
     def loss(p, t):

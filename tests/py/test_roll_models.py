@@ -86,7 +86,7 @@ def test_a_per_layer_residual_scale_is_stacked():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["tuple", "nested", "dict_h", "numbered_keys"])
+@pytest.mark.parametrize("variant", ["tuple", "nested", "dict_h", "numbered_keys", "named"])
 def test_blocks_held_in_other_containers_roll(variant):
     step, state, tokens = layered.gpt_variant(variant, **TINY, opt=optax.adamw(3e-4, eps=EPS))
     expected = {"nested": range(0, 2), "numbered_keys": range(1, 5)}.get(variant, range(0, 4))

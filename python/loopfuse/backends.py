@@ -9,7 +9,7 @@ how much of the optimization runs compiled:
 * `CompiledStep`: the whole step (loss, gradient, optimizer update) through `compile_step`, one
                   call per step.
 * `CompiledLoop`: the whole inner loop through ``compile_step(...).loop(steps)``, one call per
-                  chunk of `steps` steps.
+                  chunk of `steps` steps (by default chosen from the program: `chunks.steps_per_call`).
 
 What each computes bit for bit (its reference): `CompiledStep`, ``jax.jit`` of the whole step called
 once per step; `CompiledLoop`, those steps in device loops, as measured bitwise what `CompiledStep`
@@ -107,14 +107,22 @@ class CompiledStep(Fragment, options=("memory_budget", "micro_batches")):
 @dataclass(frozen=True)
 class CompiledLoop(Fragment, options=("devices", "sharding", "memory_budget", "micro_batches")):
     """The whole inner loop compiled by ``compile_step(...).loop(steps)``, one call per `steps` steps; the
-    keywords below are `compile_step`'s (`fragment`)."""
+    keywords below are `compile_step`'s (`fragment`).
+
+    steps: the steps of one device call; None (the default): `minimize` chooses them from the program
+           (`chunks.steps_per_call`): a run the host follows (a progress bar, checkpoints) in calls of
+           `chunks.CHUNK` steps, otherwise the whole run in one call where its step is small (a program per
+           `steps` of minimize, as for a jitted fori_loop), else in calls of about a second of its work.
+           Results are the same whatever the calls (bitwise).
+    """
 
     ad: AD = Reverse()
-    steps: int = 100
+    steps: int | None = None
 
     def __post_init__(self) -> None:
         _check_ad("CompiledLoop", self.ad)
-        validate.steps(self.steps, "CompiledLoop(steps=...)")
+        if self.steps is not None:
+            validate.steps(self.steps, "CompiledLoop(steps=...)")
         self._check_options()
 
     def compile_options(self) -> dict:

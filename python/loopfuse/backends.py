@@ -109,11 +109,11 @@ class CompiledLoop(Fragment, options=("devices", "sharding", "memory_budget", "m
     """The whole inner loop compiled by ``compile_step(...).loop(steps)``, one call per `steps` steps; the
     keywords below are `compile_step`'s (`fragment`).
 
-    steps: the steps of one device call; None (the default): `minimize` chooses them from the program
-           (`chunks.steps_per_call`): a run the host follows (a progress bar, checkpoints) in calls of
-           `chunks.CHUNK` steps, otherwise the whole run in one call where its step is small (a program per
-           `steps` of minimize, as for a jitted fori_loop), else in calls of about a second of its work.
-           Results are the same whatever the calls (bitwise).
+    steps: the steps of one device call; None (the default): `minimize` chooses them from the program: a run
+           the host follows (a progress bar, checkpoints) or on a `Dataset` in calls of `chunks.CHUNK` steps,
+           any other in calls of a bounded amount of its step's work (`chunks.steps_per_call`), the whole
+           run for a small step (a program per `steps` of minimize, as for a jitted fori_loop). Results are
+           the same whatever the calls (bitwise).
     """
 
     ad: AD = Reverse()

@@ -30,8 +30,8 @@ from .leaves import dotted, keyed_paths
 CHAIN_SECONDS = 0.05    # the device time of the chunks a run keeps queued behind the one running, at most
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
 CHUNK = 100             # the steps per device call of a run the host follows (progress bar, callback, checkpoints)
-CALL_BYTES = 4 << 30    # of a run it does not follow: about this much work per call, as bytes of values written,
-OP_BYTES = 512          # an op's fixed cost (its kernel's start) counted as this many
+CALL_BYTES = {"cpu": 4 << 30}   # of a run it does not follow: about this much work per call, as bytes of values
+OP_BYTES = {"cpu": 512}         # written, an op's fixed cost (its kernel's start) counted as this many
 
 
 @dataclass
@@ -336,9 +336,10 @@ def _why_stopped(aux, stopped, n: int, nonfinite: bool) -> str | None:
     return "until" if bool(stopped) else None
 
 
-def steps_per_call(module: ir.Module) -> int:
+def steps_per_call(module: ir.Module, platform: str) -> int:
     """The most steps one device call runs of a run nothing on the host follows (no progress bar, callback
-    or checkpoint), from its step's traced `module` (a choice from the program: never from timings).
+    or checkpoint), from its step's traced `module` and the `platform` it runs on (a choice from the
+    program: never from timings).
 
     Each call costs the host about 50 us (dispatch, results, the driver) and the device its own start:
     20 calls of 100 steps took 0.9 ms more than one call of 2,000 steps of a 3-us step (issue 40). Where the
@@ -347,12 +348,13 @@ def steps_per_call(module: ir.Module) -> int:
     (`wrap_loop.step_work`, `OP_BYTES` per op, every value though XLA fuses most), about 0.1 to 0.3 s on the
     2-core CPU of BENCHMARKS.md for bench_minimize_call's MLPs (80,000 steps of the 32 x 8 one, 7,000 of the
     256 x 64), and never fewer than `CHUNK` steps. A step with loops or conditionals of its own (a line
-    search, an ODE solve) has no such bound: `CHUNK`.
+    search, an ODE solve) has no such bound: `CHUNK`; so has a platform not measured (a GPU's kernels start
+    in microseconds, not tens of nanoseconds: its own figures would be needed).
     """
-    if control_flow.own_control_flow(module.operation):
+    if platform not in CALL_BYTES or control_flow.own_control_flow(module.operation):
         return CHUNK
     ops, values = wrap_loop.step_work(module.operation)
-    return max(CHUNK, CALL_BYTES // max(1, values + OP_BYTES * ops))
+    return max(CHUNK, CALL_BYTES[platform] // max(1, values + OP_BYTES[platform] * ops))
 
 
 def chunk_sizes(start: int, num_steps: int, chunk: int, every: int | None = None) -> set[int]:

@@ -335,7 +335,8 @@ class _Loop(LoopChunks):
     def _traits(self, state) -> "_Traits":
         known = self._known(state)
         if known.traits is None:      # the step traced as a call traces it (`compiler.trace`), a Dataset served
-            known.traits = _Traits.of(self.step._plan(state, self.batch, 0, {}).traced.module)
+            plan = self.step._plan(state, self.batch, 0, {})
+            known.traits = _Traits.of(plan.traced.module, plan.devices[0].platform)
         return known.traits
 
 
@@ -346,8 +347,8 @@ class _Traits(NamedTuple):
     straight: bool    # no loops or conditionals of its own
 
     @classmethod
-    def of(cls, module) -> "_Traits":
-        return cls(steps_per_call(module), not own_control_flow(module.operation))
+    def of(cls, module, platform: str) -> "_Traits":
+        return cls(steps_per_call(module, platform), not own_control_flow(module.operation))
 
 
 @dataclass

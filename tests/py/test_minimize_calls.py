@@ -156,6 +156,7 @@ def test_steps_per_call_reads_the_step():
           return %0 : {t}
         }}""")
     # two calls of @double: two multiplies of 16 floats (its constant is no work)
-    assert steps_per_call(module(16)) == CALL_BYTES // (2 * 64 + 2 * OP_BYTES)
-    assert steps_per_call(module(2**26)) == CHUNK      # 256 MiB per value: never fewer than CHUNK
-    assert steps_per_call(module(16, loop=True)) == CHUNK
+    assert steps_per_call(module(16), "cpu") == CALL_BYTES["cpu"] // (2 * 64 + 2 * OP_BYTES["cpu"])
+    assert steps_per_call(module(2**26), "cpu") == CHUNK      # 256 MiB per value: never fewer than CHUNK
+    assert steps_per_call(module(16, loop=True), "cpu") == CHUNK
+    assert steps_per_call(module(16), "gpu") == CHUNK         # not measured there: calls of CHUNK as before

@@ -104,7 +104,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         result = drive(runner, state, steps, chunk=chunk, pipelined=True)
     if result.interrupted:
         raise KeyboardInterrupt
-    jax.block_until_ready(result.state)
+    if plain is None:                # (one call's state came with the history the driver read)
+        jax.block_until_ready(result.state)
     seconds = time.perf_counter() - t0
     result = members.result(back(result), RETCODES)
     ran = (max(result.steps - result.resumed_from, 0) if isinstance(result.steps, int)       # (member) steps

@@ -88,10 +88,11 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     program, state, stop, stop_on_nonfinite = members.wrap(
         program, initial(params, batch), _flag if until is not None else None, stop_on_nonfinite, ("loss",))
     runner = _runner(backend, program, batch, stop, stop_on_nonfinite)
-    chunk = runner.chunk_size(state, steps, followed=progress or checkpoint_dir is not None)
+    followed = progress or checkpoint_dir is not None      # the host sees each chunk
+    chunk = runner.chunk_size(state, steps, followed)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-    plain = runner.unwatched(state, steps, chunk)
+    plain = runner.unwatched(state, steps, chunk, followed)
     state, checkpoints, back = carried((plain or runner).program(chunk), state, batch, checkpoints)
     (plain or runner).compile(state, chunk_sizes(0, steps, chunk, every))
     compile_seconds = time.perf_counter() - t0
@@ -241,7 +242,7 @@ class _HostChecked:
     def chunk_size(self, state, steps: int, followed: bool) -> int:
         return 1
 
-    def unwatched(self, state, steps: int, chunk: int) -> None:
+    def unwatched(self, state, steps: int, chunk: int, followed: bool) -> None:
         return None
 
     def prepare(self, state, k: int, start: int = 0):
@@ -304,14 +305,16 @@ class _Loop(LoopChunks):
             return min(CHUNK, steps)
         return min(steps, self._traits(state).per_call)
 
-    def unwatched(self, state, steps: int, chunk: int) -> "_Loop | None":
+    def unwatched(self, state, steps: int, chunk: int, followed: bool) -> "_Loop | None":
         """This run without the loop's non-finite stop, where it is the only stop and the run one device call
+        that the host does not follow (no progress bar, no checkpoint of a state the solve may not return)
         of a step without loops or conditionals of its own; else None. `minimize` runs it, then checks the
         loss history on the host: all finite, the stopping loop would have run the same steps (bitwise); a
         NaN or Inf, it runs the stopping loop from the start. A loop that can stop pays for its flag at every
         step (a kernel more: 2-10% of a 3-us step on a loaded CPU); a step that runs on after a NaN cannot loop
         forever where it has no loops of its own."""
-        if not self.stop_on_nonfinite or self.until is not None or chunk < steps or not self._traits(state).straight:
+        if (not self.stop_on_nonfinite or self.until is not None or chunk < steps or followed
+                or not self._traits(state).straight):
             return None
         return _Loop(self.step, self.steps, self.batch, None, False, self._known(state))
 

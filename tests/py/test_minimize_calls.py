@@ -103,6 +103,15 @@ def test_a_diverging_solve_stops_after_its_first_non_finite_loss_as_the_stopping
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(params))
 
 
+def test_a_followed_run_of_one_call_stops_in_the_loop(calls):
+    """A run of one call that the host follows (a progress bar, checkpoints) stops in its loop: nothing it shows
+    or saves is a state the solve does not return."""
+    params, data = mlp(32, 8)
+    s = loopfuse.minimize(loss, params, data, optax.sgd(1e3), steps=300, backend=CompiledLoop(steps=300),
+                          progress=True)
+    assert calls == [(300, True)] and s.retcode == "non_finite"
+
+
 def test_without_the_non_finite_stop_the_losses_are_not_checked(calls):
     params, data = mlp(32, 8)
     s = loopfuse.minimize(loss, params, data, optax.sgd(1e3), steps=300, stop_on_nonfinite=False)

@@ -1,34 +1,33 @@
-"""The whole `minimize` call at the tiny size, repeated: its fixed cost against hand-written loops.
+"""The whole `minimize` call on a family of tiny problems, repeated: its fixed cost against hand-written loops.
 
-    python bench/bench_minimize_call.py [--rounds 101] [--json PATH]     # ~15 s on 2 cores
+    python bench/bench_minimize_call.py [--rounds 61] [--sizes 8x4,32x8] [--json PATH]   # ~2 min on 2 cores
 
-Problem: 2,000 Adam(1e-3) steps of a 4-8-1 tanh MLP on a fixed batch of 16 (tests/py/problems.py's
-sizes). Each variant is one call from the caller's params and data (arguments, never closed over) to
+Problems: 2,000 Adam(1e-3) steps of ``mean((tanh(x @ w0) @ w1 - y) ** 2)``, a 4-W-1 tanh MLP on a
+fixed batch of B rows, for B x W in `SIZES` (batch 8 to 256, hidden width 4 to 64; 32 x 8 is issue
+40's). Each variant is one call from the caller's params and data (arguments, never closed over) to
 results on the host, timed as wall time after a warm-up call (every variant's executables are built):
 
-* ``minimize``:      ``loopfuse.minimize(loss, params, data, adam, steps=2000)`` (CompiledLoop(steps=100)),
+* ``minimize``:      ``loopfuse.minimize(loss, params, data, adam, steps=2000)`` (default backend),
                      the loss history on the host;
-* ``minimize_k2000``: the same with ``backend=CompiledLoop(steps=2000)`` (one device call);
+* ``minimize_k100``: the same with ``backend=CompiledLoop(steps=100)``: 20 device calls of 100 steps;
 * ``fori_loop``:     ``jax.jit`` of a ``lax.fori_loop`` of the same step, the loss history as an output,
                      then moved to the host (what the Solution holds);
+* ``while_loop``:    ``jax.jit`` of a ``lax.while_loop`` of the same step that also stops after a
+                     non-finite loss (minimize's work: ``stop_on_nonfinite=True``), returning the history
+                     and the steps run; the history's rows run moved to the host;
 * ``optimistix``:    ``optx.minimise(loss, optx.OptaxMinimiser(adam, rtol=0, atol=0), params, data,
                      max_steps=2000, throw=False)`` (jitted by optimistix; no loss history).
 
-Two rows that split the call, not references: ``loops_only``, minimize's own 20 device loops
-(its cached program, chained with ``loop.after`` as minimize runs them) from its initial state to
-the final params, nothing read back; ``fori_device``, the fori_loop call without moving the loss
-history to the host.
+Rounds interleave the variants of one problem (bench/harness.py): per-variant medians with min-max, and
+the ratio of the medians, the reference's time over minimize's (>= 1.0: minimize is as fast or faster).
+Targets: every problem >= 1.0x of the fori_loop and of the while_loop, and >= 1.2x of optimistix
+(figure "minimize_call").
 
-Rounds interleave the variants (bench/harness.py): per-variant medians with min-max, and the ratio
-of the medians, the reference's time over minimize's (>= 1.0: minimize is as fast or faster).
-Targets: >= 1.0x of the fori_loop, >= 1.2x of optimistix (figure "minimize_call").
-
-Two tables say where the time goes (the same rounds): the host side, per variant this process's CPU
-time over the wall time (1.0: its threads never ran at once, the host's work and the device loops'
-took turns) and the return of one device call chained after another (minimize's loop of 100 steps
-against jax.jit's fori_loop of 100 of the same steps); the device side, microseconds per step of
-loopfuse's `loop(K)` and of jax.jit's `lax.scan` of K steps at K = 128, 129 and 2000 (a history of
-more than 512 bytes, `runtime.SEQUENTIAL_BYTES`, which loopfuse writes in blocks).
+Where the time goes, per problem (the same rounds): the calling thread's CPU time per call (the host's
+own work: Python, dispatch, copies; the device loop runs on XLA's threads), and the device loops alone:
+microseconds per step of minimize's own loop (its cached program's ``loop(2000)``, the host checking the
+losses after it; and the same loop stopping on a non-finite loss, as ``CompiledLoop(steps=100)`` runs it)
+and of the jitted fori_loop and while_loop, each called on its state without reading anything back.
 """
 import statistics
 import sys
@@ -43,36 +42,66 @@ import optax
 import loopfuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "py"))
 import harness  # noqa: E402
-from problems import batch, mlp_loss, mlp_params  # noqa: E402
 
 STEPS = 2000
 OPT = optax.adam(1e-3)
-TARGETS = {"fori_loop": 1.0, "optimistix": 1.2}
+SIZES = ((8, 4), (16, 8), (32, 8), (8, 64), (64, 16), (128, 32), (256, 4), (256, 64))   # (batch, width)
+TARGETS = {"fori_loop": 1.0, "while_loop": 1.0, "optimistix": 1.2}
 
 
-def fori_loop_run():
-    """The jitted fori_loop: ``(params, data) -> (params, loss history)``, on the device."""
-    @jax.jit
-    def run(params, data):
-        def body(i, carry):
-            p, s, losses = carry
-            value, grads = jax.value_and_grad(mlp_loss)(p, data)
-            updates, s = OPT.update(grads, s, p)
-            return optax.apply_updates(p, updates), s, losses.at[i].set(value)
-        params, _, losses = jax.lax.fori_loop(0, STEPS, body, (params, OPT.init(params), jnp.zeros(STEPS)))
-        return params, losses
-    return run
+def loss(params, data):
+    return jnp.mean((jnp.tanh(data["x"] @ params["w0"]) @ params["w1"] - data["y"]) ** 2)
 
 
-def fori_loop_solve():
-    run = fori_loop_run()
+def problem(batch: int, width: int, seed: int = 0):
+    """(params, data) of a 4-`width`-1 MLP on `batch` rows, as device arrays."""
+    rng = np.random.default_rng(seed)
+    params = {"w0": rng.normal(size=(4, width)) / 2, "w1": rng.normal(size=(width, 1)) / np.sqrt(width)}
+    data = {"x": rng.normal(size=(batch, 4)), "y": rng.normal(size=(batch, 1))}
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), (params, data))
 
-    def solve(params, data):
-        params, losses = run(params, data)
-        return jax.block_until_ready(params), np.asarray(losses)
-    return solve
+
+def step(state, data):
+    """minimize's step: value and gradient, Adam, the loss."""
+    params, opt_state = state
+    value, grads = jax.value_and_grad(loss)(params, data)
+    updates, opt_state = OPT.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state), value
+
+
+@jax.jit
+def fori_run(params, data):
+    """``(params, data) -> (params, loss history)``: the jitted fori_loop."""
+    def body(i, carry):
+        state, losses = carry
+        state, value = step(state, data)
+        return state, losses.at[i].set(value)
+    (params, _), losses = jax.lax.fori_loop(0, STEPS, body, ((params, OPT.init(params)), jnp.zeros(STEPS)))
+    return params, losses
+
+
+@jax.jit
+def while_run(params, data):
+    """``(params, data) -> (params, loss history, steps run)``: the jitted while_loop, stopping after a
+    non-finite loss (rows of steps not run are NaN)."""
+    def body(carry):
+        i, state, losses, _ = carry
+        state, value = step(state, data)
+        return i + 1, state, losses.at[i].set(value), jnp.isfinite(value)
+    i, (params, _), losses, _ = jax.lax.while_loop(lambda c: (c[0] < STEPS) & c[3], body,
+                                                   (0, (params, OPT.init(params)), jnp.full(STEPS, jnp.nan), True))
+    return params, losses, i
+
+
+def fori_solve(params, data):
+    params, losses = fori_run(params, data)
+    return jax.block_until_ready(params), np.asarray(losses)
+
+
+def while_solve(params, data):
+    params, losses, ran = while_run(params, data)
+    return jax.block_until_ready(params), np.asarray(losses)[:int(ran)]
 
 
 def optimistix_solve():
@@ -80,143 +109,106 @@ def optimistix_solve():
     solver = optx.OptaxMinimiser(OPT, rtol=0.0, atol=0.0)
 
     def solve(params, data):
-        sol = optx.minimise(mlp_loss, solver, params, data, max_steps=STEPS, throw=False)
-        return jax.block_until_ready(sol.value)
+        return jax.block_until_ready(optx.minimise(loss, solver, params, data, max_steps=STEPS, throw=False).value)
     return solve
 
 
-def loops_only():
-    from loopfuse.solve import _cached_program
-    backend = loopfuse.CompiledLoop()
-    init, program = _cached_program(mlp_loss, True, OPT, backend, None)
-    loop = program.loop(backend.steps, stop_on_nonfinite=True)
+def minimize_solve(backend=None):
+    keywords = {} if backend is None else {"backend": backend}
 
     def solve(params, data):
-        state, stopped = init(params, data), None
-        for _ in range(STEPS // backend.steps):
-            state, _, _, stopped = loop(state, data) if stopped is None else loop.after(stopped, state, data)
-        return jax.block_until_ready(state)
-    return solve
-
-
-def fori_device():
-    run = fori_loop_run()
-    return lambda params, data: jax.block_until_ready(run(params, data))
-
-
-def step(state, data):
-    """minimize's step, as a loop of it runs it: value and gradient, Adam, the loss as aux."""
-    params, opt_state = state
-    value, grads = jax.value_and_grad(mlp_loss)(params, data)
-    updates, opt_state = OPT.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), opt_state), {"loss": value}
-
-
-def chained_return_us(calls: int = 40) -> dict:
-    """Median microseconds to the return of one device call of 100 steps chained after another (its
-    state not ready): minimize's loop (as it dispatches them, `loop.after`) and jax.jit's fori_loop."""
-    from loopfuse.solve import _cached_program
-    init, program = _cached_program(mlp_loss, True, OPT, loopfuse.CompiledLoop(), None)
-    loop = program.loop(100, stop_on_nonfinite=True)
-
-    @jax.jit
-    def fori(state, data):
-        def body(i, carry):
-            s, losses = carry
-            s, aux = step(s, data)
-            return s, losses.at[i].set(aux["loss"])
-        return jax.lax.fori_loop(0, 100, body, (state, jnp.zeros(100)))
-    fori = jax.jit(fori, donate_argnums=0)
-    calls_of = {"loopfuse loop(100)": lambda s, stopped: loop.after(stopped, s, batch())[::3],
-                "jax.jit fori_loop(100)": lambda s, stopped: (fori(s, batch())[0], stopped)}
-    out = {}
-    for name, call in calls_of.items():
-        state, stopped, times = init(mlp_params(), batch()), np.False_, []
-        state, stopped = call(state, stopped)
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            state, stopped = call(state, stopped)
-            times.append(time.perf_counter() - t0)
-        jax.block_until_ready(state)
-        out[name] = 1e6 * statistics.median(times)
-    return out
-
-
-def per_step_us(ks=(128, 129, 2000), steps: int = 4000, rounds: int = 9) -> dict:
-    """{(variant, K): median us per step}: `steps` steps as chained calls of loopfuse's loop(K) and of
-    jax.jit's lax.scan of K steps (donated), interleaved rounds."""
-    variants = {}
-    for k in ks:
-        variants[("loopfuse loop", k)] = loopfuse.compile_step(step).loop(k)
-        variants[("jax.jit lax.scan", k)] = jax.jit(lambda s, d, k=k: jax.lax.scan(lambda c, _: step(c, d), s, None,
-                                                                                  length=k), donate_argnums=0)
-    states = {v: (mlp_params(), OPT.init(mlp_params())) for v in variants}
-
-    def run(v):
-        def once():
-            t0 = time.perf_counter()
-            for _ in range(-(-steps // v[1])):
-                states[v] = variants[v](states[v], batch())[0]
-            jax.block_until_ready(states[v])
-            return 1e6 * (time.perf_counter() - t0) / (-(-steps // v[1]) * v[1])
-        return once
-    for v in variants:
-        run(v)()
-    return {v: statistics.median(t) for v, t in harness.interleave({v: run(v) for v in variants}, rounds).items()}
-
-
-def minimize_solve(backend):
-    def solve(params, data):
-        sol = loopfuse.minimize(mlp_loss, params, data, OPT, steps=STEPS, backend=backend)
+        sol = loopfuse.minimize(loss, params, data, OPT, steps=STEPS, **keywords)
         return sol.params, sol.loss_history
     return solve
 
 
+def clocked(fn) -> tuple[float, float]:
+    """(wall seconds, the calling thread's CPU seconds) of ``fn()``."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0, time.thread_time() - c0
+
+
+def device_us_per_step(params, data, rounds: int) -> dict:
+    """{loop: median us per step}: minimize's own device loops (its cached program's ``loop(2000)``, which it
+    runs, the host checking the losses after it, and the same loop stopping on a non-finite loss) and the
+    jitted fori_loop and while_loop, each called on its state without reading anything back, interleaved rounds."""
+    from loopfuse.solve import _cached_program
+    init, program = _cached_program(loss, True, OPT, loopfuse.CompiledLoop(), None)
+    loop, stopping = program.loop(STEPS), program.loop(STEPS, stop_on_nonfinite=True)
+    calls = {"minimize's loop(2000)": lambda: loop(init(params, data), data)[0],
+             "loop(2000) with the stop": lambda: stopping(init(params, data), data)[0],
+             "fori_loop": lambda: fori_run(params, data)[0], "while_loop": lambda: while_run(params, data)[0]}
+    for call in calls.values():
+        jax.block_until_ready(call())
+    got = harness.interleave({name: (lambda call=call: clocked(call)[0]) for name, call in calls.items()}, rounds)
+    return {name: 1e6 * statistics.median(t) / STEPS for name, t in got.items()}
+
+
+def same(a, b) -> bool:
+    """Whether two (params, history) results have the same bits."""
+    return all(x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)
+               for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True))
+
+
 def main() -> None:
-    ap = harness.parser(__doc__, rounds=101)
+    ap = harness.parser(__doc__, rounds=61)
+    ap.add_argument("--sizes", default=",".join(f"{b}x{w}" for b, w in SIZES), help="problems, BATCHxWIDTH,...")
     ns = ap.parse_args()
     if ns.quick:
         ns.rounds = 2
+    sizes = [tuple(map(int, s.split("x"))) for s in ns.sizes.split(",")]
     out = harness.Report("minimize_call", ns)
-    params, data = mlp_params(), batch()
-    variants = {"minimize": minimize_solve(loopfuse.CompiledLoop()),
-                "minimize_k2000": minimize_solve(loopfuse.CompiledLoop(steps=STEPS)),
-                "fori_loop": fori_loop_solve(), "optimistix": optimistix_solve(),
-                "loops_only": loops_only(), "fori_device": fori_device()}
-    first = {name: 1e3 * harness.clocked(lambda: solve(params, data))[0] for name, solve in variants.items()}
-    clocks = harness.interleave({name: (lambda solve=solve: harness.clocked(lambda: solve(params, data)))
-                                 for name, solve in variants.items()}, ns.rounds)
-    times = {name: [1e3 * wall for wall, _ in c] for name, c in clocks.items()}
-    cpu_share = {name: statistics.median(cpu / wall for wall, cpu in c) for name, c in clocks.items()}
-    lines = [f"Whole call, wall ms: first call, then median (min–max) over {ns.rounds} interleaved rounds", "",
-             "| variant | first call ms | call ms |", "|---|---:|---:|"]
-    lines += [f"| {n} | {first[n]:,.1f} | {harness.summary(t)['median']:.2f} ({harness.spread_text(t, '{:.2f}')}) |"
-              for n, t in times.items()]
-    lines += ["", "| minimize against | reference / minimize, ratio of medians | target |", "|---|---|---|"]
-    rows = []
-    for ours in ("minimize", "minimize_k2000"):
-        for ref, target in TARGETS.items():
-            c = harness.compare(times[ours], times[ref], higher_is_better=False)
-            verdict = "met" if c["ratio"] >= target else "**missed**"
-            lines.append(f"| {ours} vs {ref} | {c['ratio']:.2f}x" + ("" if c["measured"] else f", {harness.ratio_text(c)}")
-                         + f" | >= {target}x: {verdict} |")
-            rows.append(dict(ours=ours, ref=ref, target=target, **c))
-    returns = chained_return_us(4 if ns.quick else 40)
-    lines += ["", "Host side: CPU time over wall time of the call (median), and the return of one device call of 100 "
-              "steps chained after another (median us)", "", "| variant | CPU / wall |", "|---|---:|"]
-    lines += [f"| {n} | {share:.2f} |" for n, share in cpu_share.items()]
-    lines += ["", "| device call, chained | returns after, us |", "|---|---:|"]
-    lines += [f"| {n} | {us:.1f} |" for n, us in returns.items()]
-    per_step = per_step_us(steps=400 if ns.quick else 4000, rounds=1 if ns.quick else 9)
-    ks = sorted({k for _, k in per_step})
-    lines += ["", "Device side: us per step of chained loop(K) calls of minimize's step (median of interleaved "
-              "rounds, 4,000 steps each)", "", "| variant | " + " | ".join(f"K = {k}" for k in ks) + " |",
-              "|---|" + "---:|" * len(ks)]
-    for name in dict.fromkeys(v for v, _ in per_step):
-        lines.append(f"| {name} | " + " | ".join(f"{per_step[(name, k)]:.2f}" for k in ks) + " |")
-    out.section("\n".join(lines) + "\n", first=first, times={n: harness.summary(t) for n, t in times.items()},
-                ratios=rows, cpu_share=cpu_share, chained_return_us=returns,
-                per_step_us={f"{v} K={k}": us for (v, k), us in per_step.items()})
+    variants = {"minimize": minimize_solve(), "minimize_k100": minimize_solve(loopfuse.CompiledLoop(steps=100)),
+                "fori_loop": fori_solve, "while_loop": while_solve, "optimistix": optimistix_solve()}
+    rows, host, device, bitwise = [], {}, {}, {}
+    for batch, width in sizes:
+        name = f"{batch} x {width}"
+        params, data = problem(batch, width)
+        results = {v: solve(params, data) for v, solve in variants.items()}     # also builds every executable
+        if not same(results["minimize"], results["minimize_k100"]):    # the chunking never changes results
+            raise AssertionError(f"{name}: minimize's params or loss history differ from minimize_k100's")
+        bitwise[name] = {ref: same(results["minimize"], results[ref]) for ref in ("fori_loop", "while_loop")}
+        clocks = harness.interleave({v: (lambda solve=solve: clocked(lambda: solve(params, data)))
+                                     for v, solve in variants.items()}, ns.rounds)
+        times = {v: [1e3 * wall for wall, _ in c] for v, c in clocks.items()}
+        host[name] = {v: 1e6 * statistics.median(cpu for _, cpu in c) for v, c in clocks.items()}
+        device[name] = device_us_per_step(params, data, 3 if ns.quick else max(5, ns.rounds // 4))
+        row = dict(problem=name, times={v: harness.summary(t) for v, t in times.items()}, ratios={})
+        for ref in TARGETS:
+            row["ratios"][ref] = harness.compare(times["minimize"], times[ref], higher_is_better=False)
+        row["ratios"]["minimize_k100"] = harness.compare(times["minimize"], times["minimize_k100"], higher_is_better=False)
+        rows.append(row)
+        out.save()
+        print(name, {v: round(t["median"], 2) for v, t in row["times"].items()},
+              {r: round(c["ratio"], 3) for r, c in row["ratios"].items()}, flush=True)
+
+    names = list(variants)
+    lines = [f"Whole call, wall ms: median (min–max) over {ns.rounds} interleaved rounds per problem "
+             "(batch x width)", "", "| problem | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines += [f"| {r['problem']} | " + " | ".join(
+        f"{r['times'][v]['median']:.2f} ({r['times'][v]['min']:.2f}–{r['times'][v]['max']:.2f})" for v in names) + " |"
+        for r in rows]
+    lines += ["", "Reference / minimize, ratio of medians (>= 1.0: minimize as fast or faster); "
+              "target per problem: " + ", ".join(f">= {t}x of {ref}" for ref, t in TARGETS.items()), "",
+              "| problem | " + " | ".join(f"vs {ref}" for ref in TARGETS) + " | vs minimize_k100 | "
+              "minimize bitwise = fori_loop, while_loop |", "|---|" + "---|" * (len(TARGETS) + 2)]
+    for r in rows:
+        cells = [f"{c['ratio']:.2f}x (±{100 * c['spread']:.0f}%)" for c in r["ratios"].values()]
+        cells = [cell + ("" if ref not in TARGETS else ": met" if r["ratios"][ref]["ratio"] >= TARGETS[ref]
+                         else ": **missed**") for cell, ref in zip(cells, r["ratios"])]
+        lines.append(f"| {r['problem']} | " + " | ".join(cells) + " | "
+                     + ", ".join(str(b) for b in bitwise[r["problem"]].values()) + " |")
+    lines += ["", "Host side: the calling thread's CPU time per call, median us (the device loops run on XLA's threads)",
+              "", "| problem | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines += [f"| {p} | " + " | ".join(f"{h[v]:,.0f}" for v in names) + " |" for p, h in host.items()]
+    loops = list(next(iter(device.values())))
+    lines += ["", "Device side: us per step of each device loop alone (one call of 2,000 steps, nothing read back; "
+              "median of interleaved rounds)", "", "| problem | " + " | ".join(loops) + " |",
+              "|---|" + "---:|" * len(loops)]
+    lines += [f"| {p} | " + " | ".join(f"{d[v]:.2f}" for v in loops) + " |" for p, d in device.items()]
+    out.section("\n".join(lines) + "\n", problems=rows, host_cpu_us=host, device_us_per_step=device,
+                bitwise=bitwise)
     out.write()
 
 

@@ -43,7 +43,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from . import rewriter as rw
-from .functions import arg_attrs, main_func, result_attrs, set_result_attrs, string_attr
+from .functions import arg_attrs, function, main_func, result_attrs, set_result_attrs, string_attr
 from .module_pass import ModulePass, PassError, option
 from .vocabulary import BODY, RESULT, SDY_SHARDING, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
 
@@ -228,6 +228,50 @@ def history_rows(module_op: ir.Operation, steps: int, max_bytes: int) -> int:
         return 0
     rows = min(max_bytes // n for n in aux)
     return rows if rows < steps else 0
+
+
+def step_work(module_op: ir.Operation) -> tuple[int, int]:
+    """``(ops, bytes)`` one call of the module's ``@main`` runs: its ops and the bytes of their results, a
+    called function's once per call (constants, returns and calls themselves left out). A step's time grows
+    with both (a kernel's fixed cost, the values it writes); a loop of `steps` steps runs `steps` times them.
+
+    Examples:
+        >>> from loopfuse.mlir_context import parse_module
+        >>> step_work(parse_module('''
+        ... func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+        ...   %0 = func.call @twice(%x) : (tensor<4xf32>) -> tensor<4xf32>
+        ...   %1 = func.call @twice(%0) : (tensor<4xf32>) -> tensor<4xf32>
+        ...   return %1 : tensor<4xf32>
+        ... }
+        ... func.func private @twice(%x: tensor<4xf32>) -> tensor<4xf32> {
+        ...   %0 = stablehlo.add %x, %x : tensor<4xf32>
+        ...   return %0 : tensor<4xf32>
+        ... }''').operation)
+        (2, 32)
+    """
+    totals: dict[str, tuple[int, int]] = {}
+
+    def total(name: str) -> tuple[int, int]:
+        if name not in totals:
+            totals[name] = (0, 0)        # a recursive call counts nothing more
+            ops = values = 0
+
+            def visit(op: ir.Operation) -> ir.WalkResult:
+                nonlocal ops, values
+                if op.name == "func.call":
+                    n, b = total(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+                    ops, values = ops + n, values + b
+                elif op.name not in _NO_WORK:
+                    ops, values = ops + 1, values + sum(_bytes(r.type) for r in op.results)
+                return ir.WalkResult.ADVANCE
+
+            function(module_op, name).operation.walk(visit)
+            totals[name] = (ops, values)
+        return totals[name]
+    return total("main")
+
+
+_NO_WORK = ("func.func", "func.return", "stablehlo.return", "stablehlo.constant")
 
 
 def _bytes(t: ir.Type) -> int:

@@ -9,7 +9,7 @@ how much of the optimization runs compiled:
 * `CompiledStep`: the whole step (loss, gradient, optimizer update) through `compile_step`, one
                   call per step.
 * `CompiledLoop`: the whole inner loop through ``compile_step(...).loop(steps)``, one call per
-                  chunk of `steps` steps.
+                  chunk of `steps` steps (by default chosen from the program: `chunks.steps_per_call`).
 
 What each computes bit for bit (its reference): `CompiledStep`, ``jax.jit`` of the whole step called
 once per step; `CompiledLoop`, those steps in device loops, as measured bitwise what `CompiledStep`
@@ -107,14 +107,22 @@ class CompiledStep(Fragment, options=("memory_budget", "micro_batches")):
 @dataclass(frozen=True)
 class CompiledLoop(Fragment, options=("devices", "sharding", "memory_budget", "micro_batches")):
     """The whole inner loop compiled by ``compile_step(...).loop(steps)``, one call per `steps` steps; the
-    keywords below are `compile_step`'s (`fragment`)."""
+    keywords below are `compile_step`'s (`fragment`).
+
+    steps: the steps of one device call; None (the default): `minimize` chooses them from the program: a run
+           the host follows (a progress bar, checkpoints) or on a `Dataset` in calls of `chunks.CHUNK` steps,
+           any other in calls of a bounded amount of its step's work (`chunks.steps_per_call`), the whole
+           run for a small step (a program per `steps` of minimize, as for a jitted fori_loop). Results are
+           the same whatever the calls (bitwise).
+    """
 
     ad: AD = Reverse()
-    steps: int = 100
+    steps: int | None = None
 
     def __post_init__(self) -> None:
         _check_ad("CompiledLoop", self.ad)
-        validate.steps(self.steps, "CompiledLoop(steps=...)")
+        if self.steps is not None:
+            validate.steps(self.steps, "CompiledLoop(steps=...)")
         self._check_options()
 
     def compile_options(self) -> dict:

@@ -16,10 +16,12 @@ from typing import Any, Callable, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxlib.mlir import ir
 
 from . import packed, validate
 from .checkpoint import CarriedAs, Checkpoints
 from .errors import FitError
+from .passes import control_flow, wrap_loop
 from .results import FitResult
 from .sigint import SigintHold
 from .step import Step
@@ -27,6 +29,9 @@ from .leaves import dotted, keyed_paths
 
 CHAIN_SECONDS = 0.05    # the device time of the chunks a run keeps queued behind the one running, at most
 STOPS = ("until", "non_finite")     # the retcodes of a run a step ended (recorded in its checkpoint)
+CHUNK = 100             # the steps per device call of a run the host follows (progress bar, callback, checkpoints)
+CALL_BYTES = {"cpu": 4 << 30}   # of a run it does not follow: about this much work per call, as bytes of values
+OP_BYTES = {"cpu": 512}         # written, an op's fixed cost (its kernel's start) counted as this many
 
 
 @dataclass
@@ -329,6 +334,27 @@ def _why_stopped(aux, stopped, n: int, nonfinite: bool) -> str | None:
                          for h in jax.tree_util.tree_leaves(aux)):
         return "non_finite"
     return "until" if bool(stopped) else None
+
+
+def steps_per_call(module: ir.Module, platform: str) -> int:
+    """The most steps one device call runs of a run nothing on the host follows (no progress bar, callback
+    or checkpoint), from its step's traced `module` and the `platform` it runs on (a choice from the
+    program: never from timings).
+
+    Each call costs the host about 50 us (dispatch, results, the driver) and the device its own start:
+    20 calls of 100 steps took 0.9 ms more than one call of 2,000 steps of a 3-us step (issue 40). Where the
+    host follows the run, it sees each chunk of `CHUNK` steps; otherwise chunks serve only Ctrl-C, which
+    stops after the call in flight: a call does `CALL_BYTES` of work, each step's ops and values counted
+    (`wrap_loop.step_work`, `OP_BYTES` per op, every value though XLA fuses most), about 0.1 to 0.3 s on the
+    2-core CPU of BENCHMARKS.md for bench_minimize_call's MLPs (80,000 steps of the 32 x 8 one, 7,000 of the
+    256 x 64), and never fewer than `CHUNK` steps. A step with loops or conditionals of its own (a line
+    search, an ODE solve) has no such bound: `CHUNK`; so has a platform not measured (a GPU's kernels start
+    in microseconds, not tens of nanoseconds: its own figures would be needed).
+    """
+    if platform not in CALL_BYTES or control_flow.own_control_flow(module.operation):
+        return CHUNK
+    ops, values = wrap_loop.step_work(module.operation)
+    return max(CHUNK, CALL_BYTES[platform] // max(1, values + OP_BYTES[platform] * ops))
 
 
 def chunk_sizes(start: int, num_steps: int, chunk: int, every: int | None = None) -> set[int]:

@@ -133,7 +133,8 @@ class Solo:
 
     def result(self, result: FitResult, names: dict | None = None) -> FitResult:
         """The driver's `FitResult` of the run `result`, its retcodes renamed by `names` (minimize's "converged")."""
-        return result if not names else replace(result, retcode=names.get(str(result.retcode), result.retcode))
+        renamed = names.get(str(result.retcode)) if names else None
+        return result if renamed is None else replace(result, retcode=renamed)
 
     def best(self, losses, steps) -> int | None:
         """The best member by its last loss (`losses` [N, steps]): None for one solve."""

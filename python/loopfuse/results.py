@@ -36,6 +36,8 @@ class FitResult:
     @property
     def interrupted(self) -> bool:
         """Stopped early by KeyboardInterrupt (Ctrl-C)."""
+        if isinstance(self.retcode, str):
+            return self.retcode == "interrupted"
         return bool(np.any(np.asarray(self.retcode) == "interrupted"))
 
 

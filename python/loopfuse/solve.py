@@ -3,8 +3,8 @@ import functools
 import inspect
 import os
 import time
-from dataclasses import replace
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -14,9 +14,11 @@ import optax
 from . import stopping, validate
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .checkpoint import Checkpoints
-from .chunks import LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, drive
+from .chunks import (CHUNK, LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, drive,
+                     steps_per_call)
 from .data import Dataset
 from .ensemble import wrapper
+from .passes.control_flow import own_control_flow
 from .results import Solution
 from .step import Step
 
@@ -82,25 +84,33 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     batch = () if data is None else data
     t0 = time.perf_counter()
     init, program = _program(loss, data is not None, optimizer, backend, until)
+    initial = members.init(init)
     program, state, stop, stop_on_nonfinite = members.wrap(
-        program, members.init(init)(params, batch), _flag if until is not None else None, stop_on_nonfinite, ("loss",))
+        program, initial(params, batch), _flag if until is not None else None, stop_on_nonfinite, ("loss",))
     runner = _runner(backend, program, batch, stop, stop_on_nonfinite)
-    chunk = min(runner.chunk, steps)
+    followed = progress or checkpoint_dir is not None      # the host sees each chunk
+    chunk = runner.chunk_size(state, steps, followed)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-    state, checkpoints, back = carried(runner.program(chunk), state, batch, checkpoints)
-    runner.compile(state, chunk_sizes(0, steps, chunk, every))
+    plain = runner.unwatched(state, steps, chunk, followed)
+    state, checkpoints, back = carried((plain or runner).program(chunk), state, batch, checkpoints)
+    (plain or runner).compile(state, chunk_sizes(0, steps, chunk, every))
     compile_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    result = drive(runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints, every=every,
-                   pipelined=True)    # a Ctrl-C raises KeyboardInterrupt here either way
+    result = drive(plain or runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints,
+                   every=every, pipelined=True)    # a Ctrl-C raises KeyboardInterrupt here either way
+    if plain is not None and not result.interrupted and not np.isfinite(result.history["loss"]).all():
+        state, _, back = carried(runner.program(chunk), initial(params, batch), batch)     # stop at the first one
+        result = drive(runner, state, steps, chunk=chunk, pipelined=True)
     if result.interrupted:
         raise KeyboardInterrupt
-    jax.block_until_ready(result.state)
+    if plain is None:                # (one call's state came with the history the driver read)
+        jax.block_until_ready(result.state)
     seconds = time.perf_counter() - t0
     result = members.result(back(result), RETCODES)
-    ran = int(np.sum(np.maximum(np.asarray(result.steps) - result.resumed_from, 0)))   # (member) steps this call ran
+    ran = (max(result.steps - result.resumed_from, 0) if isinstance(result.steps, int)       # (member) steps
+           else int(np.sum(np.maximum(result.steps - result.resumed_from, 0))))                  # this call ran
     losses = result.history["loss"]
     return Solution(result.state[0], losses, result.steps, result.retcode, ran / seconds, compile_seconds, backend,
                     members.best(losses, result.steps))
@@ -224,10 +234,23 @@ def _keywords(fn: Callable, offered: tuple) -> tuple:
 _HISTORY = jax.tree_util.tree_structure({"loss": 0})    # the aux history of a host-checked runner
 
 
-class _Eager:
-    """GradOnly: a jitted derivative inside an eager Python step, one step per `run`."""
+class _HostChecked:
+    """A runner whose chunk is one step, its stop checked on the host."""
 
-    chunk, chains = 1, False
+    chains = False
+
+    def chunk_size(self, state, steps: int, followed: bool) -> int:
+        return 1
+
+    def unwatched(self, state, steps: int, chunk: int, followed: bool) -> None:
+        return None
+
+    def prepare(self, state, k: int, start: int = 0):
+        return _HISTORY
+
+
+class _Eager(_HostChecked):
+    """GradOnly: a jitted derivative inside an eager Python step, one step per `run`."""
 
     def __init__(self, update: Callable, batch, stop: Callable | None, stop_on_nonfinite: bool):
         self.update, self.batch, self.stop, self.stop_on_nonfinite = update, batch, stop, stop_on_nonfinite
@@ -238,9 +261,6 @@ class _Eager:
     def program(self, k: int) -> None:
         return None
 
-    def prepare(self, state, k: int, start: int = 0):
-        return _HISTORY
-
     def run(self, state, start: int, k: int, after=None):
         batch = self.batch.batch(np.int32(start)) if isinstance(self.batch, Dataset) else self.batch
         new_state, aux = self.update(state, batch)
@@ -248,10 +268,8 @@ class _Eager:
                                      self.stop_on_nonfinite)
 
 
-class _Stepped:
+class _Stepped(_HostChecked):
     """CompiledStep: one call of the compiled `step` (its aux with a step axis) per step."""
-
-    chunk, chains = 1, False
 
     def __init__(self, step: Step, batch, stop: Callable | None, stop_on_nonfinite: bool):
         self.step, self.batch, self.stop, self.stop_on_nonfinite = step, batch, stop, stop_on_nonfinite
@@ -262,25 +280,88 @@ class _Stepped:
     def program(self, k: int) -> Step:
         return self.step
 
-    def prepare(self, state, k: int, start: int = 0):
-        return _HISTORY
-
     def run(self, state, start: int, k: int, after=None):
         state, aux = self.step(state, self.batch, start=start)
         return state, *_one_step(state, aux, self.stop, self.stop_on_nonfinite)
 
 
 class _Loop(LoopChunks):
-    """CompiledLoop: device loops of `steps` steps of `step`, each ending after a step where ``stop(new_state,
-    aux)`` is true: the loop's own stop (one solve's: `_flag`, the step's `until` flag)."""
+    """CompiledLoop: device loops of `steps` steps of `step` (None: chosen from the program), each ending after
+    a step where ``stop(new_state, aux)`` is true: the loop's own stop (one solve's: `_flag`, the step's `until`
+    flag)."""
 
-    def __init__(self, step: Step, steps: int, batch, stop: Callable | None, stop_on_nonfinite: bool):
+    def __init__(self, step: Step, steps: int | None, batch, stop: Callable | None, stop_on_nonfinite: bool,
+                 known: "_Known | None" = None):
         super().__init__(step, batch, stop, stop_on_nonfinite)
-        self.chunk = steps
+        self.steps, self.known = steps, known
+
+    def chunk_size(self, state, steps: int, followed: bool) -> int:
+        """The steps per device call of a run of `steps`: `CompiledLoop(steps=...)`'s; else `CHUNK` for a run
+        the host follows (`followed`: a progress bar, checkpoints) or on a `Dataset` (a call serves its
+        steps' epochs); else `steps_per_call` (the whole run, for a small step)."""
+        if self.steps is not None:
+            return min(self.steps, steps)
+        if followed or isinstance(self.batch, Dataset):
+            return min(CHUNK, steps)
+        return min(steps, self._traits(state).per_call)
+
+    def unwatched(self, state, steps: int, chunk: int, followed: bool) -> "_Loop | None":
+        """This run without the loop's non-finite stop, where it is the only stop and the run one device call
+        that the host does not follow (no progress bar, no checkpoint of a state the solve may not return)
+        of a step without loops or conditionals of its own; else None. `minimize` runs it, then checks the
+        loss history on the host: all finite, the stopping loop would have run the same steps (bitwise); a
+        NaN or Inf, it runs the stopping loop from the start. A loop that can stop pays for its flag at every
+        step (a kernel more: 2-10% of a 3-us step on a loaded CPU); a step that runs on after a NaN cannot loop
+        forever where it has no loops of its own."""
+        if (not self.stop_on_nonfinite or self.until is not None or chunk < steps or followed
+                or not self._traits(state).straight):
+            return None
+        return _Loop(self.step, self.steps, self.batch, None, False, self._known(state))
+
+    def prepare(self, state, k: int, start: int = 0):
+        """`LoopChunks.prepare` once per loop and signature (a repeated solve asks its Step for nothing)."""
+        built = self._known(state).aux
+        key = (self.until, self.stop_on_nonfinite, k)
+        if key not in built:
+            built[key] = super().prepare(state, k, start)
+        return built[key]
 
     def compile(self, state, sizes) -> None:
         for k in sizes:
             self.prepare(state, k)
+
+    def _known(self, state) -> "_Known":
+        """What is known of the step at this run's abstract signature (kept with the Step)."""
+        if self.known is None:
+            self.known = self.step.derived(("minimize", Step._signature(state, self.batch, {})[0]), _Known)
+        return self.known
+
+    def _traits(self, state) -> "_Traits":
+        known = self._known(state)
+        if known.traits is None:      # the step traced as a call traces it (`compiler.trace`), a Dataset served
+            plan = self.step._plan(state, self.batch, 0, {})
+            known.traits = _Traits.of(plan.traced.module, plan.devices[0].platform)
+        return known.traits
+
+
+class _Traits(NamedTuple):
+    """What `minimize`'s choices read of its traced step."""
+
+    per_call: int     # `steps_per_call`
+    straight: bool    # no loops or conditionals of its own
+
+    @classmethod
+    def of(cls, module, platform: str) -> "_Traits":
+        return cls(steps_per_call(module, platform), not own_control_flow(module.operation))
+
+
+@dataclass
+class _Known:
+    """What one solve's runs learned of its step at one abstract signature: its traits (traced once) and each
+    loop's aux structure (``(until, stop_on_nonfinite, steps)`` -> it, the loop compiled)."""
+
+    traits: _Traits | None = None
+    aux: dict = field(default_factory=dict)
 
 
 def _flag(new_state, aux):

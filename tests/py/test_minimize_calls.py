@@ -1,0 +1,171 @@
+"""How `minimize`'s default backend runs a solve as device calls (`CompiledLoop()`, steps chosen from the
+program: `chunks.steps_per_call`), and the non-finite stop checked on the host after one call of a step
+without loops of its own (`solve._Loop.unwatched`).
+
+References: the same solve in calls of 100 steps (the default before, `CompiledLoop(steps=100)`), bit for
+bit, and where that one is bitwise a jitted `lax.fori_loop` of the same steps, this one too; the device calls
+each run makes.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import loopfuse
+from loopfuse import CompiledLoop, Dataset, compiler
+from loopfuse.chunks import CALL_BYTES, CHUNK, OP_BYTES, LoopChunks, steps_per_call
+from loopfuse.mlir_context import parse_module
+from problems import assert_trees_equal
+
+ADAM = optax.adam(1e-3)
+
+
+def loss(params, data):
+    return jnp.mean((jnp.tanh(data["x"] @ params["w0"]) @ params["w1"] - data["y"]) ** 2)
+
+
+def looped_loss(params, data):
+    """`loss` through a loop of its own (a stablehlo.while in the step)."""
+    h = jax.lax.fori_loop(0, 2, lambda i, h: jnp.tanh(h), data["x"] @ params["w0"])
+    return jnp.mean((h @ params["w1"] - data["y"]) ** 2)
+
+
+def mlp(batch: int, width: int):
+    """(params, data) of a 4-`width`-1 tanh MLP on `batch` rows (bench_minimize_call's family)."""
+    rng = np.random.default_rng(0)
+    params = {"w0": rng.normal(size=(4, width)) / 2, "w1": rng.normal(size=(width, 1)) / np.sqrt(width)}
+    data = {"x": rng.normal(size=(batch, 4)), "y": rng.normal(size=(batch, 1))}
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), (params, data))
+
+
+def fori_loop(loss, opt, params, data, steps):
+    """jax.jit of a lax.fori_loop of the same steps: (params, loss history)."""
+    def run(params, data):
+        def body(i, carry):
+            p, s, losses = carry
+            value, grads = jax.value_and_grad(loss)(p, data)
+            updates, s = opt.update(grads, s, p)
+            return optax.apply_updates(p, updates), s, losses.at[i].set(value)
+        p, _, losses = jax.lax.fori_loop(0, steps, body, (params, opt.init(params), jnp.zeros(steps)))
+        return p, losses
+    return jax.jit(run)(params, data)
+
+
+def bitwise(a, b) -> bool:
+    return all(np.asarray(x).tobytes() == np.asarray(y).tobytes()
+               for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True))
+
+
+def assert_same_solution(s, reference):
+    assert (s.steps, s.retcode) == (reference.steps, reference.retcode)
+    assert_trees_equal(s.params, reference.params)
+    assert_trees_equal(s.loss_history, reference.loss_history)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """(steps, stops on a non-finite loss) of every device call a loop runner makes."""
+    seen = []
+    run = LoopChunks.run
+
+    def recording(self, state, start, k, after=None):
+        seen.append((k, self.stop_on_nonfinite))
+        return run(self, state, start, k, after)
+    monkeypatch.setattr(LoopChunks, "run", recording)
+    return seen
+
+
+# 8 x 4: every tensor of the step at most 512 bytes, the history written in blocks (wrap-loop's rows);
+# 256 x 64: XLA:CPU runs the loop body through its concurrent executor
+@pytest.mark.parametrize("batch, width", [(8, 4), (32, 8), (256, 64)])
+def test_a_tiny_solve_is_one_call_bitwise_the_calls_of_100_steps(batch, width, calls):
+    params, data = mlp(batch, width)
+    s = loopfuse.minimize(loss, params, data, ADAM, steps=300)
+    assert calls == [(300, False)]      # one call, the loop without its stop: the host checks the losses after it
+    calls.clear()
+    chunked = loopfuse.minimize(loss, params, data, ADAM, steps=300, backend=CompiledLoop(steps=100))
+    assert calls == [(100, True)] * 3
+    assert_same_solution(s, chunked)
+    reference = fori_loop(loss, ADAM, params, data, 300)
+    if bitwise((chunked.params, chunked.loss_history), reference):    # was bitwise jax.jit's: still is
+        assert bitwise((s.params, s.loss_history), reference)
+
+
+def test_a_diverging_solve_stops_after_its_first_non_finite_loss_as_the_stopping_loop_does(calls):
+    params, data = mlp(32, 8)
+    opt = optax.sgd(1e3)
+    s = loopfuse.minimize(loss, params, data, opt, steps=300)
+    assert calls == [(300, False), (300, True)]     # the call checked after, then the stopping loop from the start
+    assert s.retcode == "non_finite" and s.steps < 300 and s.loss_history.shape == (s.steps,)
+    assert np.isfinite(s.loss_history[:-1]).all() and not np.isfinite(s.loss_history[-1])
+    assert_same_solution(s, loopfuse.minimize(loss, params, data, opt, steps=300, backend=CompiledLoop(steps=100)))
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(params))
+
+
+def test_a_followed_run_of_one_call_stops_in_the_loop(calls):
+    """A run of one call that the host follows (a progress bar, checkpoints) stops in its loop: nothing it shows
+    or saves is a state the solve does not return."""
+    params, data = mlp(32, 8)
+    s = loopfuse.minimize(loss, params, data, optax.sgd(1e3), steps=300, backend=CompiledLoop(steps=300),
+                          progress=True)
+    assert calls == [(300, True)] and s.retcode == "non_finite"
+
+
+def test_without_the_non_finite_stop_the_losses_are_not_checked(calls):
+    params, data = mlp(32, 8)
+    s = loopfuse.minimize(loss, params, data, optax.sgd(1e3), steps=300, stop_on_nonfinite=False)
+    assert calls == [(300, False)] and (s.steps, s.retcode) == (300, "max_steps")
+
+
+def test_an_until_stops_in_the_one_call(calls):
+    params, data = mlp(32, 8)
+    losses = loopfuse.minimize(loss, params, data, ADAM, steps=300).loss_history
+    calls.clear()
+    s = loopfuse.minimize(loss, params, data, ADAM, steps=300, until=lambda p, value: value < losses[199])
+    assert calls == [(300, True)] and (s.steps, s.retcode) == (201, "converged")
+    np.testing.assert_array_equal(s.loss_history, losses[:201])
+
+
+@pytest.mark.parametrize("how", ["progress", "dataset", "loops of its own"])
+def test_calls_of_100_steps_where_the_host_follows_the_run_or_the_step_has_loops(how, calls):
+    params, data = mlp(32, 8)
+    kwargs = {"progress": True} if how == "progress" else {}
+    if how == "dataset":
+        data = Dataset(data, batch_size=8)
+    s = loopfuse.minimize(looped_loss if how == "loops of its own" else loss, params, data, ADAM, steps=250, **kwargs)
+    assert calls == [(CHUNK, True), (CHUNK, True), (50, True)] and s.steps == 250
+
+
+def test_a_repeated_solve_traces_and_compiles_nothing(monkeypatch, calls):
+    params, data = mlp(32, 8)
+    loopfuse.minimize(loss, params, data, ADAM, steps=300)
+    traces = []
+    trace = compiler.trace
+    monkeypatch.setattr(compiler, "trace", lambda *args, **kwargs: traces.append(1) or trace(*args, **kwargs))
+    loopfuse.minimize(loss, mlp(32, 8)[0], data, ADAM, steps=300)
+    assert traces == [] and calls == [(300, False)] * 2
+
+
+def test_steps_per_call_reads_the_step():
+    def module(n: int, loop: bool = False):
+        t = f"tensor<{n}xf32>"
+        twice = f"%1 = func.call @double(%0) : ({t}) -> {t}"
+        while_ = (f"%1 = stablehlo.while(%a = %0) : {t} cond {{ %c = stablehlo.constant dense<false> : tensor<i1> "
+                  f"stablehlo.return %c : tensor<i1> }} do {{ stablehlo.return %a : {t} }}")
+        return parse_module(f"""
+        func.func @main(%x: {t}) -> {t} {{
+          %0 = func.call @double(%x) : ({t}) -> {t}
+          {while_ if loop else twice}
+          return %1 : {t}
+        }}
+        func.func private @double(%x: {t}) -> {t} {{
+          %c = stablehlo.constant dense<2.0> : {t}
+          %0 = stablehlo.multiply %x, %c : {t}
+          return %0 : {t}
+        }}""")
+    # two calls of @double: two multiplies of 16 floats (its constant is no work)
+    assert steps_per_call(module(16), "cpu") == CALL_BYTES["cpu"] // (2 * 64 + 2 * OP_BYTES["cpu"])
+    assert steps_per_call(module(2**26), "cpu") == CHUNK      # 256 MiB per value: never fewer than CHUNK
+    assert steps_per_call(module(16, loop=True), "cpu") == CHUNK
+    assert steps_per_call(module(16), "gpu") == CHUNK         # not measured there: calls of CHUNK as before

@@ -11,6 +11,7 @@ the data an argument:
   the batch);
 * ``gpt``: issue 31's GPT (a list of block dicts), same sizes as ``linen``;
 * ``nnx``: bench_layers' flax nnx GPT (an ``nnx.List`` of 8 blocks, width 256, 4 heads, 32 tokens, batch 4);
+  ``nnx31``: the same model at ``gpt``'s sizes (8 heads, 128 tokens, batch 16, vocab 512);
 * ``stem``: ``gpt`` with an unlike first block (no residual) and an unlike last block (ReLU);
 * ``scaled``: ``gpt`` with each residual branch scaled by ``1 / sqrt(2 (i + 1))``;
 * ``clipped``: ``gpt`` with ``optax.chain(clip_by_global_norm(1.0), adamw)`` (every gradient is
@@ -57,6 +58,7 @@ MODELS = {
                                            if size is GPT else {"layers": 4, "width": 8, "hidden": 16, "batch": 4})),
     "gpt": lambda size: transformer.gpt(**size),
     "nnx": lambda size: transformer.nnx_gpt(**(NNX if size is GPT else size)),
+    "nnx31": lambda size: transformer.nnx_gpt(**size),
     "stem": lambda size: layered.gpt_variant("stem_and_last", **size),
     "scaled": lambda size: layered.gpt_variant("depth_scaled", **size),
     "clipped": lambda size: transformer.gpt(**size, opt=optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-4))),

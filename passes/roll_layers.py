@@ -552,20 +552,15 @@ class _Rewrite:
                                    stacks=stacked)
         i = loop.counter
         carry_in = dict(zip(plan.carries, loop.arg("carry")))
-        stacks = dict(zip(self.seeds, loop.arg("stacks")))
         env: dict = {}
-        body = _Body(g)
+        body = _Body(g, dict(zip(self.seeds, loop.arg("stacks"))), self.per_layer, i)
 
         def resolve(c):
-            if isinstance(c, Seed):
-                return body.row(c, stacks[c.leaf], i)
-            if isinstance(c, PerLayer):
-                return body.row(c, self.per_layer[c], i)
-            if isinstance(c, Invariant):
-                return body.invariant(c.value)
             if isinstance(c, Internal):
                 return env[c.role, c.result]
-            return carry_in[c.role, c.result, c.init]
+            if isinstance(c, Carry):
+                return carry_in[c.role, c.result, c.init]
+            return body.outside(c)
 
         with Builder.at_end(loop.body, self.location):
             self._run(plan.forward, env, resolve)
@@ -605,25 +600,21 @@ class _Rewrite:
         carry_in = dict(zip(plan.bcarries, loop.arg("carry")))
         env: dict = {}
         inputs: dict = {}
-        body = _Body(g)
         with Builder.at_end(loop.body, self.location):
             layer = stablehlo.SubtractOp(rw.scalar(L - 1), loop.counter).result
             above = stablehlo.AddOp(layer, rw.scalar(1)).result      # L at the first iteration: clamped to L - 1
             current = dict(self.stacked)
             current.update({s: rw.write_row(stack, pending, above)
                             for s, stack, pending in zip(state, loop.arg("stacks"), loop.arg("pending"))})
+            body = _Body(g, current, self.per_layer, layer)
 
             def resolve(c):
-                if isinstance(c, Seed):
-                    return body.row(c, current[c.leaf], layer)
-                if isinstance(c, PerLayer):
-                    return body.row(c, self.per_layer[c], layer)
-                if isinstance(c, Invariant):
-                    return body.invariant(c.value)
                 if isinstance(c, Internal):
                     if (c.role, c.result) not in env:          # a saved forward value
                         env[c.role, c.result] = rw.row(self.saved[c.role, c.result], layer)
                     return env[c.role, c.result]
+                if not isinstance(c, Carry):
+                    return body.outside(c)
                 key = (c.role, c.result, c.init)
                 if c.backward:
                     return carry_in[key]
@@ -683,18 +674,20 @@ class _Rewrite:
 
 
 class _Body:
-    """What one loop body reads once however many of its ops read it: a seed's or a per-layer value's
-    row at this layer, a value the same at every layer (built again where XLA would rather fuse it,
-    `xla_cpu`, 3)."""
+    """What one loop body reads from outside its layer's roles, once however many of its ops read it:
+    a seed's or a per-layer value's row at this layer (`stacks`: the seeds' stacks as the body holds
+    them), a value the same at every layer (built again where XLA would rather fuse it, `xla_cpu`, 3)."""
 
-    def __init__(self, g: Dataflow):
-        self.g = g
+    def __init__(self, g: Dataflow, stacks: dict, per_layer: dict, index: ir.Value):
+        self.g, self.stacks, self.per_layer, self.index = g, stacks, per_layer, index
         self.rows: dict = {}       # Seed or PerLayer -> its row here
         self.built: dict = {}      # value id -> the broadcast built again here
 
-    def row(self, c: Seed | PerLayer, stack: ir.Value, index: ir.Value) -> ir.Value:
+    def outside(self, c: Seed | PerLayer | Invariant) -> ir.Value:
+        if isinstance(c, Invariant):
+            return self.invariant(c.value)
         if c not in self.rows:
-            self.rows[c] = rw.row(stack, index)
+            self.rows[c] = rw.row(self.stacks[c.leaf] if isinstance(c, Seed) else self.per_layer[c], self.index)
         return self.rows[c]
 
     def invariant(self, v: int) -> ir.Value:

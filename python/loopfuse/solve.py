@@ -83,7 +83,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     t0 = time.perf_counter()
     init, program = _program(loss, data is not None, optimizer, backend, until)
     program, state, stop, stop_on_nonfinite = members.wrap(
-        program, members.init(init)(params, batch), _flag if until is not None else None, stop_on_nonfinite, ("loss",))
+        program, members.init(init)(params, batch), batch, _flag if until is not None else None, stop_on_nonfinite,
+        ("loss",))
     runner = _runner(backend, program, batch, stop, stop_on_nonfinite)
     chunk = min(runner.chunk, steps)
     every = (checkpoint_every or chunk) if checkpoint_dir is not None else None

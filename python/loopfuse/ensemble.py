@@ -29,15 +29,16 @@ is not only less work: a step with loops of its own (an adaptive ODE solver, a l
 vmapped, until the batch's slowest member is done; on that fit an L-BFGS step takes 450 ms on 64
 members and 50 ms on 16, so four tiles of 16 cost less than one batch of 64 even before anyone stops.
 
-Policy and cost model. A step costs about ``tiles * (a + b * T)``: `a` the fixed cost of a tile (its
-kernels' launch and loop overhead, the gather and scatter), `b` the work per member. Tiling pays
-``b * T`` for every tile its compaction empties and costs ``a`` per extra tile while all run. The
-default tile is ``T = ceil(N / 4)`` (`TILES`): at most three extra tiles' overhead, and a step's work
-falls in quarters as members stop. Below `MIN_TILED` members there is one tile (T = N, no
-compaction: the few tiles it could empty save less than their overhead), as there is for GradOnly,
-whose eager step runs one op at a time. A compaction costs O(N) (a cumsum and a scatter of N int32)
-and runs when a tile empties, at most N / T times. `Ensemble(tile=T)` sets the tile (a step whose
-per-tile overhead is large against its per-member work wants larger tiles, and the reverse).
+Policy and cost model. Tiling trades a tile's fixed cost (its kernels' launch and loop overhead, the
+gather and scatter) against work: every tile its compaction empties saves its members' work, every
+extra tile while all run costs its fixed cost, and a loop of the step whose trip count differs between
+members runs, vmapped, until the tile's slowest member is done. The default tile is read from the
+member step's program by `tiles` (its module docstring gives the model): the tile whose work equals its
+fixed cost (32 quadratics of 64 parameters on a CPU), and one member per tile where the step nests
+loops whose trip counts depend on the member (a line search over an adaptive ODE solve). An ensemble
+whose members cannot stop before the others (no `until`) runs as one tile, as does GradOnly's, whose
+eager step runs one op at a time. A compaction costs O(N) (a cumsum and a scatter of N int32) and runs
+when a tile empties, at most N / T times. `Ensemble(tile=T)` sets the tile.
 
 Results. A member's steps, params and history are those of the single-member solve vmapped over a
 tile of T members: bitwise ``jax.jit(jax.vmap(solve))`` where XLA computes a batch of T as a batch of
@@ -46,6 +47,7 @@ the reduction otherwise and a loss differs in its last bit). With T = N (one til
 vmapped solve on N members. See README ("Ensembles") for the figures measured.
 """
 import functools
+import weakref
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, NamedTuple
@@ -55,7 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from . import stopping, validate
+from . import stopping, tiles, validate
 from .data import Dataset
 from .errors import StateMismatchError
 from .leaves import aux_kept, dotted_paths, keyed
@@ -66,20 +68,22 @@ from .sharding import AXIS, Placement
 from .step import Step
 
 RUNNING, UNTIL, NON_FINITE = 0, 1, 2    # `Members.code`: still running, or why the member stopped
-TILES = 4                               # the default tile: ceil(N / TILES) members
-MIN_TILED = 8                           # fewer members run as one tile
 
 
 @dataclass(frozen=True)
 class Ensemble:
     """How an ensemble runs (``ensemble=True`` is ``Ensemble()``).
 
-    tile: members per tile (None: ``ceil(N / 4)``; N, one tile, below 8 members or when no member can stop
-          before the others; see the module docstring).
+    tile: members per tile (None: read from the member step's program, see `tiles`; N, one tile, when no
+          member can stop before the others).
 
     Examples:
-        >>> Ensemble().tile_size(1024), Ensemble().tile_size(1024, stops=False), Ensemble(tile=64).tile_size(1024)
-        (256, 1024, 64)
+        >>> import jax.numpy as jnp
+        >>> def sgd(x, h):         # a step of gradient descent on 0.5 * sum(h * x**2)
+        ...     return x - h * x, {"loss": 0.5 * jnp.sum(h * x * x)}
+        >>> x, h = jnp.ones((1024, 64)), jnp.ones(64)
+        >>> Ensemble().tile_size(sgd, x, h), Ensemble().tile_size(sgd, x, h, stops=False), Ensemble(tile=16).tile_size(sgd, x, h)
+        (32, 1024, 16)
     """
 
     tile: int | None = None
@@ -88,12 +92,45 @@ class Ensemble:
         if self.tile is not None:
             validate.steps(self.tile, "Ensemble(tile=...)")
 
-    def tile_size(self, n: int, stops: bool = True) -> int:
-        """The members per tile of an ensemble of `n` (`stops`: whether a member can stop before the others, by
-        an `until`; without, members run every step unless they diverge, and one tile runs them)."""
+    def tile_size(self, member: Callable, state, batch, stops: bool = True, devices=None) -> int:
+        """The members per tile of an ensemble of `state` (every leaf [N, ...]; over `devices`, each one's
+        share) whose member step is ``member(state, batch) -> (state, aux)`` on `batch` (shared, per-member
+        data or a Dataset). `stops`: whether a member can stop before the others, by an `until`; without,
+        members run every step unless they diverge, and one tile runs them. The default reads the member's
+        program (`tiles.cost`, kept per member and abstract signature: a repeated call traces nothing) and
+        the devices' platform."""
+        _, n = share(size(state, "state"), devices)
         if self.tile is not None:
             return min(self.tile, n)
-        return n if n < MIN_TILED or not stops else -(-n // TILES)
+        if not stops:
+            return n
+        platform = devices[0].platform if devices else jax.default_backend()
+        return _cost(member, state, batch).tile(n, platform)
+
+
+def _cost(member: Callable, state, batch) -> tiles.Cost:
+    """`tiles.cost` of `member` on one member's state and batch, kept per member and abstract signature."""
+    key = _signature((state, batch))
+    try:
+        costs = _COSTS.setdefault(member, {})
+    except TypeError:                  # a callable without weak references: read anew each call
+        costs = {}
+    if key not in costs:
+        one = partial(jax.tree_util.tree_map, lambda x: x[0])
+        own = isinstance(batch, PerMember)
+        member_batch = jax.eval_shape(
+            lambda b: one(b.data) if own else b.batch(np.int32(0)) if isinstance(b, Dataset) else b, batch)
+        costs[key] = tiles.cost(member, jax.eval_shape(one, state), member_batch, own)
+    return costs[key]
+
+
+def _signature(tree) -> tuple:
+    """`tree`'s structure and its leaves' shapes and dtypes (weak or not), read without tracing."""
+    leaves, structure = jax.tree_util.tree_flatten(tree)
+    return structure, tuple((np.shape(x), getattr(x, "dtype", type(x)), getattr(x, "weak_type", None)) for x in leaves)
+
+
+_COSTS: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
 
 
 def wrapper(ensemble, tree, what: str, data) -> tuple["Solo", Any, Any]:
@@ -125,10 +162,10 @@ class Solo:
         """``init(params, batch) -> state``, the solve's initial state from the member's `init`."""
         return init
 
-    def wrap(self, program, state, until: Callable | None, stop_on_nonfinite: bool, keep_aux) -> tuple:
+    def wrap(self, program, state, batch, until: Callable | None, stop_on_nonfinite: bool, keep_aux) -> tuple:
         """``(program, state, until, stop_on_nonfinite)`` the driver runs, from those of the member's solve:
-        `program` its Step (or GradOnly's eager step), `state` its initial state, `until` and `stop_on_nonfinite`
-        its stops, `keep_aux` the aux leaves its history keeps."""
+        `program` its Step (or GradOnly's eager step), `state` its initial state, `batch` what its steps see,
+        `until` and `stop_on_nonfinite` its stops, `keep_aux` the aux leaves its history keeps."""
         return program, state, until, stop_on_nonfinite
 
     def result(self, result: FitResult, names: dict | None = None) -> FitResult:
@@ -163,7 +200,7 @@ class Tiled(Solo):
         members_init = _members_init(init, self.own)
         return lambda params, batch: members_init(params, batch.data if self.own else batch)
 
-    def wrap(self, program, state, until: Callable | None, stop_on_nonfinite: bool, keep_aux) -> tuple:
+    def wrap(self, program, state, batch, until: Callable | None, stop_on_nonfinite: bool, keep_aux) -> tuple:
         """The member's `program` as the ensemble's (`tiled_step`; of a Step, a Step derived from it, its
         devices holding the members), `state` as the members' (`Members`), and the loop's own stop: every
         member has (each on its `until` and `stop_on_nonfinite`)."""
@@ -176,7 +213,7 @@ class Tiled(Solo):
                 tiled_step(step.fn, until, stop_on_nonfinite, keep_aux, devices), _members_options(step.options)))
         else:
             program = tiled_step(program, until, stop_on_nonfinite, keep_aux)
-        tile = self.config.tile_size(n, until is not None) if compiled else n
+        tile = self.config.tile_size(step.fn, state, batch, until is not None, devices) if compiled else n
         return program, start(state, tile, d), all_stopped, False
 
     def result(self, result: FitResult, names: dict | None = None) -> FitResult:

@@ -67,7 +67,8 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     if isinstance(batch, Dataset):
         batch.validate()
     members, state, batch = wrapper(ensemble, state, "state", batch)     # the one question: an ensemble?
-    step, state, until, stop_on_nonfinite = members.wrap(step, state, until, stop_on_nonfinite, step.options.keep_aux)
+    step, state, until, stop_on_nonfinite = members.wrap(step, state, batch, until, stop_on_nonfinite,
+                                                         step.options.keep_aux)
     chunks = LoopChunks(step, batch, until, stop_on_nonfinite)
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
     state, checkpoints, back = carried(chunks.program(min(chunk, num_steps)), state, batch, checkpoints)

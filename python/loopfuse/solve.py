@@ -86,7 +86,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     init, program = _program(loss, data is not None, optimizer, backend, until)
     initial = members.init(init)
     program, state, stop, stop_on_nonfinite = members.wrap(
-        program, initial(params, batch), _flag if until is not None else None, stop_on_nonfinite, ("loss",))
+        program, initial(params, batch), batch, _flag if until is not None else None, stop_on_nonfinite, ("loss",))
     runner = _runner(backend, program, batch, stop, stop_on_nonfinite)
     followed = progress or checkpoint_dir is not None      # the host sees each chunk
     chunk = runner.chunk_size(state, steps, followed)

@@ -1,7 +1,7 @@
 """Small training problems shared by the tests (an MLP regression with any optax optimizer, a
 least-squares fit for `minimize`, a slow step to interrupt) and the tree comparisons they assert with:
 `assert_trees_equal` (bitwise) and `assert_trees_close`; `stack_trees`; `interrupted_runs`, runs a real SIGINT ends;
-and `progress_bar_updates`, what a tqdm bar showed."""
+`progress_bar_updates`, what a tqdm bar showed; `policy_work`, the member steps an ensemble's tiles compute."""
 import os
 import re
 import signal
@@ -128,6 +128,20 @@ def vmapped_in_tiles(fn, members, data, own: bool, tile: int | None = None):
     rows = lambda tree, a: jax.tree_util.tree_map(lambda x: x[a:a + tile], tree)  # noqa: E731
     parts = [go(rows(members, a), rows(data, a) if own else data) for a in range(0, n, tile)]
     return jax.tree_util.tree_map(lambda *x: np.concatenate(x), *parts)
+
+
+def policy_work(steps, tile: int) -> int:
+    """The member steps the tiles compute (the stopped ones too) for members that run `steps`: each step
+    ``ceil(live / tile)`` tiles, `live` the members running at the last compaction, which runs after a
+    step when the running members fit in fewer tiles (`loopfuse.ensemble`'s policy, written again)."""
+    steps, live, work = np.asarray(steps), len(steps), 0
+    for i in range(steps.max()):
+        tiles = -(-live // tile)
+        work += tiles * tile
+        running = int((steps > i + 1).sum())
+        if -(-running // tile) < tiles:
+            live = running
+    return work
 
 
 def stack_trees(trees):

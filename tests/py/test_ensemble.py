@@ -16,7 +16,7 @@ import pytest
 import loopfuse
 from loopfuse import CompiledLoop, CompiledStep, Dataset, Ensemble, GradOnly, per_member
 from loopfuse.errors import StateMismatchError
-from problems import NEWER_XLA, assert_trees_equal, vmapped_in_tiles
+from problems import NEWER_XLA, assert_trees_equal, policy_work, vmapped_in_tiles
 
 CODES = {0: "max_steps", 1: "converged", 2: "non_finite"}
 
@@ -209,20 +209,6 @@ def test_a_repeated_ensemble_solve_compiles_nothing(problem):
     loopfuse.minimize(quadratic, x0, per_member(h), **kwargs)
     again = loopfuse.minimize(quadratic, x0 + 1.0, per_member(h), **kwargs)
     assert again.compile_seconds < 0.05
-
-
-def policy_work(steps, tile: int) -> int:
-    """The member steps the tiles compute (the stopped ones too) for members that run `steps`: each step
-    ``ceil(live / tile)`` tiles, `live` the members running at the last compaction, which runs after a
-    step when the running members fit in fewer tiles (`loopfuse.ensemble`'s policy, written again)."""
-    steps, live, work = np.asarray(steps), len(steps), 0
-    for i in range(steps.max()):
-        tiles = -(-live // tile)
-        work += tiles * tile
-        running = int((steps > i + 1).sum())
-        if -(-running // tile) < tiles:
-            live = running
-    return work
 
 
 # tiles of 4 compact as members stop (policy_work); one tile never compacts, tiles of one always do

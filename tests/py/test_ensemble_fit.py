@@ -84,14 +84,15 @@ SWEEP = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
 RATES = [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]        # the last ones diverge
 
 
-@pytest.mark.parametrize("tile", [None, pytest.param(8, marks=pytest.mark.slow)], ids=["tiles-of-2", "one-tile"])
+# the default tile of this small MLP's step is one tile of 8 (test_ensemble_tiles)
+@pytest.mark.parametrize("tile", [2, pytest.param(None, marks=pytest.mark.slow)], ids=["tiles-of-2", "default"])
 def test_a_learning_rate_sweep_stops_each_member_on_its_own(tile):
     step = loopfuse.compile_step(train_step(SWEEP), keep_aux=("loss",))
     until = lambda state, aux: aux["loss"] < 0.3       # noqa: E731
     result = loopfuse.fit(step, sweep_state(SWEEP, RATES), batch(), 120, chunk=32, progress=False, until=until,
                           stop_on_nonfinite=True, ensemble=Ensemble(tile=tile))
     reference = vmapped_fit(train_step(SWEEP), sweep_state(SWEEP, RATES), batch(), 120, until, watch=True,
-                            tile=tile or 2)
+                            tile=tile or Ensemble().tile_size(step.fn, sweep_state(SWEEP, RATES), batch()))
     assert_result_is(result, reference)
     assert set(result.retcode) == {"until", "non_finite", "max_steps"}
     assert jax.tree_util.tree_leaves(result.history["grads"]) == [] and result.resumed_from == 0     # not kept

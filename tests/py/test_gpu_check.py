@@ -67,7 +67,7 @@ def test_quick_gpu_check_runs_on_cpu(tmp_path):
         assert all(r["peak"] == r["argument"] + r["output"] - r["alias"] + r["temp"] > 0 for r in m["rows"].values())
     assert report["cache"] == {**report["cache"], "ok": True, "xla_ran": [True, False], "same_bits": True}
     # pack: every variant compiled and timed; the scan is its own reference and loopfuse's loop equals it
-    ensemble = report["ensemble"]      # issue 32's quadratic, 64 members in tiles of 16: XLA sums a batch of 16
+    ensemble = report["ensemble"]      # issue 32's quadratic, 64 members in tiles of 32: XLA sums a batch of 32
     assert ensemble["params_and_steps"] and ensemble["history_rel_diff"] < 1e-6   # otherwise (README, "Ensembles")
     assert ensemble["ratio"] > 0 and "optimistix" in ensemble["markdown"]
     pack = report["pack"]

@@ -79,6 +79,13 @@ class StepOptions:
         None, "run the loss and gradient over that many slices of the batch, one at a time in a device loop, summing "
               "the gradients before one update (the ``micro-batch`` pass): within a tolerance of jax.jit, not bitwise "
               "(README, \"Micro-batches\"); ``Executable.reports[\"micro-batch\"]`` says what was cut, or why not.")
+    memory_limit: int | str | None = option(
+        None, "the most memory a call may take, in bytes, a size such as ``\"2GiB\"``, or ``\"device\"`` (the "
+              "device's memory less a margin, `memory_plan.DEVICE_MARGIN`; refused where the device reports none, as "
+              "a CPU): loopfuse chooses the `memory_budget` and `micro_batches` whose compiled peak (arguments + "
+              "outputs - aliased + temporaries) fits, preferring the least recompute, then the fewest slices "
+              "(`memory_plan`); one of them given is kept as given. ``Executable.reports[\"memory-limit\"]`` says "
+              "what was chosen and what was not; a limit below every plan is a `MemoryLimitError` naming the floor.")
     placement: Placement | None = field(init=False, repr=False, compare=False)  # of `devices` (None: one device)
 
     def __post_init__(self) -> None:
@@ -120,9 +127,11 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
         o["steps"] = validate.steps(o["steps"], name("steps"))
     if o["micro_batches"] is not None:
         o["micro_batches"] = validate.steps(o["micro_batches"], name("micro_batches"))
-        if o["memory_budget"] is not None:
-            raise ValueError(f"{name('micro_batches')} and a memory_budget below 1 do not compose yet: roll-layers does "
-                             "not run one slice through its loops (README, \"Micro-batches\")")
+        refused = combination_refused(o["memory_budget"], o["micro_batches"])
+        if refused:
+            raise ValueError(f"{name('micro_batches')} {refused}")
+    if o["memory_limit"] is not None:
+        o["memory_limit"] = validate.memory_limit(o["memory_limit"], name("memory_limit"))
     stopping.check(o["until"], o["stop_on_nonfinite"], o["steps"])
     if o["devices"] is not None:
         o["devices"] = _devices(o["devices"], name("devices"))
@@ -139,6 +148,15 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
     if o["xla_options"] is not None:
         o["xla_options"] = MappingProxyType(runtime.check_xla_options(o["xla_options"]))
     return o
+
+
+def combination_refused(memory_budget: float | None, micro_batches: int | None) -> str:
+    """Why the compiler does not take this remat budget and micro-batch count together ("" where it does):
+    the one rule `checked` enforces and `memory_plan` asks before it considers a plan."""
+    if micro_batches is not None and micro_batches > 1 and memory_budget is not None and memory_budget < 1.0:
+        return ("and a memory_budget below 1 do not compose yet: roll-layers does not run one slice through its "
+                "loops (README, \"Micro-batches\")")
+    return ""
 
 
 def _devices(devices, name: str) -> tuple:

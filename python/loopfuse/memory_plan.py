@@ -356,8 +356,9 @@ def _floor(programs: Programs, limit: int, live: list[Candidate], seen: list, le
     floor = min(near, key=lambda c: (programs.compiled(c).memory.peak, near.index(c)))
     stats = programs.compiled(floor).memory
     fits = stats.peak <= limit
-    seen = [s for s in seen if s.plan != floor] + [Considered(
-        floor, exact[floor], stats.peak, "chosen: the least peak of all plans" if fits else "the floor: over the limit")]
+    row = Considered(floor, exact[floor], stats.peak, "chosen: the least peak of all plans" if fits else
+                     "the floor: over the limit")
+    seen = [row if s.plan == floor else s for s in seen] + ([] if any(s.plan == floor for s in seen) else [row])
     if fits:
         return _chosen(programs, limit, floor, exact[floor], seen, left_out)
     return Floor(limit, floor, stats, tuple(seen), tuple(left_out), programs.compiles)

@@ -26,6 +26,9 @@ why, with the pass's own words (the op and its line).
   accumulators), ``T(b, m) = T(b) / m + W(b, m) - W(b)`` (the same GPT: 322.2, 173.7, 99.5 MiB predicted
   for m = 2, 4, 8, compiled 322.2, 174.0, 92.2).
 
+W is read from the lowered program's types, the global shapes: on a mesh, where a loop's values are split
+over the devices, it overstates a device's share, and the compiles confirm what the model leaves open.
+
 **The choice**: the plans in order of preference; one predicted over the limit by more than `CLOSE` is
 rejected uncompiled (in m slices, on the bound ``T(b) / m`` where the pass is known to apply, so that
 counts far off are not even lowered); any other is compiled (the step as traced and the anchor, which have

@@ -48,6 +48,12 @@ the route of each private jax API (`_jax_compat.status()`). Then the sections na
   order, and the ceiling (loopfuse's epoch loop gathering a fixed order's rows against slicing). It
   checks that the epoch loop of the shuffled Dataset (its order computed as on this platform) ends
   bitwise where the loop gathering the host-computed order does; the ratios are a report.
+- memlimit: issue 39 on this device: `largest_batch` of issue 31's GPT (8x256, 128 tokens, AdamW) under
+  ``memory_limit="device"`` (the device's memory less `memory_plan.DEVICE_MARGIN`; where the device reports
+  none, as a CPU, a quarter of jax.jit's peak at `MEMLIMIT`'s batch), then `compile_step(...,
+  memory_limit=...)` at the batch it returns, run `MEMLIMIT["steps"]` steps: the compiled peak within the
+  limit, the device's own peak bytes in use within its ``bytes_limit`` where it reports them, the loss
+  finite. It fails when a figure is over or the loss is not finite.
 - ensemble: issue 32's quadratic at `ENSEMBLE`'s size (65,536 members; bench/bench_ensemble.py's
   quadratic section): ``minimize(..., ensemble=True)`` against ``jax.jit(jax.vmap(while_loop))`` with
   and without the history and optimistix under vmap, whole calls, and whether loopfuse's outputs equal
@@ -56,7 +62,7 @@ the route of each private jax API (`_jax_compat.status()`). Then the sections na
 Writes gpu_check.md and gpu_check.json (or --json) into --out as each section's results come in
 (a run cut short keeps what it finished: `harness.Report.save`), prints each section's markdown and
 seconds as it ends and the whole markdown at the end; exits 1 when a check of results, corpus, cache,
-memory, layers or shuffle fails or a section raises.
+memory, layers, shuffle or memlimit fails or a section raises.
 """
 import argparse
 import json
@@ -79,6 +85,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests" / "py")]
 import bench_loop  # noqa: E402
 import harness  # noqa: E402
 from problems import assert_trees_equal, fresh as copied  # noqa: E402
+import transformer  # noqa: E402
 from transformer import optax_step  # noqa: E402
 
 import loopfuse  # noqa: E402
@@ -97,7 +104,8 @@ QUICK = dict(k=4, rounds=1, problems={
 })
 BASELINE = "jax.jit + donation"
 MEMORY_PROBLEMS = 2       # the two large problems (the tiny MLP's bytes say nothing)
-SECTIONS = ("results", "corpus", "cache", "memory", "speed", "anatomy", "pack", "layers", "shuffle", "ensemble")
+SECTIONS = ("results", "corpus", "cache", "memory", "speed", "anatomy", "pack", "layers", "shuffle", "ensemble",
+            "memlimit")
 CORPUS_K = 3              # tests/py/test_corpus.py's K
 CORPUS_QUICK = ("diffrax_saveat_t1", "cond_switch", "segment_sum_scatter_add")
 PACK = dict(full=dict(leaves=300, rounds=5, calls=10, compile_rounds=2),
@@ -111,6 +119,8 @@ ANATOMY_CALLS = dict(full=200, quick=5)   # calls per variant and round of the a
 SHUFFLE = dict(size="1M x 16", full=dict(rounds=3), quick=dict(rounds=1))  # bench_data.measure's (--quick: a tenth)
 LAYERS = dict(full="GPT 6x512", quick=dict(kind="gpt", layers=3, width=16, heads=2, seq=8, vocab=32, batch=2),
               steps=3, rtol=1e-4)
+MEMLIMIT = dict(full=dict(spec=transformer.ISSUE, max_batch=2**14), quick=dict(spec=dict(transformer.TINY, seq=64),
+                                                                                 max_batch=64), batch=16, steps=3)
 ENSEMBLE = dict(full=dict(members=65536, steps=4000, rounds=3), quick=dict(members=64, steps=300, rounds=1))
 
 
@@ -467,6 +477,31 @@ def rolled_layers(spec: dict, rounds: int) -> dict:
                             "loss": losses[name]} for name in calls}}
 
 
+def memory_limit(spec: dict, max_batch: int) -> dict:
+    """Issue 39 on this device (see the module docstring's memlimit)."""
+    step, state, tokens = transformer.gpt(**dict(spec, batch=MEMLIMIT["batch"]))
+    device = jax.devices()[0]
+    reported = (device.memory_stats() or {}).get("bytes_limit")
+    limit = "device" if reported else harness.jit_memory(jax.jit(step, donate_argnums=0), state, tokens).peak // 4
+    t0 = time.perf_counter()
+    fit = loopfuse.largest_batch(step, state, lambda n: transformer.tokens(spec["seq"], n, spec["vocab"]),
+                                 memory_limit=limit, max_batch=max_batch)
+    seconds = time.perf_counter() - t0
+    batch = transformer.tokens(spec["seq"], fit.batch_size, spec["vocab"])
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_limit=limit)
+    executable = call.compiled(copied(state), batch)
+    s = copied(state)
+    for _ in range(MEMLIMIT["steps"]):
+        s, aux = call(s, batch)
+    loss = float(aux["loss"])
+    in_use = (device.memory_stats() or {}).get("peak_bytes_in_use")
+    plan = executable.memory_plan
+    ok = plan.stats.peak <= plan.limit and np.isfinite(loss) and (in_use is None or in_use <= reported)
+    return {"limit": plan.limit, "device_bytes_limit": reported, "batch": fit.batch_size, "capped": fit.capped,
+            "plan": str(plan.chosen), "peak": plan.stats.peak, "peak_bytes_in_use": in_use, "loss": loss,
+            "compiles": fit.compiles, "seconds": seconds, "probes": fit.probes, "report": str(plan), "ok": bool(ok)}
+
+
 # ---- report ----------------------------------------------------------------------------
 def heading(env: dict, k: int, quick: bool) -> str:
     return (f"# loopfuse check on {env['platform']} ({', '.join(sorted(set(env['devices'])))})\n\n"
@@ -527,6 +562,14 @@ def markdown(section: str, data, k: int, quick: bool) -> str:
                          + [f"| {name} | {harness.mib(r['temp'])} | {r['temp'] / data['rows'][BASELINE]['temp']:.2f}x | "
                             f"{r['steps_per_s']:,.2f} | {r['vs_jit']:.2f}x |" for name, r in data["rows"].items()]
                          + ["", f"roll-layers: {data['report']}"])
+    if section == "memlimit":
+        in_use = "not reported" if data["peak_bytes_in_use"] is None else harness.mib(data["peak_bytes_in_use"]) + " MiB"
+        return "\n".join([f"## Memory limit (issue 39): {'ok' if data['ok'] else '**FAILED**'}", "",
+                          f"largest_batch under {harness.mib(data['limit'])} MiB (the device's bytes_limit: "
+                          f"{data['device_bytes_limit']}): batch {data['batch']}{' (max_batch)' if data['capped'] else ''} "
+                          f"with {data['plan']}, compiled peak {harness.mib(data['peak'])} MiB, {data['compiles']} programs "
+                          f"compiled in {data['seconds']:.1f} s; after {MEMLIMIT['steps']} steps the device's peak bytes "
+                          f"in use {in_use}, loss {data['loss']:.4f}", "", "```", data["report"], "```"])
     if section == "ensemble":
         return f"## Ensembles (issue 32): bench_ensemble's quadratic (a report, no check)\n\n{data['markdown']}"
     assert section == "shuffle", section
@@ -541,7 +584,8 @@ def failures(report: dict) -> list[str]:
               "cache": not report.get("cache", {"ok": True})["ok"],
               "memory": not all(m["bitwise_equal"] for m in report.get("memory", {}).values()),
               "shuffle": not report.get("shuffle", {"bitwise": True})["bitwise"],
-              "layers": not report.get("layers", {"ok": True})["ok"]}
+              "layers": not report.get("layers", {"ok": True})["ok"],
+              "memlimit": not report.get("memlimit", {"ok": True})["ok"]}
     return [s for s in SECTIONS if failed.get(s) or s in report["errors"]]
 
 
@@ -630,6 +674,10 @@ class Check:
         size = ENSEMBLE["quick" if self.report["quick"] else "full"]
         markdown, results = bench_ensemble.quadratic_section(size, size["rounds"])
         self.report["ensemble"] = {"markdown": markdown, **results}
+
+    def memlimit(self) -> None:
+        size = MEMLIMIT["quick" if self.report["quick"] else "full"]
+        self.report["memlimit"] = memory_limit(size["spec"], size["max_batch"])
 
     def run(self, section: str) -> None:
         """Run a section (an exception is recorded, the run goes on), add its markdown, save the report."""

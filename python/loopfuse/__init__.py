@@ -16,7 +16,8 @@ _EXPORTS = {
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
     "Forward": "backends",
     "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
-    "MiscompileError": "errors", "AuxPathError": "errors", "MemoryReportError": "errors",
+    "MiscompileError": "errors", "AuxPathError": "errors", "MemoryReportError": "errors", "MemoryLimitError": "errors",
+    "largest_batch": "batch_fit", "BatchFit": "batch_fit", "MemoryPlan": "memory_plan",
     "PipelineError": "pipeline", "CacheWarning": "cache",
 }
 __all__ = list(_EXPORTS)
@@ -28,8 +29,10 @@ if TYPE_CHECKING:
     from .data import Dataset
     from .ensemble import Ensemble, per_member
     from .packed import PackedState, pack
-    from .errors import (AuxPathError, DonatedArrayError, FitError, LoopfuseError, MemoryReportError, MiscompileError,
-                         StateMismatchError)
+    from .errors import (AuxPathError, DonatedArrayError, FitError, LoopfuseError, MemoryLimitError, MemoryReportError,
+                         MiscompileError, StateMismatchError)
+    from .batch_fit import BatchFit, largest_batch
+    from .memory_plan import MemoryPlan
     from .memory_report import MemoryReport
     from .fitting import fit
     from .pipeline import PipelineError

@@ -89,7 +89,7 @@ class GradOnly:
 
 
 @dataclass(frozen=True)
-class CompiledStep(Fragment, options=("memory_budget", "micro_batches")):
+class CompiledStep(Fragment, options=("memory_budget", "micro_batches", "memory_limit")):
     """The whole step (loss, gradient, optimizer update) compiled by `compile_step`, one call per step; the
     keywords below are `compile_step`'s (`fragment`)."""
 
@@ -105,7 +105,7 @@ class CompiledStep(Fragment, options=("memory_budget", "micro_batches")):
 
 
 @dataclass(frozen=True)
-class CompiledLoop(Fragment, options=("devices", "sharding", "memory_budget", "micro_batches")):
+class CompiledLoop(Fragment, options=("devices", "sharding", "memory_budget", "micro_batches", "memory_limit")):
     """The whole inner loop compiled by ``compile_step(...).loop(steps)``, one call per `steps` steps; the
     keywords below are `compile_step`'s (`fragment`).
 

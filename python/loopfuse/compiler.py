@@ -11,6 +11,7 @@ Each is a plain function of the previous stage's result, and the stages keep no 
 bisects); `Step.lower` stops after `lower`, and so does `Step.memory_report`, which compiles the lowered
 module its own way.
 """
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -76,14 +77,26 @@ def trace(fn: Callable, options: StepOptions, state, batch, static: dict) -> Pla
                            stopping.flag(options.until, options.stop_on_nonfinite), stopped_arg=options.stops,
                            loop=options.steps is not None, packed_paths=packed.buffer_paths(state))
     avals = tuple(map(aval, jax.tree_util.tree_leaves((state, batch))))
+    return _planned(traced, options, fn_name(fn), avals, tuple(keyed_paths(batch)), {"trace": time.perf_counter() - t0})
+
+
+def replan(plan: Plan, options: StepOptions) -> Plan:
+    """`plan`'s traced step under other `options` that trace alike (the passes, `memory_budget`,
+    `micro_batches`; not the placement, aux, stop or loop): its passes, XLA options and dump folder, no new
+    trace. `memory_plan` plans so, over one trace. The batch's rows must divide into the options'
+    micro-batches (`slice_counts`)."""
+    return _planned(plan.traced, options, plan.name, plan.avals, plan.batch_paths, plan.seconds)
+
+
+def _planned(traced: tracing.Traced, options: StepOptions, name: str, avals: tuple, batch_paths: tuple,
+             seconds: dict) -> Plan:
     platform = options.program_devices[0].platform
     passes = tuple(options.pipeline(runtime.history_rows(traced.module, platform, options.steps)))
     xla = _program_options(traced, options, avals[:len(traced.state_paths)], passes)
     root = pipeline.dump_dir(options.dump_ir)
     dump = None if root is None else pipeline.dump_folder(
-        root, fn_name(fn), traced.module, passes, (options.device, options.devices, options.xla_options))
-    return Plan(traced, options, fn_name(fn), avals, tuple(keyed_paths(batch)), passes, xla, dump,
-                {"trace": time.perf_counter() - t0})
+        root, name, traced.module, passes, (options.device, options.devices, options.xla_options))
+    return Plan(traced, options, name, avals, batch_paths, passes, xla, dump, dict(seconds))
 
 
 def lower(plan: Plan, *, stages: dict | None = None, note: str | None = None) -> Lowered:
@@ -95,9 +108,10 @@ def lower(plan: Plan, *, stages: dict | None = None, note: str | None = None) ->
     return Lowered(plan, module, text, {**plan.seconds, **timings})
 
 
-def compile(plan: Plan) -> Executable:
-    """`plan`'s executable: loaded from the compile cache, or `lower` then XLA (and stored). With a dump
-    folder the passes run also on a hit, for the dump."""
+def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
+    """`plan`'s executable: loaded from the compile cache, or `lower` then XLA (and stored); `lowered`, the
+    plan's `lower` when the caller has it, saves running the passes again (not with a dump folder, whose
+    passes run also on a hit, for the dump)."""
     devices, traced = plan.devices, plan.traced
     xla = runtime.compile_options(devices, plan.xla.values, shardy=runtime.uses_shardy(traced.module))
     t0 = time.perf_counter()
@@ -106,8 +120,8 @@ def compile(plan: Plan) -> Executable:
         where, str(traced.module), pipeline.pipeline_string(plan.passes), devices, xla)
     loaded = entry.load(traced.module.context) if entry is not None else None
     cache_seconds = time.perf_counter() - t0
-    lowered = (lower(plan, note=_origin(entry, loaded, where is not None) + str(plan.xla))
-               if loaded is None or plan.dump is not None else None)
+    if plan.dump is not None or lowered is None and loaded is None:
+        lowered = lower(plan, note=_origin(entry, loaded, where is not None) + str(plan.xla))
     seconds = dict(lowered.seconds if lowered is not None else plan.seconds)
     if loaded is not None:
         executable, module = loaded
@@ -132,14 +146,27 @@ def compile(plan: Plan) -> Executable:
     return built
 
 
+def slice_counts(batch, placement) -> list[int]:
+    """The micro-batch counts above 1 that `batch` divides into (every leaf's leading axis, a Dataset's
+    batch_size, on each device the batch is split over), fewest first; none for a batch of scalars."""
+    devices, sizes = _rows(batch, placement)
+    rows = math.gcd(*(n for _, n in sizes)) // devices if sizes and all(n % devices == 0 for _, n in sizes) else 0
+    return [m for m in range(2, rows + 1) if rows % m == 0]
+
+
+def _rows(batch, placement) -> tuple[int, list[tuple[str, int]]]:
+    """(the devices the batch is split over, (what, rows) of each batch leaf with a leading axis)."""
+    devices = len(placement.devices) if placement is not None and placement.mode != "members" else 1
+    return devices, [("the Dataset's batch_size", batch.batch_size)] if isinstance(batch, Dataset) else [
+        (f"batch{path}", np.shape(x)[0]) for path, x in zip(keyed_paths(batch), jax.tree_util.tree_leaves(batch))
+        if np.ndim(x)]
+
+
 def _check_slices(batch, slices: int, placement) -> None:
     """Every batch leaf's leading axis (a Dataset's batch_size) divides into `slices` slices on each
     device the batch is split over (`micro_batches`); a StateMismatchError names the leaf that does not."""
-    devices = len(placement.devices) if placement is not None and placement.mode != "members" else 1
+    devices, sizes = _rows(batch, placement)
     parts = slices * devices
-    sizes = [("the Dataset's batch_size", batch.batch_size)] if isinstance(batch, Dataset) else [
-        (f"batch{path}", np.shape(x)[0]) for path, x in zip(keyed_paths(batch), jax.tree_util.tree_leaves(batch))
-        if np.ndim(x)]
     for what, n in sizes:
         if n % parts:
             raise StateMismatchError(

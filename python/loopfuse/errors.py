@@ -22,6 +22,15 @@ class MemoryReportError(LoopfuseError, RuntimeError):
     """XLA did not write the buffer assignment or live ranges that `Step.memory_report` reads."""
 
 
+class MemoryLimitError(LoopfuseError, ValueError):
+    """No plan of the step fits its ``memory_limit``: ``floor`` is the least peak any plan reaches (bytes),
+    ``plan`` that plan; the message names the buffers live at its peak, with their lines."""
+
+    def __init__(self, message: str, *, floor: int, plan: str):
+        super().__init__(message)
+        self.floor, self.plan = floor, plan
+
+
 class MiscompileError(LoopfuseError, AssertionError):
     """A verified executable (``compile_step(..., verify=True)``) computed other values than
     ``jax.jit`` of the same function.

@@ -31,6 +31,7 @@ class Executable:
     program: runtime.ProgramOptions                # the XLA options it was compiled with, and why
     passes: tuple                                  # the passes its module ran (loaded from the cache: would have)
     seconds: dict = field(default_factory=dict)    # trace / each pass / xla
+    memory_plan: Any = None                        # the `memory_plan.MemoryPlan` that chose it (memory_limit)
 
     @classmethod
     def build(cls, traced: Traced, module: ir.Module, executable, leaves, placement, device, donate: bool,
@@ -68,8 +69,10 @@ class Executable:
     @property
     def reports(self) -> dict[str, str]:
         """What the passes that report did (pass name -> text), e.g. ``reports["roll-layers"]``: which
-        layers rolled, what is saved and recomputed, why a run did not roll."""
-        return reports(self.module.operation)
+        layers rolled, what is saved and recomputed, why a run did not roll; and under a memory limit,
+        ``reports["memory-limit"]``: the plan chosen, its figures and the plans rejected."""
+        found = reports(self.module.operation)
+        return found if self.memory_plan is None else {**found, "memory-limit": str(self.memory_plan)}
 
     @property
     def memory(self) -> runtime.MemoryStats:

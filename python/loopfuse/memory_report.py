@@ -86,16 +86,17 @@ class MemoryReport:
     def __str__(self) -> str:
         s = self.stats
         where = self.platform if self.devices == 1 else f"{self.platform}, per device of {self.devices}"
-        lines = [f"peak on {where}: {_size(self.peak_bytes)} live at schedule position "
+        lines = [f"peak on {where}: {size_text(self.peak_bytes)} live at schedule position "
                  f"{self.peak_position} of {len(self.live_bytes) - 1} ({self.peak_instruction})",
-                 f"allocated per call: {_size(s.peak)} = {_size(s.argument)} arguments + {_size(s.output)} outputs - "
-                 f"{_size(s.alias)} aliased + {_size(s.temp)} temporaries (memory_stats); "
-                 f"{_size(s.peak - self.peak_bytes)} of it holds nothing live at the peak",
+                 f"allocated per call: {size_text(s.peak)} = {size_text(s.argument)} arguments + "
+                 f"{size_text(s.output)} outputs - "
+                 f"{size_text(s.alias)} aliased + {size_text(s.temp)} temporaries (memory_stats); "
+                 f"{size_text(s.peak - self.peak_bytes)} of it holds nothing live at the peak",
                  *self.notes,
                  f"the {len(self.buffers)} largest of {self.buffers_at_peak} buffers live at the peak:"]
         rows = [("bytes", "kind", "shape", "live", "HLO value", "made by", "source")] + [
-            (_size(b.bytes), b.kind, b.shape, f"{b.live[0]}-{b.live[1]}", b.name.removesuffix("{}"), _first(b.what),
-             b.source or "-") for b in self.buffers]
+            (size_text(b.bytes), b.kind, b.shape, f"{b.live[0]}-{b.live[1]}", b.name.removesuffix("{}"),
+             _first(b.what), b.source or "-") for b in self.buffers]
         widths = [max(len(r[i]) for r in rows) for i in range(6)]
         lines += ["  " + "  ".join(c.rjust(w) if i == 0 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   + "  " + r[6] for r in rows]
@@ -170,7 +171,7 @@ def read(folder: Path, stats: runtime.MemoryStats, platform: str, devices: int =
     allocated = sum({b.allocation.index: b.allocation.size for b in buffers.values()
                      if b.allocation.kind in COUNTED}.values())
     if allocated != stats.peak:
-        notes.append(f"XLA's buffer assignment allocates {_size(allocated)}, memory_stats {_size(stats.peak)}")
+        notes.append(f"XLA's buffer assignment allocates {size_text(allocated)}, memory_stats {size_text(stats.peak)}")
     live = _distinct([b for n, b in counted.items() if ranges.ranges[n][0] <= peak <= ranges.ranges[n][1]],
                      ranges.ranges)
     live.sort(key=lambda b: (-b.size, b.name))
@@ -301,11 +302,11 @@ def _short(file: str) -> str:
         return file
 
 
-def _size(n: int) -> str:
-    """Bytes for people.
+def size_text(n: int) -> str:
+    """Bytes for people (reports and messages).
 
     Examples:
-        >>> _size(1536), _size(12)
+        >>> size_text(1536), size_text(12)
         ('1.5 KiB', '12 B')
     """
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -317,9 +318,11 @@ def _size(n: int) -> str:
 def timeline(report: MemoryReport) -> str:
     """`report` as an SVG picture (`memory_timeline.svg`): live bytes over the schedule, the peak
     marked, and the live ranges of the buffers it lists."""
-    bars = [(*b.live, f"{_size(b.bytes)} {b.shape} {b.what}" + (f"  {b.source}" if b.source else "")) for b in report.buffers]
+    bars = [(*b.live, f"{size_text(b.bytes)} {b.shape} {b.what}" + (f"  {b.source}" if b.source else ""))
+            for b in report.buffers]
     return memory_timeline.svg(report.live_bytes, report.peak_position,
-                               f"peak {_size(report.peak_bytes)} at {report.peak_position} ({report.peak_instruction})",
+                               f"peak {size_text(report.peak_bytes)} at {report.peak_position} "
+                               f"({report.peak_instruction})",
                                bars, f"live bytes over the schedule ({report.platform})")
 
 

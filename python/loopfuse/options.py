@@ -79,6 +79,13 @@ class StepOptions:
         None, "run the loss and gradient over that many slices of the batch, one at a time in a device loop, summing "
               "the gradients before one update (the ``micro-batch`` pass): within a tolerance of jax.jit, not bitwise "
               "(README, \"Micro-batches\"); ``Executable.reports[\"micro-batch\"]`` says what was cut, or why not.")
+    memory_limit: int | str | None = option(
+        None, "the most memory a call may take, in bytes, a size such as ``\"2GiB\"``, or ``\"device\"`` (the "
+              "device's memory less a margin, `memory_plan.DEVICE_MARGIN`; refused where the device reports none, as "
+              "a CPU): loopfuse chooses the `memory_budget` and `micro_batches` whose compiled peak (arguments + "
+              "outputs - aliased + temporaries) fits, preferring the least recompute, then the fewest slices "
+              "(`memory_plan`); one of them given is kept as given. ``Executable.reports[\"memory-limit\"]`` says "
+              "what was chosen and what was not; a limit below every plan is a `MemoryLimitError` naming the floor.")
     placement: Placement | None = field(init=False, repr=False, compare=False)  # of `devices` (None: one device)
 
     def __post_init__(self) -> None:
@@ -120,6 +127,8 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
         o["steps"] = validate.steps(o["steps"], name("steps"))
     if o["micro_batches"] is not None:
         o["micro_batches"] = validate.steps(o["micro_batches"], name("micro_batches"))
+    if o["memory_limit"] is not None:
+        o["memory_limit"] = validate.memory_limit(o["memory_limit"], name("memory_limit"))
     stopping.check(o["until"], o["stop_on_nonfinite"], o["steps"])
     if o["devices"] is not None:
         o["devices"] = _devices(o["devices"], name("devices"))

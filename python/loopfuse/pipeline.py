@@ -157,6 +157,11 @@ def lower(module: ir.Module, specs, *, dump: Path | None = None, stages: dict | 
     return text, timings
 
 
+def write_dump(folder: Path, name: str, text: str) -> None:
+    """Write one file `name` (with its suffix) into a program's dump folder; one that cannot be written warns."""
+    _DumpWriter(folder).write(name, text)
+
+
 class _DumpWriter:
     """Writes stages into one dump folder; the first OSError (e.g. a full disk) warns and stops it."""
 

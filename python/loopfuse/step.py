@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import jax
 
-from . import compiler, dispatch, memory_report, packed, stopping, validate, verify
+from . import compiler, dispatch, memory_plan, memory_report, packed, stopping, validate, verify
 from .data import Dataset
 from .errors import DonatedArrayError
 from .executable import Executable
@@ -117,7 +117,8 @@ class Step:
             with lock:
                 entry = self._cache.get(key)
                 if entry is None:
-                    entry = compiler.build(self.fn, self.options, state, batch, static)
+                    build = compiler.build if self.options.memory_limit is None else memory_plan.build
+                    entry = build(self.fn, self.options, state, batch, static)
                     with self._lock:
                         self._compiled += 1
                     self._cache[key] = entry
@@ -129,7 +130,8 @@ class Step:
     def lower(self, state, batch, *, start: int = 0, **static) -> dict[str, str]:
         """The IR at every stage: {"00-traced": text, "01-after-<pass>": text, ..., "final": text}.
 
-        Traces and runs the passes only (`compiler.lower`); XLA is not invoked and nothing is cached.
+        Traces and runs the passes only (`compiler.lower`); XLA is not invoked and nothing is cached, but under
+        a `memory_limit`, whose plan is chosen on compiled figures (`compiled`): the stages are its plan's.
         """
         stages: dict[str, str] = {}
         compiler.lower(self._plan(state, batch, start, static), stages=stages)
@@ -146,11 +148,15 @@ class Step:
         gets ``memory-report.txt`` and ``memory-timeline.svg``.
 
         Compiles the program once more, apart from the executable calls run (neither is changed nor
-        cached, `compile_count` stays); nothing runs, so the state is never consumed.
+        cached, `compile_count` stays); nothing runs, so the state is never consumed. Under a `memory_limit`
+        it is the chosen plan's program, and the report's notes say which plan and why.
         """
         top = validate.steps(top, "top")
         plan = self._plan(state, batch, start, static)
         report = memory_report.compile_report(compiler.lower(plan), top=top)
+        chosen = self._memory_plan(state, batch, start, static)
+        if chosen is not None:
+            report = replace(report, notes=(*report.notes, f"{chosen.summary()} (Executable.reports[\"memory-limit\"])"))
         if plan.dump is not None:
             memory_report.write(report, plan.dump)
         return report
@@ -158,7 +164,15 @@ class Step:
     def _plan(self, state, batch, start: int, static: dict) -> compiler.Plan:
         """`compiler.trace` of a call's program (the Step of a packed state's, a `Dataset` as served)."""
         step = self._for(state)
-        return compiler.trace(step.fn, step.options, state, step._serve(batch, start), static)
+        chosen = self._memory_plan(state, batch, start, static)
+        options = step.options if chosen is None else chosen.chosen.options(step.options)
+        return compiler.trace(step.fn, options, state, step._serve(batch, start), static)
+
+    def _memory_plan(self, state, batch, start: int, static: dict) -> memory_plan.MemoryPlan | None:
+        """The plan chosen for this signature under `memory_limit` (None without one)."""
+        if self.options.memory_limit is None:
+            return None
+        return self.compiled(state, batch, start=start, **static).memory_plan
 
     def _serve(self, batch, start: int = 0):
         """A `Dataset` as the executable takes it (`Dataset.served`); other batches as they are."""
@@ -261,7 +275,9 @@ class Step:
             _raise_donated(state, batch)
         executable = self._executable(key, state, batch, static)
         if key not in self._verified and verify.enabled(self.options.verify):
-            verify.check(self.fn, self.options, executable, state, batch, start, static)
+            chosen = executable.memory_plan
+            options = self.options if chosen is None else chosen.chosen.options(self.options)
+            verify.check(self.fn, options, executable, state, batch, start, static)
             self._verified.add(key)
         return executable(leaves, start, *stopped), executable
 

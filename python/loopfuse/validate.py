@@ -1,5 +1,7 @@
 """Checks of user-given arguments shared by every entry point (one rule, one message)."""
+import math
 import operator
+import re
 
 STEPS_LIMIT = 2**31  # the device loop counter is int32
 
@@ -46,4 +48,42 @@ def budget(value, name: str = "memory_budget") -> float:
     value = float(value)
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {value:g}")
+    return value
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def memory_limit(value, name: str = "memory_limit") -> int | str:
+    """`value` as a memory limit: a positive number of bytes (an int or a float, rounded down), a string of a
+    number and a unit (``"2GiB"``, ``"512 MiB"``, ``"1.5GB"``: KiB, MiB, GiB and TiB are powers of 1024, KB, MB,
+    GB and TB of 1000), or ``"device"`` (resolved where the devices are known, `memory_plan.limit_bytes`).
+
+    Examples:
+        >>> memory_limit("2GiB"), memory_limit("1.5 kB"), memory_limit(4096), memory_limit("device")
+        (2147483648, 1500, 4096, 'device')
+        >>> memory_limit("2 gigs")
+        Traceback (most recent call last):
+        ValueError: memory_limit must be bytes, a size such as "2GiB" or "512 MiB", or "device"; got '2 gigs'
+        >>> memory_limit(0.5)
+        Traceback (most recent call last):
+        ValueError: memory_limit must be at least 1 byte, got 0.5
+    """
+    given = value
+    if isinstance(value, str):
+        found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", value)
+        if value.strip() == "device":
+            return "device"
+        if found is None or found[2].lower() not in _UNITS:
+            raise ValueError(f'{name} must be bytes, a size such as "2GiB" or "512 MiB", or "device"; got {value!r}')
+        value = float(found[1]) * _UNITS[found[2].lower()]
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(type(value), "__index__"):
+        raise TypeError(f'{name} must be bytes, a size such as "2GiB", or "device"; got {type(value).__name__} '
+                        f"{value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of bytes, got {given!r}")
+    value = int(value) if isinstance(value, float) else operator.index(value)
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1 byte, got {given!r}")
     return value

@@ -35,6 +35,7 @@ import transformer                       # a GPT-style model written as a Python
 gpt_step, gpt_state, tokens = transformer.gpt(**transformer.TINY)
 """,
     "state = jax.tree.map(jnp.copy, result.state)   # a copy: the step below consumes it",
+    "gpt_step, gpt_state, tokens = transformer.gpt(**dict(transformer.TINY, seq=64, batch=16))",
     "state = result.state                  # the packing block leaves it intact (pack copies)",
     "loss, params = loss_fn, state[0]",
     "",                                   # continues the block above (loss, params, batch, minimize)
@@ -48,6 +49,8 @@ CLAIMS = [
     'assert aux["loss"].shape == (10,) and jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(state[0])',
     'assert rolled.compiled(packed, tokens).reports["roll-layers"].startswith("rolled") and aux["loss"] > 0',
     'assert step.compiled(state, batch).reports["micro-batch"].startswith("micro-batched into 4 slices")',
+    'assert limited.compiled(gpt_state, tokens).memory.peak <= 4 << 20 < limited.compiled(gpt_state, tokens)'
+    '.memory_plan.traced_peak',
     'assert 1 <= int(steps) <= 1000 and losses.shape == (int(steps),) and aux["loss"].shape == (1000,)',
     "assert sol.loss_history.shape == (2000,) and sol.steps == 2000 and sol.steps_per_second > 0",
     'assert sol.retcode == "converged" and sol.steps < 200',

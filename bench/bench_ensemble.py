@@ -33,7 +33,6 @@ program of ~15 s to compile); the default is one of them, so its row and that ti
 
 --quick: N = 64 quadratics of at most 1,000 steps, 8 Lotka-Volterra starts, 2 rounds: a smoke test.
 """
-import inspect
 import statistics
 import sys
 import time
@@ -222,7 +221,7 @@ def quadratic_section(size: dict, n_rounds: int, tiles=()) -> tuple[str, dict]:
         f()                                              # compile (and warm) every side
     times, out = rounds(variants, n_rounds)
     tile = default_tile(quadratic, x0, loopfuse.per_member(h), SGD, below)
-    sol, (p, hist, i, code) = out[DEFAULT], out[ref_name]
+    sol, (p, hist, i, _) = out[DEFAULT], out[ref_name]
     same_steps = same_bits((sol.params, sol.steps), (p, i))
     bitwise = same_steps and same_bits([sol.loss_history], [hist[:, :sol.steps.max()]])
     rel = history_rel_diff(sol.loss_history, hist[:, :sol.steps.max()]) if same_steps else float("nan")
@@ -339,7 +338,7 @@ def overhead_section(size: dict, n_rounds: int) -> tuple[str, dict]:
                             same_times["jax.jit(jax.vmap(while_loop)), the same outputs"], False)["ratio"]
     bare = harness.compare(same_times["loopfuse minimize(ensemble=True)"],
                            same_times["jax.jit(jax.vmap(while_loop)) without the history"], False)["ratio"]
-    lines = [f"#### Overheads\n",
+    lines = ["#### Overheads\n",
              f"One member (a quadratic of condition number {min(KAPPA, steps / 4):g}, {one_out['plain minimize'].steps} steps): "
              f"plain minimize {ms(one_times['plain minimize'])}, 1-member ensemble {ms(one_times['1-member ensemble'])}: "
              f"{verdict(one_ratio, TARGETS['one_member'])}; bitwise the plain solve: {one_bitwise}\n",

@@ -120,17 +120,8 @@ def main() -> None:
     starts = {n: t["built"][1] for n, t in timed.items()}
     temps = {n: temporaries(calls[n], starts[n], tokens) for n in names}
     losses = {n: loss_after(calls[n], starts[n], tokens, STEPS) for n in names}
-    states = {n: fresh(starts[n]) for n in names}
-
-    def rate(n):
-        def run():
-            t0 = time.perf_counter()
-            for _ in range(ns.calls):
-                states[n], _ = calls[n](states[n], tokens)
-            jax.block_until_ready(states[n])
-            return ns.calls / (time.perf_counter() - t0)
-        return run
-    rates = harness.interleave({n: rate(n) for n in names}, ns.rounds)
+    rates, _ = harness.step_rates({n: calls[n] for n in names}, {n: fresh(starts[n]) for n in names}, tokens,
+                                  ns.rounds, ns.calls)
     reports = {n: calls[n].compiled(starts[n], tokens).reports.get("roll-layers", "") for n in names
                if isinstance(calls[n], loopfuse.Step)}
 

@@ -70,20 +70,6 @@ def jit_peak(step, state, batch) -> int:
     return harness.jit_memory(jax.jit(step, donate_argnums=0), state, batch).peak
 
 
-def rates(calls: dict, states: dict, batch, rounds: int, n: int) -> tuple[dict, dict]:
-    """({name: steps/s per round}, {name: this process's CPU seconds per step per round}): interleaved rounds
-    of `n` calls each; the CPU seconds (every XLA thread's) move less than the wall time on a shared machine."""
-    def run(name):
-        def calls_of():
-            for _ in range(n):
-                states[name], _ = calls[name](states[name], batch)
-            return states[name]
-        return lambda: harness.clocked(calls_of)
-    clocked = harness.interleave({name: run(name) for name in calls}, rounds)
-    return ({name: [n / wall for wall, _ in c] for name, c in clocked.items()},
-            {name: [cpu / n for _, cpu in c] for name, c in clocked.items()})
-
-
 def plan_section(out, ns, step, state, batch, limit: int, cache) -> dict:
     t0 = time.perf_counter()
     call = loopfuse.compile_step(harness.fresh_fn(step), memory_limit=limit, cache_dir=cache)
@@ -120,7 +106,7 @@ def hand_section(out, ns, step, state, batch, limit: int, chosen, cache) -> None
     chosen_plan = chosen["plan"].chosen
     names = {c: str(c) for c in calls}
     states = {names[c]: fresh(state) for c in calls}
-    measured, cpu = rates({names[c]: calls[c] for c in calls}, states, batch, ns.rounds, ns.calls)
+    measured, cpu = harness.step_rates({names[c]: calls[c] for c in calls}, states, batch, ns.rounds, ns.calls)
     fastest = max(measured, key=lambda n: np.median(measured[n]))
     least_cpu = min(cpu, key=lambda n: np.median(cpu[n]))
     lines = [f"### The hand sweep: budgets {', '.join(f'{b:g}' for b in HAND_BUDGETS)} x micro-batches "

@@ -11,7 +11,6 @@ Temporaries are XLA's (the compiled executables' memory stats). Steps/s: medians
 interleaved rounds of `--calls` calls. The loss after 3 steps is compared with jax.jit's, relative.
 """
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -78,17 +77,7 @@ def main() -> None:
         else:
             temps[n] = call.lower(state, batch).compile().memory_analysis().temp_size_in_bytes
     losses = {n: loss_after(c, state, batch) for n, c in calls.items()}
-    states = {n: fresh(state) for n in calls}
-
-    def rate(n):
-        def run():
-            t0 = time.perf_counter()
-            for _ in range(ns.calls):
-                states[n], _ = calls[n](states[n], batch)
-            jax.block_until_ready(states[n])
-            return ns.calls / (time.perf_counter() - t0)
-        return run
-    rates = harness.interleave({n: rate(n) for n in calls}, ns.rounds)
+    rates, _ = harness.step_rates(calls, {n: fresh(state) for n in calls}, batch, ns.rounds, ns.calls)
     reference = "jax.jit"
     lines = [f"{ns.model} ({'tiny, --quick' if ns.quick else 'full size'}); one step per call, donated; temporaries "
              f"from the compiled executables; steps/s: medians (min–max) of {ns.rounds} interleaved rounds of "

@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 import optax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -135,7 +134,7 @@ def main() -> None:
         ns.compile_rounds = 1
     out = harness.Report("roll_models", ns)
     harness.no_compile_cache()
-    rows = [f"| model | rolled | jax.jit temp | pytree | packed | fit's program | loss rel. diff | compile: jax.jit s | "
+    rows = ["| model | rolled | jax.jit temp | pytree | packed | fit's program | loss rel. diff | compile: jax.jit s | "
             f"fit's program s | ratio | passes s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     results = {}
     for name in ns.models.split(","):

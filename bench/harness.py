@@ -68,6 +68,21 @@ def interleave(variants: dict[str, Callable[[], object]], rounds: int) -> dict[s
     return out
 
 
+def step_rates(calls: dict, states: dict, batch, rounds: int, n: int) -> tuple[dict, dict]:
+    """({name: steps/s per round}, {name: this process's CPU seconds per step per round}): `rounds`
+    interleaved rounds of `n` calls ``states[name], _ = calls[name](states[name], batch)`` each (`states`
+    updated in place). The CPU seconds (every XLA thread's) move less than the wall time on a shared machine."""
+    def run(name):
+        def calls_of():
+            for _ in range(n):
+                states[name], _ = calls[name](states[name], batch)
+            return states[name]
+        return lambda: clocked(calls_of)
+    timed = interleave({name: run(name) for name in calls}, rounds)
+    return ({name: [n / wall for wall, _ in t] for name, t in timed.items()},
+            {name: [cpu / n for _, cpu in t] for name, t in timed.items()})
+
+
 def clocked(fn: Callable[[], object]) -> tuple[float, float]:
     """(wall seconds, this process's CPU seconds) of ``fn()``; jax results are waited for."""
     import jax

@@ -57,18 +57,9 @@ def bn_loss(p, batch):
 BN_LINE = inspect.getsourcelines(bn_loss)[1] + 4
 
 
-def adam_step(loss):
-    def step(state, batch):
-        p, opt_state = state
-        value, grads = jax.value_and_grad(loss)(p, batch)
-        updates, opt_state = OPT.update(grads, opt_state, p)
-        return (optax.apply_updates(p, updates), opt_state), {"loss": value}
-    return step
-
-
 def problem(loss=mlp_loss, rows: int = 64):
     p = params()
-    return adam_step(loss), (p, OPT.init(p)), make_batch(rows)
+    return transformer.optax_step(loss, OPT), (p, OPT.init(p)), make_batch(rows)
 
 
 def programs_of(step, state, batch, **options):

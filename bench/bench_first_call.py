@@ -88,7 +88,7 @@ def measure(state_kind: str, leaves: int, k: int, rounds: int) -> dict:
 
 def table(results: dict, rounds: int) -> list[str]:
     lines = ["| state | cache | loopfuse s, best (median) | jax.jit scan s, best (median) | loopfuse / scan, bests "
-             f"(medians) | target |", "|---|---|---:|---:|---:|---|"]
+             "(medians) | target |", "|---|---|---:|---:|---:|---|"]
     for state_kind, modes in results.items():
         for mode, runs in modes.items():
             s = {v: [r["first_call_s"] for r in runs[v]] for v in VARIANTS}

@@ -135,7 +135,7 @@ def main() -> None:
     out = harness.Report("roll_models", ns)
     harness.no_compile_cache()
     rows = ["| model | rolled | jax.jit temp | pytree | packed | fit's program | loss rel. diff | compile: jax.jit s | "
-            f"fit's program s | ratio | passes s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "fit's program s | ratio | passes s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     results = {}
     for name in ns.models.split(","):
         r = results[name] = measure(name, size, ns.compile_rounds)

@@ -83,7 +83,7 @@ class StepOptions:
         None, "the most memory a call may take, in bytes, a size such as ``\"2GiB\"``, or ``\"device\"`` (the "
               "device's memory less a margin, `memory_plan.DEVICE_MARGIN`; refused where the device reports none, as "
               "a CPU): loopfuse chooses the `memory_budget` and `micro_batches` whose compiled peak (arguments + "
-              "outputs - aliased + temporaries) fits, preferring the least recompute, then the fewest slices "
+              "outputs - aliased + temporaries) fits, preferring the fewest slices, then the least recompute "
               "(`memory_plan`); one of them given is kept as given. ``Executable.reports[\"memory-limit\"]`` says "
               "what was chosen and what was not; a limit below every plan is a `MemoryLimitError` naming the floor.")
     placement: Placement | None = field(init=False, repr=False, compare=False)  # of `devices` (None: one device)

@@ -32,7 +32,7 @@ result into row ``i - block start`` of a ``tensor<rows x ...>`` block (NaN or 0 
 histories), then writes the blocks into the histories at the block's start; the histories are
 padded to whole blocks and cut to K rows at the end. A stopping loop carries its flag through both
 loops, and both stop on it. XLA:CPU runs a loop body sequentially only where every buffer it touches
-is small (``runtime.SEQUENTIAL_BYTES``): a long history is such a buffer, a block of it need not be.
+is small (``xla.SEQUENTIAL_BYTES``): a long history is such a buffer, a block of it need not be.
 Safe for the same reasons: the same steps run in the same order on the same state, each history row
 is written once (rows of steps that never ran keep their initial value), and the stop ends both
 loops after the same step.

@@ -15,7 +15,7 @@ _EXPORTS = {
     "minimize": "solve", "Solution": "results", "Ensemble": "ensemble", "per_member": "ensemble", "gtol": "convergence", "ftol": "convergence",
     "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
     "Forward": "backends",
-    "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
+    "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "results",
     "MiscompileError": "errors", "AuxPathError": "errors", "MemoryReportError": "errors", "MemoryLimitError": "errors",
     "largest_batch": "batch_fit", "BatchFit": "batch_fit", "MemoryPlan": "memory_plan",
     "PipelineError": "pipeline", "CacheWarning": "cache",
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .data import Dataset
     from .ensemble import Ensemble, per_member
     from .packed import PackedState, pack
-    from .errors import (AuxPathError, DonatedArrayError, FitError, LoopfuseError, MemoryLimitError, MemoryReportError,
+    from .errors import (AuxPathError, DonatedArrayError, LoopfuseError, MemoryLimitError, MemoryReportError,
                          MiscompileError, StateMismatchError)
     from .batch_fit import BatchFit, largest_batch
     from .memory_plan import MemoryPlan
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .fitting import fit
     from .pipeline import PipelineError
     from .runtime import MemoryStats
-    from .results import FitResult, Solution
+    from .results import FitError, FitResult, Solution
     from .solve import minimize
     from .options import StepOptions
     from .step import Step, compile_step

@@ -20,9 +20,8 @@ from jaxlib.mlir import ir
 
 from . import packed, validate
 from .checkpoint import CarriedAs, Checkpoints
-from .errors import FitError
 from .passes import control_flow, wrap_loop
-from .results import FitResult
+from .results import FitError, FitResult
 from .sigint import SigintHold
 from .step import Step
 from .leaves import dotted, keyed_paths

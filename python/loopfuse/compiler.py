@@ -22,20 +22,21 @@ import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from . import cache as compile_cache, packed, pipeline, runtime, stopping, trace as tracing
+from . import cache as compile_cache, packed, pipeline, runtime, stopping, trace as tracing, xla
 from .data import Dataset
 from .errors import StateMismatchError
 from .executable import Executable
 from .leaves import aval, keyed_paths
 from .mlir_context import copy_module
 from .options import StepOptions
+from .traced import Traced
 
 
 @dataclass(frozen=True)
 class Plan:
     """A step traced for one signature under its options, and what its program will be."""
 
-    traced: tracing.Traced
+    traced: Traced
     options: StepOptions
     name: str                        # the step function's (`fn_name`)
     avals: tuple                     # of the flat state and batch leaves it is traced for
@@ -68,14 +69,15 @@ def build(fn: Callable, options: StepOptions, state, batch, static: dict) -> Exe
 def trace(fn: Callable, options: StepOptions, state, batch, static: dict) -> Plan:
     """`fn` traced for (state, batch, static) as `options` run it (placement, stop, loop), and its plan: the
     passes (a loop's histories written in blocks where that keeps its body's buffers small enough for XLA:CPU
-    to run it sequentially, `runtime.history_rows`), the XLA options, the dump folder."""
+    to run it sequentially, `xla.history_rows`), the XLA options, the dump folder."""
     t0 = time.perf_counter()
     packed.check_not_nested(state)
     if options.micro_batches is not None and options.micro_batches > 1:
         _check_slices(batch, options.micro_batches, options.placement)
     traced = tracing.trace(fn, state, batch, static, options.keep_aux, options.placement,
                            stopping.flag(options.until, options.stop_on_nonfinite), stopped_arg=options.stops,
-                           loop=options.steps is not None, packed_paths=packed.buffer_paths(state))
+                           loop=options.steps is not None, packed_paths=packed.buffer_paths(state),
+                           dataset=isinstance(batch, Dataset))
     avals = tuple(map(aval, jax.tree_util.tree_leaves((state, batch))))
     return _planned(traced, options, fn_name(fn), avals, tuple(keyed_paths(batch)), {"trace": time.perf_counter() - t0})
 
@@ -88,15 +90,15 @@ def replan(plan: Plan, options: StepOptions) -> Plan:
     return _planned(plan.traced, options, plan.name, plan.avals, plan.batch_paths, plan.seconds)
 
 
-def _planned(traced: tracing.Traced, options: StepOptions, name: str, avals: tuple, batch_paths: tuple,
+def _planned(traced: Traced, options: StepOptions, name: str, avals: tuple, batch_paths: tuple,
              seconds: dict) -> Plan:
     platform = options.program_devices[0].platform
-    passes = tuple(options.pipeline(runtime.history_rows(traced.module, platform, options.steps)))
-    xla = _program_options(traced, options, avals[:len(traced.state_paths)], passes)
+    passes = tuple(options.pipeline(xla.history_rows(traced.module, platform, options.steps)))
+    program = _program_options(traced, options, avals[:len(traced.state_paths)], passes)
     root = pipeline.dump_dir(options.dump_ir)
     dump = None if root is None else pipeline.dump_folder(
         root, name, traced.module, passes, (options.device, options.devices, options.xla_options))
-    return Plan(traced, options, name, avals, batch_paths, passes, xla, dump, dict(seconds))
+    return Plan(traced, options, name, avals, batch_paths, passes, program, dump, dict(seconds))
 
 
 def lower(plan: Plan, *, stages: dict | None = None, note: str | None = None) -> Lowered:
@@ -113,11 +115,11 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     plan's `lower` when the caller has it, saves running the passes again (not with a dump folder, whose
     passes run also on a hit, for the dump)."""
     devices, traced = plan.devices, plan.traced
-    xla = runtime.compile_options(devices, plan.xla.values, shardy=runtime.uses_shardy(traced.module))
+    compile_options = xla.compile_options(devices, plan.xla.values, shardy=xla.uses_shardy(traced.module))
     t0 = time.perf_counter()
     where = compile_cache.folder(plan.options.cache_dir)
     entry = None if where is None or traced.effects.host_callbacks else compile_cache.Entry.of(
-        where, str(traced.module), pipeline.pipeline_string(plan.passes), devices, xla)
+        where, str(traced.module), pipeline.pipeline_string(plan.passes), devices, compile_options)
     loaded = entry.load(traced.module.context) if entry is not None else None
     cache_seconds = time.perf_counter() - t0
     if plan.dump is not None or lowered is None and loaded is None:
@@ -128,7 +130,7 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     else:
         assert lowered is not None
         t0 = time.perf_counter()
-        executable = runtime.compile_module(lowered.text, devices, xla, host_callbacks=traced.effects.host_callbacks)
+        executable = xla.compile_module(lowered.text, devices, compile_options, host_callbacks=traced.effects.host_callbacks)
         seconds["xla"] = time.perf_counter() - t0
         module = lowered.module
         if entry is not None:
@@ -179,15 +181,15 @@ def fn_name(fn: Callable) -> str:
     return getattr(fn, "__name__", "step")
 
 
-def _program_options(traced: tracing.Traced, options: StepOptions, state_avals, passes) -> runtime.ProgramOptions:
-    """The XLA options of `traced`'s program (`runtime.program_options`), given the bytes of floating-point
+def _program_options(traced: Traced, options: StepOptions, state_avals, passes) -> runtime.ProgramOptions:
+    """The XLA options of `traced`'s program (`xla.program_options`), given the bytes of floating-point
     state it replicates over a mesh and the `passes` it runs (those that may add control flow of their own)."""
     replicated = 0
     if traced.arg_shardings is not None:
         for a, s in zip(state_avals, traced.arg_shardings):
             if s.is_fully_replicated and jax.numpy.issubdtype(a.dtype, jax.numpy.floating):
                 replicated += a.size * a.dtype.itemsize
-    return runtime.program_options(traced.module, options.program_devices[0].platform, replicated,
+    return xla.program_options(traced.module, options.program_devices[0].platform, replicated,
                                    options.xla_options, [p.name for p in passes if p.adds_control_flow()])
 
 

@@ -12,7 +12,7 @@ from .leaves import is_key, raw, wrap_keys
 from .passes.functions import main_func, result_attrs
 from .passes.module_pass import reports
 from .passes.vocabulary import RESULT, STEPS_RUN, STOPPED
-from .trace import Traced
+from .traced import Traced
 
 
 @dataclass

@@ -8,8 +8,7 @@ from .checkpoint import Checkpoints
 from .chunks import LoopChunks, carried, check_checkpoint_options, drive
 from .data import Dataset
 from .ensemble import wrapper
-from .errors import FitError
-from .results import FitResult
+from .results import FitError, FitResult
 from .step import Step
 
 

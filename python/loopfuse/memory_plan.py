@@ -261,7 +261,11 @@ class Floor:
 
     def error(self, programs: Programs) -> MemoryLimitError:
         """The error that names the floor and the buffers live at its peak (`memory_report`: one compile more)."""
-        report = memory_report.compile_report(programs.lowered(self.plan), top=FLOOR_BUFFERS)
+        lowered = programs.lowered(self.plan)
+        plan = lowered.plan
+        report = memory_report.compile_report(lowered.module, plan.devices, plan.xla.values,
+                                              host_callbacks=plan.traced.effects.host_callbacks,
+                                              batch_paths=plan.batch_paths, top=FLOOR_BUFFERS)
         buffers = "\n".join(f"  {size_text(b.bytes)} {b.shape} {b.kind} {b.what}" + (f" at {b.source}" if b.source else "")
                             for b in report.buffers)
         head = (f"memory_limit {size_text(self.limit)} is below the floor of this step: the least peak of any plan is "

@@ -29,13 +29,13 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import jax
 from jaxlib.mlir import ir
 
-from . import memory_timeline, runtime, xla_dump
+from . import memory_timeline, runtime, xla, xla_dump
 from .errors import MemoryReportError
-from .compiler import Lowered
 from .passes.functions import arg_attrs, main_func
 from .passes.locations import in_library
 from .passes.vocabulary import STATE, STEP_INDEX, STOPPED
@@ -109,19 +109,19 @@ def _first(op_name: str) -> str:
     return first + (f" (+{len(more)} fused)" if more else "")
 
 
-def compile_report(lowered: Lowered, top: int = 10) -> MemoryReport:
-    """Compile `lowered` (the module handed to XLA) for its devices with the XLA options of its program and
-    XLA's dump into a temporary folder, and read its `MemoryReport` (the `top` largest buffers at the
-    peak); the folder is deleted before this returns."""
-    module, plan = lowered.module, lowered.plan
+def compile_report(module: ir.Module, devices, xla_options: Mapping[str, Any], *, host_callbacks=(), batch_paths=(),
+                   top: int = 10) -> MemoryReport:
+    """Compile `module` (a lowered program: the module handed to XLA) for `devices` with its program's
+    `xla_options` (``Plan.xla.values``, `host_callbacks` its trace's) and XLA's dump into a temporary folder, and
+    read its `MemoryReport` (the `top` largest buffers at the peak; `batch_paths` name the batch arguments);
+    the folder is deleted before this returns."""
     with module.context:
         text = str(module.operation.get_asm(enable_debug_info=True))
-    names = argument_names(module, plan.batch_paths)
-    devices = plan.devices
+    names = argument_names(module, batch_paths)
     with tempfile.TemporaryDirectory(prefix="loopfuse-memory-") as folder:
-        dump = {**plan.xla.values, "xla_dump_to": folder, "xla_dump_hlo_as_text": True}
-        compiled = runtime.compile_options(devices, dump, shardy=runtime.uses_shardy(module))
-        executable = runtime.compile_module(text, devices, compiled, host_callbacks=plan.traced.effects.host_callbacks)
+        dump = {**xla_options, "xla_dump_to": folder, "xla_dump_hlo_as_text": True}
+        compiled = xla.compile_options(devices, dump, shardy=xla.uses_shardy(module))
+        executable = xla.compile_module(text, devices, compiled, host_callbacks=host_callbacks)
         return read(Path(folder), runtime.MemoryStats.of(executable), devices[0].platform, len(devices), names, top)
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 
-from . import pipeline, runtime, stopping, validate
+from . import pipeline, stopping, validate
 from .sharding import Placement
 
 
@@ -54,7 +54,7 @@ class StepOptions:
                                               "``<fn name>-<digest>`` (see `pipeline.dump_folder`).")
     xla_options: Mapping[str, Any] | None = option(
         None, "XLA compile options (``{\"xla_...\": value}``) merged over the options loopfuse decides per program "
-              "(`runtime.program_options`: the copy-free loop carry where it is safe), e.g. "
+              "(`xla.program_options`: the copy-free loop carry where it is safe), e.g. "
               "``{\"xla_cpu_copy_insertion_use_region_analysis\": False}`` turns that off; a value of None leaves an "
               "option unset.")
     until: Callable | None = option(None, "a loop's stop predicate ``pred(new_state, aux) -> scalar bool`` (see "
@@ -96,7 +96,7 @@ class StepOptions:
 
     def pipeline(self, rows: int = 0) -> list:
         """The passes the program runs (`pipeline.build` of these options; wrap-loop's `rows`, see
-        `runtime.history_rows`)."""
+        `xla.history_rows`)."""
         return pipeline.build(self.passes, steps=self.steps, donate=self.donate, memory_budget=self.memory_budget,
                               rows=rows, micro_batches=self.micro_batches)
 
@@ -143,7 +143,7 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
     if o["keep_aux"] is not None:
         o["keep_aux"] = tuple(o["keep_aux"])
     if o["xla_options"] is not None:
-        o["xla_options"] = MappingProxyType(runtime.check_xla_options(o["xla_options"]))
+        o["xla_options"] = MappingProxyType(validate.xla_options(o["xla_options"]))
     return o
 
 

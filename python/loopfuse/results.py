@@ -1,11 +1,11 @@
-"""What the chunked drivers return: `FitResult` (`fit`, and `FitError.result`) and `Solution` (`minimize`).
-
-Plain records that import nothing of loopfuse, so that `errors` (which every module imports) can name them.
-"""
+"""What the chunked drivers return: `FitResult` (`fit`), `Solution` (`minimize`), and `FitError` (a run that
+failed after some steps, carrying the `FitResult` it reached)."""
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .errors import LoopfuseError
 
 
 @dataclass
@@ -70,5 +70,17 @@ class Solution:
     retcode: str | np.ndarray
     steps_per_second: float
     compile_seconds: float
-    backend: Any              # the `backends.Backend` that ran it (not imported: backends imports `errors`)
+    backend: Any              # the `backends.Backend` that ran it
     best: int | None = None
+
+
+class FitError(LoopfuseError, RuntimeError):
+    """`fit` or `minimize` failed after some steps ran; ``result`` holds the state they reached.
+
+    The cause is chained (``raise FitError(...) from cause``); ``result`` is a `FitResult` with the
+    state, step count and aux history of the chunks that completed before it.
+    """
+
+    def __init__(self, message: str, result: FitResult):
+        super().__init__(message)
+        self.result = result

@@ -153,7 +153,9 @@ class Step:
         """
         top = validate.steps(top, "top")
         plan = self._plan(state, batch, start, static)
-        report = memory_report.compile_report(compiler.lower(plan), top=top)
+        report = memory_report.compile_report(compiler.lower(plan).module, plan.devices, plan.xla.values,
+                                              host_callbacks=plan.traced.effects.host_callbacks,
+                                              batch_paths=plan.batch_paths, top=top)
         chosen = self._memory_plan(state, batch, start, static)
         if chosen is not None:
             report = replace(report, notes=(*report.notes, f"{chosen.summary()} (Executable.reports[\"memory-limit\"])"))

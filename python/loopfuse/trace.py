@@ -15,7 +15,6 @@ first; they are tagged as state (``loopfuse.state = "<effect token N>"``, no
 callbacks the module calls travel with the trace: the executable must be compiled with them.
 A step traced with a stop function (see `stopping`) returns its flag last, tagged ``loopfuse.stop``.
 """
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import jax
@@ -24,29 +23,12 @@ import jax.numpy as jnp
 from jaxlib.mlir import ir
 
 from . import _jax_compat
-from .data import Dataset
 from .errors import StateMismatchError
 from .leaves import aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, keyed, raw, wrap_keys
 from .mlir_context import copy_module
 from .passes.functions import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
 from .passes.vocabulary import PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
-
-@dataclass
-class Effects:
-    """The side effects of a traced step, as jax's lowering reports them.
-
-    ``host_callbacks`` must be handed to the compiler (the module's callback custom calls index
-    into them) and, with ``keepalive``, kept alive as long as the executable.
-    """
-
-    host_callbacks: list
-    keepalive: Any
-    ordered: list                  # the ordered effects, one token argument and result each
-    unordered: list
-
-    @property
-    def any(self) -> bool:
-        return bool(self.host_callbacks or self.ordered or self.unordered)
+from .traced import Effects, Traced
 
 
 def _effects(lowered, module: ir.Module) -> Effects:
@@ -63,29 +45,9 @@ def _effects(lowered, module: ir.Module) -> Effects:
                    list(args["unordered_effects"]))
 
 
-@dataclass(frozen=True)
-class Traced:
-    """A traced step: its tagged module and what is needed to map flat values back to pytrees."""
-
-    module: ir.Module
-    state_paths: list
-    state_def: Any
-    state_keys: list               # per state leaf: its PRNG key implementation if a typed key, else None
-    aux_def: Any
-    aux_paths: list
-    aux_keys: list                 # per aux leaf: as state_keys
-    aux_kept: list
-    has_step_index: bool
-    arg_shardings: list | None     # per non-token argument, under a Placement (None: one device)
-    out_specs: list                # per flat output: dtype and weak type (typed keys as raw uint32 data)
-    effects: "Effects"
-    stops: bool = False            # a last flat output: the loop's stop flag (see `stopping`)
-    promoted: tuple = ()           # state leaves given weakly typed, taken strongly typed (a loop's carry)
-    stopped_arg: bool = False      # a last argument: the loop's initial stopped flag
-
-
 def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None,
-          stopped_arg: bool = False, loop: bool = False, packed_paths: list | None = None) -> Traced:
+          stopped_arg: bool = False, loop: bool = False, packed_paths: list | None = None,
+          dataset: bool = False) -> Traced:
     """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through).
 
     With a `sharding.Placement`, arguments and results carry its shardings (SPMD over a mesh).
@@ -98,18 +60,18 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     whose new value depends on a promoted one promoted too, unless it shows that weak types decide a
     dtype, where the step is traced again with the promoted leaves strongly typed (`_carried`).
     `packed_paths` (a `packed.PackedState`'s): per state leaf, the key paths of the leaves it packs, or None.
+    `dataset`: `batch` is a `data.Dataset`; the program takes a step index and the step sees ``batch.batch(index)``.
     """
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
     batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
     state_keys, batch_keys = key_impls(x for _, x in state_leaves), key_impls(x for _, x in batch_leaves)
-    has_step = isinstance(batch, Dataset)
     n_state, n_batch = len(state_leaves), len(batch_leaves)
     out_info = {}
 
     def flat(*args):
         s = jax.tree_util.tree_unflatten(state_def, wrap_keys(args[:n_state], state_keys))
         b = jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[n_state:n_state + n_batch], batch_keys))
-        if has_step:
+        if dataset:
             b = b.batch(args[n_state + n_batch])
             if placement is not None:
                 b = placement.constrain_batch(batch.batch_size, b)
@@ -129,7 +91,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
 
     state_specs = [input_spec("state", p, x) for p, x in state_leaves]
     specs = state_specs + [input_spec("batch", p, x) for p, x in batch_leaves]
-    if has_step:
+    if dataset:
         specs.append(jax.ShapeDtypeStruct((), jnp.int32))
     stopped_arg = stopped_arg and stop is not None
     if stopped_arg:         # the loop's initial stopped flag (wrap-loop), unused by the step
@@ -139,7 +101,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     shardings: dict[str, Any] = {}
     if placement is not None:
         state_sh = [placement.state(x) for x in state_specs]
-        batch_sh = ([placement.replicated] * (len(specs) - n_state) if has_step else
+        batch_sh = ([placement.replicated] * (len(specs) - n_state) if dataset else
                     [placement.batch(keyed(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])]
                     + [placement.replicated] * stopped_arg)
         in_sh = state_sh + batch_sh
@@ -171,10 +133,10 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     lowered_module = lowered.compiler_ir("stablehlo")
     assert lowered_module is not None  # None only for a dialect jax cannot lower to
     effects = _effects(lowered, lowered_module)
-    module = _tag(lowered_module, state_paths, kept, has_step, len(effects.ordered), stop is not None, stopped_arg,
+    module = _tag(lowered_module, state_paths, kept, dataset, len(effects.ordered), stop is not None, stopped_arg,
                   packed_paths)
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
-                  out_info["aux_paths"], out_info["aux_keys"], kept, has_step, in_sh, out_specs, effects,
+                  out_info["aux_paths"], out_info["aux_keys"], kept, dataset, in_sh, out_specs, effects,
                   stop is not None, promoted, stopped_arg)
 
 

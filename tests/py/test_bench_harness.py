@@ -55,7 +55,7 @@ def test_reference_gets_loopfuse_options():
     state, batch = bench_loop.init_state(layers), bench_loop.make_batch(layers, 16)
     loop = loopfuse.compile_step(bench_loop.train_step, keep_aux=("loss",)).loop(3)
     options = harness.loopfuse_options(loop, state, batch)
-    assert options == {loopfuse.runtime.COPY_FREE[jax.devices()[0].platform]: True}
+    assert options == {loopfuse.xla.COPY_FREE[jax.devices()[0].platform]: True}
     fori = partial(bench_loop.fori_train, steps=3)
     same = harness.jit_memory(harness.jit(fori, options), state, batch)
     plain = harness.jit_memory(harness.jit(fori), state, batch)

@@ -8,7 +8,7 @@ import pytest
 from jaxlib.mlir import ir
 
 import loopfuse
-from loopfuse import runtime
+from loopfuse import runtime, xla
 from loopfuse.passes.functions import arg_attrs, main_func, result_attrs, string_attr
 from loopfuse.passes.vocabulary import ALIAS, STATE
 from loopfuse.pass_manager import run_pass
@@ -40,7 +40,7 @@ def _inputs(module, seed=0):
 def _compile(module):
     """`module` compiled by PJRT with XLA's default options."""
     devices = [jax.devices()[0]]
-    return runtime.compile_module(str(module), devices, runtime.compile_options(devices, {}, shardy=False))
+    return xla.compile_module(str(module), devices, xla.compile_options(devices, {}, shardy=False))
 
 
 def _pjrt(module, arrays):

@@ -83,7 +83,7 @@ def _spans(text: str) -> list[str]:
 
 
 def _resolve(dotted: str):
-    """The object `dotted` names inside loopfuse ("Step.loop", "runtime.SPLIT_ALL_REDUCE_BYTES")."""
+    """The object `dotted` names inside loopfuse ("Step.loop", "xla.SPLIT_ALL_REDUCE_BYTES")."""
     obj = loopfuse
     for part in dotted.split("."):
         obj = getattr(obj, part) if hasattr(obj, part) else importlib.import_module(f"{obj.__name__}.{part}")
@@ -95,7 +95,7 @@ def _documented_names(text: str) -> set[str]:
     names = {m for m in re.findall(r"\bloopfuse\.(\w+(?:\.\w+)*)", text)}
     for span in _spans(text):
         names |= {m for m in re.findall(r"^([A-Z][a-z]\w*)(?:\(\))?$", span)}
-        names |= {f"runtime.{m}" for m in re.findall(r"\bruntime\.([A-Z_]+)\b", span)}
+        names |= {f"xla.{m}" for m in re.findall(r"\bxla\.([A-Z_]+)\b", span)}
         names |= {f"{OWNERS[o]}.{a}" for o, a in re.findall(r"\b(\w+)\.(\w+)\b", span) if o in OWNERS and a != "py"}
     return names
 
@@ -144,7 +144,7 @@ def _documented_keywords(text: str) -> set[tuple[str, str]]:
 def test_every_documented_name_exists():
     names = _documented_names(README)
     assert {"AuxPathError", "CacheWarning", "PipelineError", "FitResult.retcode", "Step.memory_stats",
-            "runtime.SPLIT_ALL_REDUCE_BYTES", "compile_step", "passes"} <= names          # the scan sees them
+            "xla.SPLIT_ALL_REDUCE_BYTES", "compile_step", "passes"} <= names          # the scan sees them
     missing = sorted(n for n in names if not _exists(n))
     assert not missing, f"README.md documents names loopfuse does not have: {missing}"
 

@@ -32,7 +32,7 @@ import harness  # noqa: E402
 from bench_loop import init_state, make_batch, train_step  # noqa: E402
 
 import loopfuse  # noqa: E402
-from loopfuse import xla  # noqa: E402
+from loopfuse.compile import xla  # noqa: E402
 
 WAYS = {"split": {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}, "combined": {"xla_disable_hlo_passes": ""}}
 SAME = "jax.jit + donation, loopfuse's XLA options"

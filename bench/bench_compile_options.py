@@ -18,7 +18,8 @@ import harness  # noqa: E402
 from bench_compile import problem  # noqa: E402
 
 import loopfuse  # noqa: E402
-from loopfuse import runtime, xla  # noqa: E402
+from loopfuse.compile import xla  # noqa: E402
+from loopfuse.run import runtime  # noqa: E402
 
 OFF = {"xla_cpu_copy_insertion_use_region_analysis": False}
 TARGET = 1.2

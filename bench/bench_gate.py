@@ -21,7 +21,7 @@ from corpus import PROGRAMS  # noqa: E402
 from problems import fresh  # noqa: E402
 
 import loopfuse  # noqa: E402
-from loopfuse import xla  # noqa: E402
+from loopfuse.compile import xla  # noqa: E402
 from loopfuse.passes.control_flow import own_control_flow  # noqa: E402
 
 OPTION = xla.COPY_FREE[jax.devices()[0].platform]

@@ -53,7 +53,7 @@ class WrapLoop(ModulePass):
     """The wrap-loop pass; its one option, ``steps``, is K. Built from pipeline text:
 
     Examples:
-        >>> from loopfuse.pass_manager import parse_pipeline
+        >>> from loopfuse.compile.pass_manager import parse_pipeline
         >>> parse_pipeline("builtin.module(wrap-loop{steps=8},cse)")
         [WrapLoop(steps=8, rows=0), UpstreamPass(name='cse', options='')]
         >>> try:
@@ -236,7 +236,7 @@ def step_work(module_op: ir.Operation) -> tuple[int, int]:
     with both (a kernel's fixed cost, the values it writes); a loop of `steps` steps runs `steps` times them.
 
     Examples:
-        >>> from loopfuse.mlir_context import parse_module
+        >>> from loopfuse.compile.mlir_context import parse_module
         >>> step_work(parse_module('''
         ... func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
         ...   %0 = func.call @twice(%x) : (tensor<4xf32>) -> tensor<4xf32>

@@ -19,8 +19,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import cache, xla
-from loopfuse.mlir_context import make_context
+from loopfuse.compile import cache, xla
+from loopfuse.compile.mlir_context import make_context
 
 sys.path.insert(0, str(Path(__file__).parent))
 from problems import assert_trees_equal, batch, fresh, init_state, mlp_params, train_step  # noqa: E402
@@ -35,7 +35,7 @@ import json, os, sys, time, warnings
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import jax, numpy as np, optax, loopfuse
-from loopfuse import cache, xla
+from loopfuse.compile import cache, xla
 from problems import batch, init_state, train_step
 
 warnings.simplefilter("error", cache.CacheWarning)

@@ -20,8 +20,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import xla
-from loopfuse.mlir_context import parse_module
+from loopfuse.compile import xla
+from loopfuse.compile.mlir_context import parse_module
 from problems import (adam_mlp_8x1024, assert_trees_equal, batch, fresh, init_state, jit_memory, mlp_params,
                       train_step)
 

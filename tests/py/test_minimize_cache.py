@@ -12,7 +12,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import CompiledLoop, CompiledStep, Dataset, GradOnly, xla
+from loopfuse import CompiledLoop, CompiledStep, Dataset, GradOnly
+from loopfuse.compile import xla
 from problems import assert_trees_equal, batch, mlp_loss, mlp_params
 
 
@@ -80,7 +81,7 @@ CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import optax, loopfuse
-from loopfuse import xla
+from loopfuse.compile import xla
 from problems import batch, mlp_loss, mlp_params
 calls = []
 compile_module = xla.compile_module

@@ -16,6 +16,10 @@ import loopfuse
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+PACKAGE = Path(loopfuse.__file__).parent
+# module file name -> its dotted path (loopfuse's subpackages hold modules of distinct names)
+MODULES = {p.stem: "loopfuse." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
+           for p in PACKAGE.rglob("*.py") if p.stem != "__init__" and "passes" not in p.relative_to(PACKAGE).parts}
 
 # What each python block (in README order) needs from the reader, and the claims its comments make.
 PREAMBLES = [
@@ -83,10 +87,16 @@ def _spans(text: str) -> list[str]:
 
 
 def _resolve(dotted: str):
-    """The object `dotted` names inside loopfuse ("Step.loop", "xla.SPLIT_ALL_REDUCE_BYTES")."""
+    """The object `dotted` names inside loopfuse ("Step.loop", "xla.SPLIT_ALL_REDUCE_BYTES": a module may be
+    named by its file's name alone, as the prose does)."""
     obj = loopfuse
     for part in dotted.split("."):
-        obj = getattr(obj, part) if hasattr(obj, part) else importlib.import_module(f"{obj.__name__}.{part}")
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+        elif obj is loopfuse and part in MODULES:
+            obj = importlib.import_module(MODULES[part])
+        else:
+            obj = importlib.import_module(f"{obj.__name__}.{part}")
     return obj
 
 
@@ -101,9 +111,11 @@ def _documented_names(text: str) -> set[str]:
 
 
 def _layout_homes(text: str) -> dict[str, str]:
-    """name -> module for the README's "`module.py` (`name`, ...)" entries (its Layout section)."""
-    entries = re.findall(r"`(\w+)\.py`\s+\((`\w+`(?:,\s+`\w+`)*)\)", text)
-    return {name: f"loopfuse.{module}" for module, names in entries for name in re.findall(r"`(\w+)`", names)}
+    """name -> module for the README's "`folder/module.py` (`name`, ...)" entries (its Layout section; a
+    description may follow the names after a colon)."""
+    entries = re.findall(r"`([\w/]+)\.py`\s+\((`\w+`(?:,\s+`\w+`)*)(?::[^)]*)?\)", text)
+    return {name: "loopfuse." + module.replace("/", ".") for module, names in entries
+            for name in re.findall(r"`(\w+)`", names)}
 
 
 def _exists(name: str) -> bool:
@@ -159,7 +171,7 @@ def test_every_documented_keyword_is_accepted():
 
 
 def test_every_compile_step_keyword_is_documented():
-    from loopfuse.options import KEYWORDS
+    from loopfuse.compile.options import KEYWORDS
     assert not [k for k in KEYWORDS if not re.search(rf"`{k}[`=]", README)]
 
 
@@ -179,8 +191,8 @@ def test_the_layout_names_each_modules_definitions():
 
 def test_documented_files_exist():
     files = {s for s in _spans(README) if re.fullmatch(r"[\w/]+\.py", s)}
-    assert {"trace.py", "module_pass.py", "tests/py/test_multihost.py"} <= files
-    homes = (ROOT, ROOT / "python" / "loopfuse", ROOT / "passes")
+    assert {"compile/trace.py", "module_pass.py", "tests/py/test_multihost.py"} <= files
+    homes = (ROOT, PACKAGE, ROOT / "passes", *(p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()))
     assert not sorted(f for f in files if not any((home / f).is_file() for home in homes))
 
 

@@ -4,8 +4,8 @@
 
 XLA:CPU combines every independent all-reduce of a program into one, so a data-parallel step
 holds all gradients at once (as operands and results). loopfuse compiles a program whose
-replicated state reaches `runtime.SPLIT_ALL_REDUCE_BYTES` with the combiner off
-(`runtime.program_options`). For each problem this script compiles `loopfuse.compile_step(...,
+replicated state reaches `xla.SPLIT_ALL_REDUCE_BYTES` with the combiner off
+(`xla.program_options`). For each problem this script compiles `loopfuse.compile_step(...,
 sharding="data")` both ways, ``xla_options={"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}``
 ("split") and ``{"xla_disable_hlo_passes": ""}`` ("combined"), and `jax.jit` + donation of the
 same step on the same mesh (state replicated, batch split on its first axis; every variant gets
@@ -32,7 +32,7 @@ import harness  # noqa: E402
 from bench_loop import init_state, make_batch, train_step  # noqa: E402
 
 import loopfuse  # noqa: E402
-from loopfuse import runtime  # noqa: E402
+from loopfuse.compile import xla  # noqa: E402
 
 WAYS = {"split": {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}, "combined": {"xla_disable_hlo_passes": ""}}
 SAME = "jax.jit + donation, loopfuse's XLA options"
@@ -105,7 +105,7 @@ def measure(fn, state, batch, rounds: int) -> dict:
 
     ms = harness.interleave({v: timed(v) for v in calls}, rounds)
     replicated = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state))
-    default = "split" if replicated >= runtime.SPLIT_ALL_REDUCE_BYTES else "combined"
+    default = "split" if replicated >= xla.SPLIT_ALL_REDUCE_BYTES else "combined"
     return dict(replicated_bytes=replicated, default=default, options=default_opts, bitwise_equal=equal, temp=temps,
                 ms_per_step={v: harness.summary(t) for v, t in ms.items()},
                 split_vs_combined=harness.compare(ms["loopfuse, split"], ms["loopfuse, combined"], False),
@@ -130,7 +130,7 @@ def main() -> None:
         print(temp_md[-1], speed_md[-1], sep="\n", flush=True)
     variants = list(next(iter(rows.values()))["temp"])
     md = [f"4 CPU devices on {len(os.sched_getaffinity(0))} cores, {rounds} interleaved rounds; loopfuse splits at "
-          f"{runtime.SPLIT_ALL_REDUCE_BYTES / 2**20:.0f} MiB of replicated state; \"{SAME}\" = the options of "
+          f"{xla.SPLIT_ALL_REDUCE_BYTES / 2**20:.0f} MiB of replicated state; \"{SAME}\" = the options of "
           "loopfuse's default for that problem. Bitwise equal: all four executables' states after 2 steps.", "",
           "| problem | replicated state MiB | loopfuse default | bitwise equal | " + " | ".join(f"temp MiB, {v}" for v in variants)
           + " |", "|---|---:|---|---|" + "---:|" * len(variants)] + temp_md

@@ -24,8 +24,8 @@ import numpy as np
 import optax
 
 import loopfuse
-from loopfuse.pipeline import DEFAULT_PASSES
-from loopfuse.trace import trace
+from loopfuse.compile.pipeline import DEFAULT_PASSES
+from loopfuse.compile.trace import trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))

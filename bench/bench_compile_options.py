@@ -18,7 +18,8 @@ import harness  # noqa: E402
 from bench_compile import problem  # noqa: E402
 
 import loopfuse  # noqa: E402
-from loopfuse import runtime  # noqa: E402
+from loopfuse.compile import xla  # noqa: E402
+from loopfuse.run import runtime  # noqa: E402
 
 OFF = {"xla_cpu_copy_insertion_use_region_analysis": False}
 TARGET = 1.2
@@ -42,8 +43,8 @@ def main() -> None:
     def compile_once(kind, label, options):
         def run():
             wall, cpu = harness.clocked(lambda: temp.__setitem__(
-                (kind, label), runtime.MemoryStats.of(runtime.compile_module(
-                    texts[kind], devices, runtime.compile_options(devices, options, shardy=False))).temp))
+                (kind, label), runtime.MemoryStats.of(xla.compile_module(
+                    texts[kind], devices, xla.compile_options(devices, options, shardy=False))).temp))
             return cpu
         return run
     variants = {(k, label): compile_once(k, label, o) for k in texts

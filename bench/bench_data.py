@@ -41,7 +41,7 @@ import numpy as np
 import optax
 
 import loopfuse
-from loopfuse.data import _order, _Ordered, epoch_order
+from loopfuse.state.data import _order, _Ordered, epoch_order
 
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
@@ -191,7 +191,7 @@ def same(a, b) -> bool:
 
 def order_cost(n):
     """Median (wall s, CPU s) of one epoch's order of `n` examples as a shuffled Dataset computes it
-    (`loopfuse.data._order`, placed on the default device; epochs 1-3, after epoch 0)."""
+    (`loopfuse.state.data._order`, placed on the default device; epochs 1-3, after epoch 0)."""
     key, sharding = jax.random.key(0), jax.sharding.SingleDeviceSharding(jax.devices()[0])
     return medians(lambda e: _order(key, e, n, sharding))
 
@@ -240,7 +240,7 @@ def measure(size: str, rounds: int, quick: bool = False, ceiling: bool | None = 
     section, rows = fit_table(size, n, d, batch, steps, model, host, device, rounds)
     order = order_cost(n)
     order_cpu_s = order[1]
-    section += ["", f"One epoch's order (`loopfuse.data._order`, {n:,} examples, on {jax.devices()[0].platform}): "
+    section += ["", f"One epoch's order (`loopfuse.state.data._order`, {n:,} examples, on {jax.devices()[0].platform}): "
                 f"{order_cpu_s:.3f} CPU s, {order_cpu_s / (n // batch) * 1e6:.1f} CPU us per step of that epoch.", ""]
     results = dict(variants=rows, epoch_order_cpu_s=order_cpu_s)
     if ceiling if ceiling is not None else size.startswith("1M"):

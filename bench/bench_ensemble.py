@@ -9,7 +9,7 @@ before the update, a non-finite loss); vmapped over the members, jitted, the dat
 sides. Every figure is the wall time of a whole repeated call (both sides compiled beforehand: minimize
 keeps its programs; the reference is called compiled), its outputs on the host; medians (min-max) of
 interleaved rounds (bench/harness.py), ratios of medians. Each problem runs the default tiles (the tile
-`loopfuse.tiles` reads from the member step's program) beside fixed tiles ``Ensemble(tile=T)``, T the
+`loopfuse.drivers.tiles` reads from the member step's program) beside fixed tiles ``Ensemble(tile=T)``, T the
 powers of 4 up to N (``--every-tile``: every power of 2, ~10 min more: each Lotka-Volterra tile is a
 program of ~15 s to compile); the default is one of them, so its row and that tile's run the same program.
 
@@ -157,8 +157,8 @@ def tile_sizes(n: int, every: bool) -> list[int]:
 def default_tile(loss, params, data, optimizer, until) -> int:
     """The tile minimize's default picks for this solve (`Ensemble.tile_size` of its member step, which
     minimize keeps: the cost read here is the one the timed calls use)."""
-    from loopfuse.ensemble import wrapper
-    from loopfuse.solve import _program
+    from loopfuse.drivers.ensemble import wrapper
+    from loopfuse.drivers.solve import _program
     init, member = _program(loss, True, optimizer, loopfuse.CompiledLoop(), until)
     members, params, data = wrapper(True, params, "params", data)
     return loopfuse.Ensemble().tile_size(member.fn, members.init(init)(params, data), data)

@@ -21,10 +21,10 @@ from corpus import PROGRAMS  # noqa: E402
 from problems import fresh  # noqa: E402
 
 import loopfuse  # noqa: E402
-from loopfuse import runtime  # noqa: E402
+from loopfuse.compile import xla  # noqa: E402
 from loopfuse.passes.control_flow import own_control_flow  # noqa: E402
 
-OPTION = runtime.COPY_FREE[jax.devices()[0].platform]
+OPTION = xla.COPY_FREE[jax.devices()[0].platform]
 
 
 def same(a, b) -> bool:

@@ -32,7 +32,7 @@ import loopfuse  # noqa: E402
 
 OPTION = "xla_cpu_copy_insertion_use_region_analysis"
 OFF = {OPTION: False}
-COMBINED = {"xla_disable_hlo_passes": ""}  # XLA:CPU's all-reduce combiner back on (see runtime.SPLIT_ALL_REDUCE)
+COMBINED = {"xla_disable_hlo_passes": ""}  # XLA:CPU's all-reduce combiner back on (see xla.SPLIT_ALL_REDUCE)
 PROBLEMS = {name: (spec["layers"], spec["batch"]) for name, spec in SIZES.items()}
 PROBLEMS["8x1024"] = ((1024,) * 9, 64)
 TARGET = "8x1024"

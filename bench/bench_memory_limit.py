@@ -44,8 +44,10 @@ import transformer  # noqa: E402
 from problems import fresh  # noqa: E402
 
 import loopfuse  # noqa: E402
-from loopfuse import compiler, memory_plan, validate  # noqa: E402
-from loopfuse.memory_report import size_text  # noqa: E402
+from loopfuse import validate  # noqa: E402
+from loopfuse.compile import compiler  # noqa: E402
+from loopfuse.memory import memory_plan  # noqa: E402
+from loopfuse.memory.memory_report import size_text  # noqa: E402
 
 STEPS = 3                   # steps before the loss is compared
 SECTIONS = ("plan", "hand", "limits", "largest", "bn")

@@ -133,7 +133,7 @@ def device_us_per_step(params, data, rounds: int) -> dict:
     """{loop: median us per step}: minimize's own device loops (its cached program's ``loop(2000)``, which it
     runs, the host checking the losses after it, and the same loop stopping on a non-finite loss) and the
     jitted fori_loop and while_loop, each called on its state without reading anything back, interleaved rounds."""
-    from loopfuse.solve import _cached_program
+    from loopfuse.drivers.solve import _cached_program
     init, program = _cached_program(loss, True, OPT, loopfuse.CompiledLoop(), None)
     loop, stopping = program.loop(STEPS), program.loop(STEPS, stop_on_nonfinite=True)
     calls = {"minimize's loop(2000)": lambda: loop(init(params, data), data)[0],

@@ -45,7 +45,7 @@ import transformer  # noqa: E402
 from problems import fresh  # noqa: E402
 
 import loopfuse  # noqa: E402
-from loopfuse import chunks  # noqa: E402
+from loopfuse.drivers import chunks  # noqa: E402
 
 GPT = transformer.ISSUE
 NNX = dict(layers=8, width=256, heads=4, seq=32, vocab=256, batch=4)

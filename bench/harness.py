@@ -270,7 +270,7 @@ def no_compile_cache() -> None:
     """No persistent compile cache on either side: $LOOPFUSE_CACHE_DIR unset (loopfuse has no other
     compile cache) and jax's persistent cache off, so every timed compile runs XLA."""
     import jax
-    from loopfuse import cache
+    from loopfuse.compile import cache
     os.environ.pop(cache.CACHE_ENV, None)
     jax.config.update("jax_enable_compilation_cache", False)
 

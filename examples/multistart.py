@@ -11,7 +11,7 @@ A wild trial point of a line search can make the ODE too stiff for `max_steps`: 
 +inf (diffrax's ``throw=False``) instead of an error that would end every member's solve, and the
 line search backs off.
 
-Tiles (see `loopfuse.ensemble`): Adam runs every member every step (no `until`), as one batch of 64
+Tiles (see `loopfuse.drivers.ensemble`): Adam runs every member every step (no `until`), as one batch of 64
 that XLA vectorizes. L-BFGS's line search and the adaptive ODE solver, vmapped, run until a batch's
 slowest member is done; on a CPU one member per tile (``Ensemble(tile=1)``) costs less than any batch.
 

@@ -138,7 +138,7 @@ def fold_slices(op: ir.Operation) -> None:
     erasing the ops left dead; nothing else is folded or moved.
 
     Examples:
-        >>> from loopfuse.mlir_context import parse_module
+        >>> from loopfuse.compile.mlir_context import parse_module
         >>> m = parse_module('''
         ... func.func @main(%x: tensor<4x3xf32>) -> tensor<12xf32> {
         ...   %0 = stablehlo.slice %x [0:1, 0:3] : (tensor<4x3xf32>) -> tensor<1x3xf32>

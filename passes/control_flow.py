@@ -22,7 +22,7 @@ others add none besides wrap-loop's loop (with ``rows``, a loop over blocks of s
 over a block's steps).
 
 Examples:
-    >>> from loopfuse.mlir_context import parse_module
+    >>> from loopfuse.compile.mlir_context import parse_module
     >>> m = parse_module('''
     ... func.func @main(%x: tensor<f32>) -> tensor<f32> {
     ...   %0 = stablehlo.while(%a = %x) : tensor<f32>

@@ -38,7 +38,7 @@ def rows(op: ir.Operation) -> tuple[int, int] | None:
     first axis (statically shaped), rows first .. last - 1; of a 1-D operand, its elements first .. last - 1.
 
     Examples:
-        >>> from loopfuse.mlir_context import parse_module
+        >>> from loopfuse.compile.mlir_context import parse_module
         >>> m = parse_module('''
         ... func.func @main(%x: tensor<4x3xf32>, %y: tensor<9xf32>) -> (tensor<2x3xf32>, tensor<2x2xf32>, tensor<4xf32>) {
         ...   %0 = stablehlo.slice %x [1:3, 0:3] : (tensor<4x3xf32>) -> tensor<2x3xf32>

@@ -72,7 +72,7 @@ _COMBINE = {"stablehlo.add": stablehlo.AddOp, "stablehlo.maximum": stablehlo.Max
 @dataclass(frozen=True)
 class MicroBatch(ModulePass):
     """Examples:
-        >>> from loopfuse.pass_manager import parse_pipeline
+        >>> from loopfuse.compile.pass_manager import parse_pipeline
         >>> parse_pipeline("micro-batch{slices=4}")
         [MicroBatch(slices=4)]
     """

@@ -75,7 +75,7 @@ class ModulePass:
 
     def adds_control_flow(self) -> bool:
         """Whether the pass may add control flow of the module's own (loops besides wrap-loop's): then
-        the program is compiled as one that has some (`runtime.program_options`)."""
+        the program is compiled as one that has some (`xla.program_options`)."""
         return False
 
     def report(self, module_op: ir.Operation, text: str) -> None:

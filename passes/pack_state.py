@@ -80,7 +80,7 @@ from .vocabulary import BODY, SHARDINGS, STATE
 @dataclass(frozen=True)
 class PackState(ModulePass):
     """Examples:
-        >>> from loopfuse.pass_manager import parse_pipeline
+        >>> from loopfuse.compile.pass_manager import parse_pipeline
         >>> parse_pipeline("pack-state{max-leaf-elements=64 flatten=true}")
         [PackState(max_leaf_elements=64, min_group=2, flatten=True)]
     """

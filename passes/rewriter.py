@@ -234,7 +234,7 @@ class Loop:
     named. Build the body with ``with Builder.at_end(loop.body, location):`` and end it with `next`.
 
     Examples:
-        >>> from loopfuse.mlir_context import make_context
+        >>> from loopfuse.compile.mlir_context import make_context
         >>> from jaxlib.mlir.dialects import func
         >>> with make_context(), ir.Location.unknown():
         ...     module = ir.Module.create()
@@ -399,7 +399,7 @@ class Recarry(Rebuilt):
         A loop carrying ``x`` and ``y`` rebuilt to carry ``y`` after ``x`` only (dropped at position
         1, added at the end):
 
-        >>> from loopfuse.mlir_context import parse_module
+        >>> from loopfuse.compile.mlir_context import parse_module
         >>> m = parse_module('''
         ... func.func @main(%a: tensor<f32>, %b: tensor<f32>) -> tensor<f32> {
         ...   %0:2 = stablehlo.while(%x = %a, %y = %b) : tensor<f32>, tensor<f32>

@@ -63,7 +63,7 @@ from .vocabulary import MICRO_BATCH, PACKED, STATE
 @dataclass(frozen=True)
 class RollLayers(ModulePass):
     """Examples:
-        >>> from loopfuse.pass_manager import parse_pipeline
+        >>> from loopfuse.compile.pass_manager import parse_pipeline
         >>> parse_pipeline("roll-layers{memory-budget=0.5}")
         [RollLayers(memory_budget=0.5, min_layers=2, force=False)]
     """

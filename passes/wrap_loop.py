@@ -32,7 +32,7 @@ result into row ``i - block start`` of a ``tensor<rows x ...>`` block (NaN or 0 
 histories), then writes the blocks into the histories at the block's start; the histories are
 padded to whole blocks and cut to K rows at the end. A stopping loop carries its flag through both
 loops, and both stop on it. XLA:CPU runs a loop body sequentially only where every buffer it touches
-is small (``runtime.SEQUENTIAL_BYTES``): a long history is such a buffer, a block of it need not be.
+is small (``xla.SEQUENTIAL_BYTES``): a long history is such a buffer, a block of it need not be.
 Safe for the same reasons: the same steps run in the same order on the same state, each history row
 is written once (rows of steps that never ran keep their initial value), and the stop ends both
 loops after the same step.
@@ -53,7 +53,7 @@ class WrapLoop(ModulePass):
     """The wrap-loop pass; its one option, ``steps``, is K. Built from pipeline text:
 
     Examples:
-        >>> from loopfuse.pass_manager import parse_pipeline
+        >>> from loopfuse.compile.pass_manager import parse_pipeline
         >>> parse_pipeline("builtin.module(wrap-loop{steps=8},cse)")
         [WrapLoop(steps=8, rows=0), UpstreamPass(name='cse', options='')]
         >>> try:
@@ -236,7 +236,7 @@ def step_work(module_op: ir.Operation) -> tuple[int, int]:
     with both (a kernel's fixed cost, the values it writes); a loop of `steps` steps runs `steps` times them.
 
     Examples:
-        >>> from loopfuse.mlir_context import parse_module
+        >>> from loopfuse.compile.mlir_context import parse_module
         >>> step_work(parse_module('''
         ... func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
         ...   %0 = func.call @twice(%x) : (tensor<4xf32>) -> tensor<4xf32>

@@ -6,42 +6,42 @@ library and MLIR (loopfuse-opt) start without importing jax.
 import importlib
 from typing import TYPE_CHECKING
 
-# public name -> the module that defines it
+# public name -> the module that defines it (under loopfuse)
 _EXPORTS = {
-    "compile_step": "step", "Step": "step", "StepOptions": "options",
-    "fit": "fitting", "FitResult": "results",
-    "Dataset": "data", "pack": "packed", "PackedState": "packed",
-    "MemoryStats": "runtime", "MemoryReport": "memory_report",
-    "minimize": "solve", "Solution": "results", "Ensemble": "ensemble", "per_member": "ensemble", "gtol": "convergence", "ftol": "convergence",
-    "GradOnly": "backends", "CompiledStep": "backends", "CompiledLoop": "backends", "Reverse": "backends",
-    "Forward": "backends",
-    "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "errors",
+    "compile_step": "drivers.step", "Step": "drivers.step", "StepOptions": "compile.options",
+    "fit": "drivers.fitting", "FitResult": "drivers.results",
+    "Dataset": "state.data", "pack": "state.packed", "PackedState": "state.packed",
+    "MemoryStats": "run.runtime", "MemoryReport": "memory.memory_report",
+    "minimize": "drivers.solve", "Solution": "drivers.results", "Ensemble": "drivers.ensemble",
+    "per_member": "drivers.ensemble", "gtol": "drivers.convergence", "ftol": "drivers.convergence",
+    "GradOnly": "drivers.backends", "CompiledStep": "drivers.backends", "CompiledLoop": "drivers.backends",
+    "Reverse": "drivers.backends", "Forward": "drivers.backends",
+    "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "drivers.results",
     "MiscompileError": "errors", "AuxPathError": "errors", "MemoryReportError": "errors", "MemoryLimitError": "errors",
-    "largest_batch": "batch_fit", "BatchFit": "batch_fit", "MemoryPlan": "memory_plan",
-    "PipelineError": "pipeline", "CacheWarning": "cache",
+    "largest_batch": "drivers.batch_fit", "BatchFit": "drivers.batch_fit", "MemoryPlan": "memory.memory_plan",
+    "PipelineError": "compile.pipeline", "CacheWarning": "compile.cache",
 }
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:
-    from .convergence import ftol, gtol
-    from .backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
-    from .cache import CacheWarning
-    from .data import Dataset
-    from .ensemble import Ensemble, per_member
-    from .packed import PackedState, pack
-    from .errors import (AuxPathError, DonatedArrayError, FitError, LoopfuseError, MemoryLimitError, MemoryReportError,
+    from .compile.cache import CacheWarning
+    from .compile.options import StepOptions
+    from .compile.pipeline import PipelineError
+    from .drivers.backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
+    from .drivers.batch_fit import BatchFit, largest_batch
+    from .drivers.convergence import ftol, gtol
+    from .drivers.ensemble import Ensemble, per_member
+    from .drivers.fitting import fit
+    from .drivers.results import FitError, FitResult, Solution
+    from .drivers.solve import minimize
+    from .drivers.step import Step, compile_step
+    from .errors import (AuxPathError, DonatedArrayError, LoopfuseError, MemoryLimitError, MemoryReportError,
                          MiscompileError, StateMismatchError)
-    from .batch_fit import BatchFit, largest_batch
-    from .memory_plan import MemoryPlan
-    from .memory_report import MemoryReport
-    from .fitting import fit
-    from .pipeline import PipelineError
-    from .runtime import MemoryStats
-    from .results import FitResult, Solution
-    from .solve import minimize
-    from .options import StepOptions
-    from .step import Step, compile_step
-
+    from .memory.memory_plan import MemoryPlan
+    from .memory.memory_report import MemoryReport
+    from .run.runtime import MemoryStats
+    from .state.data import Dataset
+    from .state.packed import PackedState, pack
 
 def __getattr__(name: str):
     if name not in _EXPORTS:

@@ -1,5 +1,5 @@
-"""Errors loopfuse raises; each names the leaf, shape, pass or line at fault."""
-from .results import FitResult
+"""Errors loopfuse raises; each names the leaf, shape, pass or line at fault (`FitError`, which carries a
+`FitResult`, is in `results`)."""
 
 
 class LoopfuseError(Exception):
@@ -45,15 +45,3 @@ class MiscompileError(LoopfuseError, AssertionError):
         super().__init__(message)
         self.path, self.max_abs, self.max_rel = path, max_abs, max_rel
         self.passes, self.xla_options, self.culprits = passes, xla_options, culprits
-
-
-class FitError(LoopfuseError, RuntimeError):
-    """`fit` or `minimize` failed after some steps ran; ``result`` holds the state they reached.
-
-    The cause is chained (``raise FitError(...) from cause``); ``result`` is a `FitResult` with the
-    state, step count and aux history of the chunks that completed before it.
-    """
-
-    def __init__(self, message: str, result: FitResult):
-        super().__init__(message)
-        self.result = result

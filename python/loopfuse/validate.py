@@ -87,3 +87,17 @@ def memory_limit(value, name: str = "memory_limit") -> int | str:
     if value < 1:
         raise ValueError(f"{name} must be at least 1 byte, got {given!r}")
     return value
+
+
+def xla_options(xla_options) -> dict:
+    """`xla_options` (None or a mapping of XLA option name to bool/int/float/str, or None to leave an
+    option unset) as a dict."""
+    if xla_options is None:
+        return {}
+    if not hasattr(xla_options, "items"):
+        raise TypeError(f"xla_options must be a mapping of XLA option names to values, got {xla_options!r}")
+    for name, value in xla_options.items():
+        if not isinstance(name, str) or not (value is None or isinstance(value, (bool, int, float, str))):
+            raise TypeError(f"xla_options[{name!r}] = {value!r}: names must be str and values bool, int, "
+                            "float, str, or None (leave the option unset)")
+    return dict(xla_options)

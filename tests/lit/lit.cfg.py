@@ -14,5 +14,5 @@ for var in ("JAX_PLATFORMS", "XLA_FLAGS", "PYTHONPATH", "HOME", "PATH"):
         config.environment[var] = os.environ[var]
 
 # Run the tools with the Python running lit, so a venv needs no activation.
-config.substitutions.append(("loopfuse-opt", f"{sys.executable} -m loopfuse.opt"))
+config.substitutions.append(("loopfuse-opt", f"{sys.executable} -m loopfuse.diagnostics.opt"))
 config.substitutions.append(("filecheck", f"{sys.executable} -m filecheck"))

@@ -65,7 +65,7 @@ def raw(tree) -> list:
 
 
 def multidevice(directory) -> dict:
-    from loopfuse.checkpoint import Checkpoints
+    from loopfuse.state.checkpoint import Checkpoints
     step = loopfuse.compile_step(problem()[0], devices=jax.devices(), sharding="params")
     first = fit(f"{directory}/a", 8, step)
     resumed = fit(f"{directory}/a", 16, step)

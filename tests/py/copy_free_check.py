@@ -4,7 +4,7 @@
 
 Per sharding ("data", "params"): a K-step loop compiled with loopfuse's XLA defaults and with the
 copy-free option turned off, run from the same state; and "split all-reduce": a data-parallel
-step whose replicated state reaches `runtime.SPLIT_ALL_REDUCE_BYTES`, compiled with the defaults
+step whose replicated state reaches `xla.SPLIT_ALL_REDUCE_BYTES`, compiled with the defaults
 (one all-reduce per gradient) and with XLA's all-reduce combiner back on. Prints whether the
 results are bitwise equal and the executables' temporary bytes as JSON.
 """

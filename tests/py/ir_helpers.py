@@ -70,7 +70,7 @@ class _Child:
 
 def _serve() -> None:
     """The child: read (module text, args) pickles, answer (True, results) or (False, the error)."""
-    from loopfuse.mlir_context import parse_module
+    from loopfuse.compile.mlir_context import parse_module
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                      # what the interpreter prints goes to stderr, not into the replies
     while True:

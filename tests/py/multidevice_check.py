@@ -23,7 +23,7 @@ from jaxlib.mlir import ir  # noqa: E402
 
 import loopfuse  # noqa: E402
 from loopfuse import Dataset, compile_step  # noqa: E402
-from loopfuse.mlir_context import parse_module  # noqa: E402
+from loopfuse.compile.mlir_context import parse_module  # noqa: E402
 from loopfuse.passes.functions import arg_attrs, main_func, result_attrs  # noqa: E402
 from loopfuse.passes.vocabulary import SDY_SHARDING  # noqa: E402
 

@@ -133,7 +133,7 @@ def vmapped_in_tiles(fn, members, data, own: bool, tile: int | None = None):
 def policy_work(steps, tile: int) -> int:
     """The member steps the tiles compute (the stopped ones too) for members that run `steps`: each step
     ``ceil(live / tile)`` tiles, `live` the members running at the last compaction, which runs after a
-    step when the running members fit in fewer tiles (`loopfuse.ensemble`'s policy, written again)."""
+    step when the running members fit in fewer tiles (`loopfuse.drivers.ensemble`'s policy, written again)."""
     steps, live, work = np.asarray(steps), len(steps), 0
     for i in range(steps.max()):
         tiles = -(-live // tile)

@@ -16,8 +16,8 @@ def test_every_public_name_resolves_and_is_listed():
 
 def test_fit_is_the_function_whatever_was_imported_first():
     """Importing the driver modules first (as `minimize` does) must not shadow `loopfuse.fit`."""
-    code = ("import loopfuse.solve, loopfuse.fitting, loopfuse.chunks\nimport loopfuse\n"
-            "assert callable(loopfuse.fit) and loopfuse.fit.__module__ == 'loopfuse.fitting', loopfuse.fit\n")
+    code = ("import loopfuse.drivers.solve, loopfuse.drivers.fitting, loopfuse.drivers.chunks\nimport loopfuse\n"
+            "assert callable(loopfuse.fit) and loopfuse.fit.__module__ == 'loopfuse.drivers.fitting', loopfuse.fit\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
 

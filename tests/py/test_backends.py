@@ -7,8 +7,8 @@ import pytest
 
 import loopfuse
 from loopfuse import Dataset
-from loopfuse.backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
-from loopfuse.solve import Solution, minimize
+from loopfuse.drivers.backends import CompiledLoop, CompiledStep, Forward, GradOnly, Reverse
+from loopfuse.drivers.solve import Solution, minimize
 from problems import LSQ_PARAMS, assert_trees_equal, lsq_data, lsq_loss, progress_bar_updates
 
 REVERSE = [GradOnly(), CompiledStep(), CompiledLoop(steps=16)]

@@ -55,7 +55,7 @@ def test_reference_gets_loopfuse_options():
     state, batch = bench_loop.init_state(layers), bench_loop.make_batch(layers, 16)
     loop = loopfuse.compile_step(bench_loop.train_step, keep_aux=("loss",)).loop(3)
     options = harness.loopfuse_options(loop, state, batch)
-    assert options == {loopfuse.runtime.COPY_FREE[jax.devices()[0].platform]: True}
+    assert options == {loopfuse.compile.xla.COPY_FREE[jax.devices()[0].platform]: True}
     fori = partial(bench_loop.fori_train, steps=3)
     same = harness.jit_memory(harness.jit(fori, options), state, batch)
     plain = harness.jit_memory(harness.jit(fori), state, batch)
@@ -115,7 +115,7 @@ def test_bench_pack_times_compiles_in_rounds_with_their_parts(monkeypatch):
     """bench_pack.run at 4 leaves, the scan and the packed-between-calls loop: each compiled in two
     rounds, the parts of each compile recorded, the packed loop's state bitwise the scan's."""
     import bench_pack
-    from loopfuse import cache
+    from loopfuse.compile import cache
     monkeypatch.delenv(cache.CACHE_ENV, raising=False)   # restored after the test (run unsets it)
     jax_cache = jax.config.jax_enable_compilation_cache
     try:

@@ -19,8 +19,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import cache, runtime
-from loopfuse.mlir_context import make_context
+from loopfuse.compile import cache, xla
+from loopfuse.compile.mlir_context import make_context
 
 sys.path.insert(0, str(Path(__file__).parent))
 from problems import assert_trees_equal, batch, fresh, init_state, mlp_params, train_step  # noqa: E402
@@ -35,7 +35,7 @@ import json, os, sys, time, warnings
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import jax, numpy as np, optax, loopfuse
-from loopfuse import cache, runtime
+from loopfuse.compile import cache, xla
 from problems import batch, init_state, train_step
 
 warnings.simplefilter("error", cache.CacheWarning)
@@ -52,7 +52,7 @@ if mode == "run":          # compile through the cache and take one step
 elif mode == "store":      # write one entry many times, starting when the go file appears
     ex = loopfuse.compile_step(train_step(opt)).compiled(init_state(opt), batch())
     devices = jax.devices()[:1]
-    entry = cache.Entry(where / "shared.lfx", devices, runtime.compile_options(devices, ex.xla_options, shardy=False))
+    entry = cache.Entry(where / "shared.lfx", devices, xla.compile_options(devices, ex.xla_options, shardy=False))
     (where / f"ready-{sys.argv[4]}").touch()
     while not (where / "go").exists():
         time.sleep(0.01)
@@ -174,18 +174,18 @@ def test_programs_that_differ_never_share_an_entry(tmp_path, what, stored):
 
 def test_key_covers_versions_platform_devices_options_and_flags(monkeypatch):
     d = jax.devices()[:1]
-    options = runtime.compile_options(d, {}, shardy=False)
+    options = xla.compile_options(d, {}, shardy=False)
     base = cache.key("module", "p", d, options)
 
     class Device:
         platform, device_kind, id, process_index = "cpu", "other cpu", 0, 0
 
-    xla_option = runtime.compile_options(d, {"xla_cpu_enable_fast_math": True}, shardy=False)
+    xla_option = xla.compile_options(d, {"xla_cpu_enable_fast_math": True}, shardy=False)
     keys = {"module": cache.key("module2", "p", d, options), "pipeline": cache.key("module", "p2", d, options),
             "device kind": cache.key("module", "p", [Device()], options),
             "device count": cache.key("module", "p", d * 2, options),
             "xla option": cache.key("module", "p", d, xla_option),
-            "shardy": cache.key("module", "p", d, runtime.compile_options(d, {}, shardy=True))}
+            "shardy": cache.key("module", "p", d, xla.compile_options(d, {}, shardy=True))}
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=false")
     keys["XLA_FLAGS"] = cache.key("module", "p", d, options)
     monkeypatch.delenv("XLA_FLAGS")
@@ -275,7 +275,7 @@ def test_concurrent_writers_both_succeed_and_readers_never_see_half_an_entry(tmp
         assert time.monotonic() < deadline and all(w.poll() is None for w in writers), "a writer did not start"
         time.sleep(0.05)
     d = jax.devices()[:1]
-    entry = cache.Entry(tmp_path / "shared.lfx", d, runtime.compile_options(d, {runtime.COPY_FREE["cpu"]: True}, shardy=False))
+    entry = cache.Entry(tmp_path / "shared.lfx", d, xla.compile_options(d, {xla.COPY_FREE["cpu"]: True}, shardy=False))
     context = make_context()
     (tmp_path / "go").touch()
     loads = 0

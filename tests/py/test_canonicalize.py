@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from loopfuse.mlir_context import parse_module
+from loopfuse.compile.mlir_context import parse_module
 from loopfuse.passes import _mlir_compat
 from loopfuse.passes.canonicalize import fold_slices
 from loopfuse.passes.functions import main_func

@@ -14,9 +14,9 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse.backends import CompiledLoop
-from loopfuse.chunks import LoopChunks, drive
-from loopfuse.solve import minimize
+from loopfuse.drivers.backends import CompiledLoop
+from loopfuse.drivers.chunks import LoopChunks, drive
+from loopfuse.drivers.solve import minimize
 from problems import (LSQ_PARAMS, assert_trees_equal, batch, between, fresh, init_state, interrupted_runs, lsq_data,
                       lsq_loss, slow_state, slow_step, train_step)
 
@@ -80,8 +80,8 @@ def test_a_stop_in_chunk_3_of_20_equals_the_plain_run_and_the_next_chunk_runs_no
 
 def test_chunks_in_flight_are_bounded_by_chain_seconds(dispatched, monkeypatch):
     """With no time to queue, two chunks are in flight: one chunk runs (no step) after the stop."""
-    import loopfuse.chunks
-    monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", 0.0)
+    import loopfuse.drivers.chunks
+    monkeypatch.setattr(loopfuse.drivers.chunks, "CHAIN_SECONDS", 0.0)
     losses = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), optax.sgd(0.1), 40, backend=CompiledLoop(steps=8),
                       stop_on_nonfinite=False).loss_history
     threshold = between(losses, 21)
@@ -108,7 +108,7 @@ def test_a_non_finite_loss_stops_a_chained_run_where_an_unchained_one_stops(disp
 
 
 def test_repeated_chained_solves_build_no_further_executable():
-    from loopfuse.solve import _cached_program, _flag
+    from loopfuse.drivers.solve import _cached_program, _flag
     backend, opt, until = CompiledLoop(steps=8), optax.sgd(0.1), (lambda params, loss: loss < 0.0)
     for steps in (40, 40, 16):
         minimize(lsq_loss, LSQ_PARAMS, lsq_data(), opt, steps, backend=backend, until=until)

@@ -15,9 +15,9 @@ import optax
 import pytest
 
 import loopfuse
-import loopfuse.chunks
+import loopfuse.drivers.chunks
 from checkpoint_child import CHUNK, EVERY, fit, problem, raw, until_ten
-from loopfuse.backends import CompiledLoop, CompiledStep, GradOnly
+from loopfuse.drivers.backends import CompiledLoop, CompiledStep, GradOnly
 
 pytest.importorskip("orbax.checkpoint", reason="checkpoints need the 'checkpoint' extra (orbax-checkpoint)")
 CHILD = Path(__file__).with_name("checkpoint_child.py")
@@ -78,7 +78,7 @@ def test_an_interrupted_or_failed_fit_resumes_from_its_last_checkpoint(step, who
 def test_a_queued_fit_saves_each_checkpoint_from_its_own_state(step, whole, tmp_path, monkeypatch):
     """Chunks are queued on the device, but a chunk whose checkpoint is due is read back before the next
     one consumes its state: resumed from a checkpoint before the last, the run ends bitwise as a whole."""
-    monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", 60.0)     # queue all the chunks it may
+    monkeypatch.setattr(loopfuse.drivers.chunks, "CHAIN_SECONDS", 60.0)     # queue all the chunks it may
     fit(tmp_path, 24, step, keep=None)
     assert _steps(tmp_path) == [4, 8, 12, 16, 20, 24]
     for later in (16, 20, 24):

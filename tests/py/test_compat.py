@@ -120,8 +120,8 @@ def test_a_route_that_fails_its_self_test_gives_way_to_the_next(rewrite_routes):
 
 
 def test_without_the_rewrite_api_simplify_fails_naming_it(rewrite_routes):
-    from loopfuse.mlir_context import parse_module
-    from loopfuse.pass_manager import PassFailure, run_pass
+    from loopfuse.compile.mlir_context import parse_module
+    from loopfuse.compile.pass_manager import PassFailure, run_pass
     from loopfuse.passes import Simplify
     rewrite_routes("jaxlib.mlir.no_such_rewrite")
     with pytest.raises(PassFailure, match="MLIR's Python rewrite API .* is not usable in this jaxlib: "

@@ -1,4 +1,4 @@
-"""Copy-free loop carry: the XLA options loopfuse decides per program (`runtime.program_options`).
+"""Copy-free loop carry: the XLA options loopfuse decides per program (`xla.program_options`).
 
 The options change only where XLA copies buffers, never what is computed: every result is
 bitwise equal to the same step or loop compiled with the option turned off (also on 4 devices,
@@ -20,8 +20,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import runtime
-from loopfuse.mlir_context import parse_module
+from loopfuse.compile import xla
+from loopfuse.compile.mlir_context import parse_module
 from problems import (adam_mlp_8x1024, assert_trees_equal, batch, fresh, init_state, jit_memory, mlp_params,
                       train_step)
 
@@ -42,7 +42,7 @@ def _while_step(s, b):
 
 
 def test_copy_free_only_for_programs_without_control_flow_of_their_own(tmp_path):
-    assert runtime.COPY_FREE["cpu"] == OPTION
+    assert xla.COPY_FREE["cpu"] == OPTION
     opt = optax.sgd(0.1)
     loop = loopfuse.compile_step(train_step(opt), dump_ir=tmp_path / "mlp").loop(3)
     assert loop.compiled(init_state(opt), batch()).xla_options == {OPTION: True}
@@ -149,7 +149,7 @@ def test_large_data_parallel_state_reduces_each_gradient_on_its_own(four_devices
     """One all-reduce per gradient: bitwise the combined collective's results, and never all the
     gradients at once (the combined one holds them twice: operands and results)."""
     facts = four_devices["split all-reduce"]
-    assert facts["replicated_bytes"] >= runtime.SPLIT_ALL_REDUCE_BYTES
+    assert facts["replicated_bytes"] >= xla.SPLIT_ALL_REDUCE_BYTES
     assert facts["state_equal"] and facts["aux_equal"], facts
     assert facts["temp_off"] >= 2 * facts["gradient_bytes"], facts   # combined
     assert facts["temp_on"] < facts["gradient_bytes"], facts            # split (the default): one layer at a time
@@ -157,12 +157,12 @@ def test_large_data_parallel_state_reduces_each_gradient_on_its_own(four_devices
 
 def test_all_reduces_are_split_only_for_large_replicated_state_on_cpu():
     split = {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}
-    limit = runtime.SPLIT_ALL_REDUCE_BYTES
+    limit = xla.SPLIT_ALL_REDUCE_BYTES
     module = parse_module("func.func @main(%x: tensor<f32>) -> tensor<f32> { return %x : tensor<f32> }")
 
     def chosen(platform, replicated, xla_options=None):
-        values = dict(runtime.program_options(module, platform, replicated, xla_options).values)
-        return {k: v for k, v in values.items() if k not in runtime.COPY_FREE.values()}
+        values = dict(xla.program_options(module, platform, replicated, xla_options).values)
+        return {k: v for k, v in values.items() if k not in xla.COPY_FREE.values()}
 
     assert chosen("cpu", limit) == split
     assert chosen("cpu", limit - 1) == {}

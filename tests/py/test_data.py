@@ -7,7 +7,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import Dataset, compile_step, data
+from loopfuse import Dataset, compile_step
+from loopfuse.state import data
 
 N, BS = 24, 8  # 3 batches per epoch
 

@@ -12,8 +12,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import pipeline
-from loopfuse.mlir_context import parse_module
+from loopfuse.compile import pipeline
+from loopfuse.compile.mlir_context import parse_module
 from loopfuse.passes import Simplify
 from problems import batch, init_state, train_step
 
@@ -58,7 +58,7 @@ def test_pass_failure_names_the_pass_and_writes_a_replayable_reproducer(tmp_path
     assert text.startswith("// loopfuse-pipeline: builtin.module(simplify,alias-state)")
     parse_module(text)
     monkeypatch.undo()
-    replay = subprocess.run([sys.executable, "-m", "loopfuse.opt", "--reproducer", str(repro)],
+    replay = subprocess.run([sys.executable, "-m", "loopfuse.diagnostics.opt", "--reproducer", str(repro)],
                             capture_output=True, text=True)
     assert replay.returncode == 0, replay.stderr
     assert "tf.aliasing_output" in replay.stdout  # the healthy pipeline runs to the end

@@ -135,7 +135,7 @@ def test_the_ensembles_step_is_derived_from_the_members_and_compiled_once():
                      ensemble=True)
     derived = step.derived(("ensemble", None, False, ("loss",)), lambda: None)
     assert derived is not None and step.compile_count == 0
-    assert derived.loop(4, until=loopfuse.ensemble.all_stopped).compile_count == 1
+    assert derived.loop(4, until=loopfuse.drivers.ensemble.all_stopped).compile_count == 1
 
 
 def test_checkpoints_resume_bitwise(tmp_path):

@@ -1,4 +1,4 @@
-"""An ensemble's default tile (`loopfuse.tiles`): read from the member step's program, never timed.
+"""An ensemble's default tile (`loopfuse.drivers.tiles`): read from the member step's program, never timed.
 
 The drivers' choice is observed through a host callback in the `until` predicate, which runs once per
 member step a tile computes (the stopped members' included): `policy_work(steps, tile)` of them.
@@ -10,7 +10,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import Ensemble, per_member, tiles
+from loopfuse import Ensemble, per_member
+from loopfuse.drivers import tiles
 from problems import assert_trees_equal, policy_work
 
 ONE = jax.ShapeDtypeStruct((64,), jnp.float32)      # one member's 64 parameters

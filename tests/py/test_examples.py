@@ -9,7 +9,7 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import verify
+from loopfuse.diagnostics import verify
 from problems import assert_trees_equal
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"

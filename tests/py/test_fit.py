@@ -9,8 +9,8 @@ import optax
 import pytest
 
 import loopfuse
-import loopfuse.chunks
-from loopfuse.chunks import LoopChunks, _Run
+import loopfuse.drivers.chunks
+from loopfuse.drivers.chunks import LoopChunks, _Run
 from problems import (assert_trees_close, assert_trees_equal, batch, fresh, init_state, interrupted_runs,
                       progress_bar_updates, slow_state, slow_step, train_step)
 
@@ -145,7 +145,7 @@ def test_sigint_at_random_moments_returns_a_live_state_equal_to_an_uninterrupted
 
 def test_sigint_with_a_deep_queue_returns_a_live_state_equal_to_an_uninterrupted_fit(sigint_raises, monkeypatch):
     """Chunks queued for up to a second behind the one running: a Ctrl-C stops after all of them."""
-    monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", 1.0)
+    monkeypatch.setattr(loopfuse.drivers.chunks, "CHAIN_SECONDS", 1.0)
     _interrupted_fits_equal_uninterrupted_ones(8, seed=3)
 
 
@@ -188,7 +188,7 @@ def test_fit_queues_chunks_behind_the_one_running(chunk_events, monkeypatch, cha
     """The first chunk runs alone (its time sizes the queue); then as many as take CHAIN_SECONDS are
     queued behind the one running, and read back in order. A chunk longer than that is alone in flight;
     a callback sees each chunk before the next is dispatched. The results are the same."""
-    monkeypatch.setattr(loopfuse.chunks, "CHAIN_SECONDS", chain_seconds)
+    monkeypatch.setattr(loopfuse.drivers.chunks, "CHAIN_SECONDS", chain_seconds)
     opt = optax.adam(1e-2)
     seen = []
     result = loopfuse.fit(_step(opt), fresh(init_state(opt)), batch(), 40, chunk=5, progress=True,

@@ -7,10 +7,10 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse.mlir_context import parse_module
-from loopfuse.pass_manager import make_pass, run_pass
+from loopfuse.compile.mlir_context import parse_module
+from loopfuse.compile.pass_manager import make_pass, run_pass
 from loopfuse.passes import FlattenUpdate, PassOptionError
-from loopfuse.trace import trace
+from loopfuse.compile.trace import trace
 from ir_helpers import concatenates, interpret, op_counts
 from problems import assert_trees_equal
 

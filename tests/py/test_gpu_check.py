@@ -13,7 +13,7 @@ import pytest
 
 import jax.numpy as jnp
 
-from loopfuse import pipeline
+from loopfuse.compile import pipeline
 
 SCRIPT = Path(__file__).parents[2] / "bench" / "gpu_check.py"
 SPEC = importlib.util.spec_from_file_location("gpu_check", SCRIPT)

@@ -12,12 +12,17 @@ import loopfuse.passes
 
 
 def _modules() -> dict[str, Path]:
-    """module name -> source file, for every module of the loopfuse packages (from where they import)."""
+    """module name -> source file, for every module of the loopfuse packages and their subpackages (from
+    where they import)."""
     found = {}
     for package in (loopfuse, loopfuse.passes):
         folder = Path(package.__file__).parent
-        for path in folder.glob("*.py"):
-            found[package.__name__ if path.stem == "__init__" else f"{package.__name__}.{path.stem}"] = path
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[0] == "passes" and package is loopfuse:    # an installed loopfuse holds passes/ inside
+                continue
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            found[".".join((package.__name__, *parts))] = path
     return found
 
 
@@ -97,12 +102,55 @@ def test_cycles_finds_a_cycle_and_only_one():
 
 def test_the_graph_sees_type_checking_and_function_level_imports():
     graph = import_graph()
-    assert "loopfuse.step" in graph["loopfuse"]             # under TYPE_CHECKING in __init__
-    assert "loopfuse.passes.pack_state" in graph["loopfuse.packed"]
-    assert "loopfuse.errors" in graph["loopfuse.trace"]
+    assert "loopfuse.drivers.step" in graph["loopfuse"]             # under TYPE_CHECKING in __init__
+    assert "loopfuse.passes.pack_state" in graph["loopfuse.state.packed"]
+    assert "loopfuse.errors" in graph["loopfuse.compile.trace"]
     assert "loopfuse.passes" not in graph["loopfuse.passes.wrap_loop"]
 
 
 def test_no_import_cycle():
     found = cycles(import_graph())
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+MAX_DEPTH = 9     # modules in the longest chain of imports (13 in the flat package before issue 40)
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest path of imports in `graph` (acyclic), as its modules from importer to imported."""
+    longest: dict[str, list[str]] = {}
+
+    def visit(v: str) -> list[str]:
+        if v not in longest:
+            longest[v] = [v] + max((visit(w) for w in sorted(graph[v])), key=len, default=[])
+        return longest[v]
+
+    return max((visit(v) for v in sorted(graph)), key=len, default=[])
+
+
+def test_longest_chain_finds_the_longest_path():
+    assert longest_chain({"a": {"b", "c"}, "b": {"c"}, "c": set(), "d": {"c"}}) == ["a", "b", "c"]
+
+
+def test_the_import_stack_is_shallow():
+    """loopfuse's own modules (the pass library, which imports only MLIR, aside) import each other at most
+    `MAX_DEPTH` deep: a module never imports upward through the layers to reach a fact it should own or be given."""
+    graph = {v: {w for w in ws if not w.startswith("loopfuse.passes")}
+             for v, ws in import_graph().items() if not v.startswith("loopfuse.passes")}
+    chain = longest_chain(graph)
+    assert len(chain) <= MAX_DEPTH, f"import chain of {len(chain)} modules: " + " -> ".join(chain)
+
+
+LAYERS = ("", "state", "run", "compile", "memory", "diagnostics", "drivers")   # README "Layout": the folders in order
+
+
+def test_each_folder_imports_only_the_folders_before_it():
+    def layer(module: str) -> int:
+        parts = module.split(".")
+        return LAYERS.index(parts[1] if len(parts) > 2 else "")
+
+    graph = {v: {w for w in ws if not w.startswith("loopfuse.passes")} for v, ws in import_graph().items()
+             if v != "loopfuse" and not v.startswith("loopfuse.passes")}
+    upward = sorted(f"{v} -> {w}" for v, ws in graph.items() for w in ws if layer(w) > layer(v))
+    assert {m.split(".")[1] for m in graph if m.count(".") > 1} == set(LAYERS[1:])
+    assert not upward, f"imports from a later folder (README Layout): {upward}"

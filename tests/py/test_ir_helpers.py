@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ir_helpers import InterpreterAbort, interpret
-from loopfuse.mlir_context import parse_module
-from loopfuse.trace import trace
+from loopfuse.compile.mlir_context import parse_module
+from loopfuse.compile.trace import trace
 
 SQUARE = """
 func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {

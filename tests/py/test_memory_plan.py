@@ -19,8 +19,9 @@ from jax import lax
 
 import loopfuse
 import transformer
-from loopfuse import compiler, memory_plan
-from loopfuse.options import StepOptions
+from loopfuse.compile import compiler
+from loopfuse.memory import memory_plan
+from loopfuse.compile.options import StepOptions
 from problems import fresh
 
 OPT = optax.adam(1e-3, eps=1e-5)

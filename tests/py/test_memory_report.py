@@ -13,7 +13,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import MemoryReportError, StateMismatchError, memory_report
+from loopfuse import MemoryReportError, StateMismatchError
+from loopfuse.memory import memory_report
 
 OPT = optax.adam(1e-3)
 

@@ -19,7 +19,7 @@ import loopfuse
 import corpus
 import transformer
 from ir_helpers import interpret
-from loopfuse.mlir_context import parse_module
+from loopfuse.compile.mlir_context import parse_module
 from problems import assert_trees_equal, fresh, mlp_loss, mlp_params, train_step
 
 RTOL, ATOL = 1e-5, 1e-6      # micro-batched against jax.jit: see the module docstring

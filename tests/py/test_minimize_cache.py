@@ -12,7 +12,8 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import CompiledLoop, CompiledStep, Dataset, GradOnly, runtime
+from loopfuse import CompiledLoop, CompiledStep, Dataset, GradOnly
+from loopfuse.compile import xla
 from problems import assert_trees_equal, batch, mlp_loss, mlp_params
 
 
@@ -20,12 +21,12 @@ from problems import assert_trees_equal, batch, mlp_loss, mlp_params
 def compiles(monkeypatch):
     """{"loopfuse": XLA compiles of loopfuse programs, "jax": jax.jit backend compiles}, counted."""
     counts = {"loopfuse": 0, "jax": 0}
-    compile_module = runtime.compile_module
+    compile_module = xla.compile_module
 
     def counted(*args, **kwargs):
         counts["loopfuse"] += 1
         return compile_module(*args, **kwargs)
-    monkeypatch.setattr(runtime, "compile_module", counted)
+    monkeypatch.setattr(xla, "compile_module", counted)
 
     def listener(event, duration, **kwargs):
         if event == "/jax/core/compile/backend_compile_duration":
@@ -80,11 +81,11 @@ CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import optax, loopfuse
-from loopfuse import runtime
+from loopfuse.compile import xla
 from problems import batch, mlp_loss, mlp_params
 calls = []
-compile_module = runtime.compile_module
-runtime.compile_module = lambda *a, **k: calls.append(1) or compile_module(*a, **k)
+compile_module = xla.compile_module
+xla.compile_module = lambda *a, **k: calls.append(1) or compile_module(*a, **k)
 sol = loopfuse.minimize(mlp_loss, mlp_params(), batch(), optax.adam(1e-2), steps=20,
                         backend=loopfuse.CompiledLoop(steps=8))
 print(json.dumps({"compiles": len(calls), "loss": sol.loss_history.tolist()}))

@@ -13,9 +13,10 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import CompiledLoop, Dataset, compiler
-from loopfuse.chunks import CALL_BYTES, CHUNK, OP_BYTES, LoopChunks, steps_per_call
-from loopfuse.mlir_context import parse_module
+from loopfuse import CompiledLoop, Dataset
+from loopfuse.compile import compiler
+from loopfuse.drivers.chunks import CALL_BYTES, CHUNK, OP_BYTES, LoopChunks, steps_per_call
+from loopfuse.compile.mlir_context import parse_module
 from problems import assert_trees_equal
 
 ADAM = optax.adam(1e-3)

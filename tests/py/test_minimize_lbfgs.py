@@ -11,8 +11,8 @@ import pytest
 
 import loopfuse
 from loopfuse import Dataset
-from loopfuse.backends import CompiledLoop, CompiledStep, GradOnly
-from loopfuse.solve import minimize
+from loopfuse.drivers.backends import CompiledLoop, CompiledStep, GradOnly
+from loopfuse.drivers.solve import minimize
 from problems import assert_trees_equal, batch, mlp_loss, mlp_params
 
 COMPILED = [CompiledStep(), CompiledLoop(steps=8)]

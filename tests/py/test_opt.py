@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from loopfuse.opt import main
+from loopfuse.diagnostics.opt import main
 from loopfuse.passes import PASSES
 
 MODULE = textwrap.dedent("""\
@@ -20,7 +20,7 @@ MODULE = textwrap.dedent("""\
 
 
 def opt(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "loopfuse.opt", *args], input=stdin, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "loopfuse.diagnostics.opt", *args], input=stdin, capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_deep_nesting_is_refused_not_a_crash(depth, opener):
         text = opener * depth + "}" * depth
     else:
         text = "func.func @main(%a: " + opener * depth + "tensor<f32>" + ">" * depth + ") {\n  return\n}\n"
-    r = subprocess.run([sys.executable, "-m", "loopfuse.opt", "-", "--alias-state"], input=text, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "loopfuse.diagnostics.opt", "-", "--alias-state"], input=text, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 1, r.returncode  # a crash would be a negative signal number
     assert r.stderr.splitlines() == ["<stdin>:1: error: nesting deeper than 1000 levels of brackets (regions, types, "
@@ -169,7 +169,7 @@ def test_reproducer_replays_loopfuse_and_allowlisted_upstream_passes(tmp_path, c
 
 def test_loopfuse_opt_runs_without_importing_jax(module_file):
     """The tool needs only the pass library and MLIR: it starts in a fraction of jax's import time."""
-    code = ("import sys\nfrom loopfuse.opt import main\n"
+    code = ("import sys\nfrom loopfuse.diagnostics.opt import main\n"
             f"assert main(['--simplify', {str(module_file)!r}]) == 0\n"
             "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if m.startswith('jax.'))[:5]\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

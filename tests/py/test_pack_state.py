@@ -12,11 +12,12 @@ import optax
 import pytest
 
 import loopfuse
-from loopfuse import packed, pipeline
-from loopfuse.mlir_context import parse_module
-from loopfuse.pass_manager import run_pass
+from loopfuse.compile import pipeline
+from loopfuse.state import packed
+from loopfuse.compile.mlir_context import parse_module
+from loopfuse.compile.pass_manager import run_pass
 from loopfuse.passes import PackState, WrapLoop
-from loopfuse.trace import trace
+from loopfuse.compile.trace import trace
 from corpus import PROGRAMS, marked
 from ir_helpers import concatenates, interpret, op_counts
 from problems import NEWER_XLA, assert_trees_close, assert_trees_equal, batch, fresh, init_state, mlp_params, train_step

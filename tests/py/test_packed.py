@@ -11,7 +11,7 @@ import pytest
 from jax import lax
 
 import loopfuse
-from loopfuse import packed
+from loopfuse.state import packed
 from corpus import PROGRAMS, marked
 from problems import assert_trees_close, assert_trees_equal, batch, fresh, init_state, train_step
 from test_pack_state import CLIP, FLATTEN_RTOL, OPTIMIZERS, PARAMS

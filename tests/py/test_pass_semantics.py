@@ -8,12 +8,13 @@ import pytest
 from jaxlib.mlir import ir
 
 import loopfuse
-from loopfuse import runtime
+from loopfuse.compile import xla
+from loopfuse.run import runtime
 from loopfuse.passes.functions import arg_attrs, main_func, result_attrs, string_attr
 from loopfuse.passes.vocabulary import ALIAS, STATE
-from loopfuse.pass_manager import run_pass
+from loopfuse.compile.pass_manager import run_pass
 from loopfuse.passes import AliasState, DropUnusedOutputs, WrapLoop
-from loopfuse.trace import trace
+from loopfuse.compile.trace import trace
 from ir_helpers import interpret
 from problems import batch, init_state, mlp_params, train_step
 
@@ -40,7 +41,7 @@ def _inputs(module, seed=0):
 def _compile(module):
     """`module` compiled by PJRT with XLA's default options."""
     devices = [jax.devices()[0]]
-    return runtime.compile_module(str(module), devices, runtime.compile_options(devices, {}, shardy=False))
+    return xla.compile_module(str(module), devices, xla.compile_options(devices, {}, shardy=False))
 
 
 def _pjrt(module, arrays):

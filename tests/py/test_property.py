@@ -1,7 +1,7 @@
 """Property: loopfuse's passes keep the values of random small step functions, bitwise.
 
 Each random program becomes a step ``fn(state, batch) -> (new_state, aux)`` traced by loopfuse's
-tracer (`loopfuse.trace.trace`), so its module carries the `loopfuse.*` tags the passes act on:
+tracer (`loopfuse.compile.trace.trace`), so its module carries the `loopfuse.*` tags the passes act on:
 some aux leaves are not kept (drop-unused-outputs removes them and the work that fed only them),
 the new state pairs with the state (alias-state aliases it), and the programs repeat elementwise
 updates over leaves of several shapes (flatten-update flattens them). Every pass, alone and in the
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from loopfuse import pipeline
-from loopfuse.mlir_context import parse_module
-from loopfuse.pass_manager import parse_pipeline, run_pass
-from loopfuse.trace import trace
+from loopfuse.compile import pipeline
+from loopfuse.compile.mlir_context import parse_module
+from loopfuse.compile.pass_manager import parse_pipeline, run_pass
+from loopfuse.compile.trace import trace
 from ir_helpers import interpret
 from problems import assert_trees_equal
 

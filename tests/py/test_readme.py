@@ -16,6 +16,10 @@ import loopfuse
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+PACKAGE = Path(loopfuse.__file__).parent
+# module file name -> its dotted path (loopfuse's subpackages hold modules of distinct names)
+MODULES = {p.stem: "loopfuse." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
+           for p in PACKAGE.rglob("*.py") if p.stem != "__init__" and "passes" not in p.relative_to(PACKAGE).parts}
 
 # What each python block (in README order) needs from the reader, and the claims its comments make.
 PREAMBLES = [
@@ -83,10 +87,16 @@ def _spans(text: str) -> list[str]:
 
 
 def _resolve(dotted: str):
-    """The object `dotted` names inside loopfuse ("Step.loop", "runtime.SPLIT_ALL_REDUCE_BYTES")."""
+    """The object `dotted` names inside loopfuse ("Step.loop", "xla.SPLIT_ALL_REDUCE_BYTES": a module may be
+    named by its file's name alone, as the prose does)."""
     obj = loopfuse
     for part in dotted.split("."):
-        obj = getattr(obj, part) if hasattr(obj, part) else importlib.import_module(f"{obj.__name__}.{part}")
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+        elif obj is loopfuse and part in MODULES:
+            obj = importlib.import_module(MODULES[part])
+        else:
+            obj = importlib.import_module(f"{obj.__name__}.{part}")
     return obj
 
 
@@ -95,15 +105,17 @@ def _documented_names(text: str) -> set[str]:
     names = {m for m in re.findall(r"\bloopfuse\.(\w+(?:\.\w+)*)", text)}
     for span in _spans(text):
         names |= {m for m in re.findall(r"^([A-Z][a-z]\w*)(?:\(\))?$", span)}
-        names |= {f"runtime.{m}" for m in re.findall(r"\bruntime\.([A-Z_]+)\b", span)}
+        names |= {f"xla.{m}" for m in re.findall(r"\bxla\.([A-Z_]+)\b", span)}
         names |= {f"{OWNERS[o]}.{a}" for o, a in re.findall(r"\b(\w+)\.(\w+)\b", span) if o in OWNERS and a != "py"}
     return names
 
 
 def _layout_homes(text: str) -> dict[str, str]:
-    """name -> module for the README's "`module.py` (`name`, ...)" entries (its Layout section)."""
-    entries = re.findall(r"`(\w+)\.py`\s+\((`\w+`(?:,\s+`\w+`)*)\)", text)
-    return {name: f"loopfuse.{module}" for module, names in entries for name in re.findall(r"`(\w+)`", names)}
+    """name -> module for the README's "`folder/module.py` (`name`, ...)" entries (its Layout section; a
+    description may follow the names after a colon)."""
+    entries = re.findall(r"`([\w/]+)\.py`\s+\((`\w+`(?:,\s+`\w+`)*)(?::[^)]*)?\)", text)
+    return {name: "loopfuse." + module.replace("/", ".") for module, names in entries
+            for name in re.findall(r"`(\w+)`", names)}
 
 
 def _exists(name: str) -> bool:
@@ -144,7 +156,7 @@ def _documented_keywords(text: str) -> set[tuple[str, str]]:
 def test_every_documented_name_exists():
     names = _documented_names(README)
     assert {"AuxPathError", "CacheWarning", "PipelineError", "FitResult.retcode", "Step.memory_stats",
-            "runtime.SPLIT_ALL_REDUCE_BYTES", "compile_step", "passes"} <= names          # the scan sees them
+            "xla.SPLIT_ALL_REDUCE_BYTES", "compile_step", "passes"} <= names          # the scan sees them
     missing = sorted(n for n in names if not _exists(n))
     assert not missing, f"README.md documents names loopfuse does not have: {missing}"
 
@@ -159,7 +171,7 @@ def test_every_documented_keyword_is_accepted():
 
 
 def test_every_compile_step_keyword_is_documented():
-    from loopfuse.options import KEYWORDS
+    from loopfuse.compile.options import KEYWORDS
     assert not [k for k in KEYWORDS if not re.search(rf"`{k}[`=]", README)]
 
 
@@ -179,8 +191,8 @@ def test_the_layout_names_each_modules_definitions():
 
 def test_documented_files_exist():
     files = {s for s in _spans(README) if re.fullmatch(r"[\w/]+\.py", s)}
-    assert {"trace.py", "module_pass.py", "tests/py/test_multihost.py"} <= files
-    homes = (ROOT, ROOT / "python" / "loopfuse", ROOT / "passes")
+    assert {"compile/trace.py", "module_pass.py", "tests/py/test_multihost.py"} <= files
+    homes = (ROOT, PACKAGE, ROOT / "passes", *(p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()))
     assert not sorted(f for f in files if not any((home / f).is_file() for home in homes))
 
 

@@ -22,8 +22,8 @@ import pytest
 import loopfuse
 import transformer
 from ir_helpers import interpret
-from loopfuse import xla_dump
-from loopfuse.mlir_context import parse_module
+from loopfuse.memory import xla_dump
+from loopfuse.compile.mlir_context import parse_module
 from loopfuse.passes import rewriter
 from loopfuse.passes.module_pass import reports
 from corpus import PROGRAMS

@@ -16,7 +16,7 @@ import layer_fuzz
 import layered
 import loopfuse
 import transformer
-from loopfuse.mlir_context import parse_module
+from loopfuse.compile.mlir_context import parse_module
 from loopfuse.passes.layer_runs import runs
 from problems import fresh
 from test_roll_layers import EPS, leaves_close, run
@@ -137,7 +137,7 @@ def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monk
     (the rolled loops then update the layers in place), checkpoints it in the caller's layout, and
     gives the pytree back; within the tolerance of jax.jit's four steps, and a resumed run bitwise
     the uninterrupted one."""
-    from loopfuse import chunks
+    from loopfuse.drivers import chunks
     packs, pack = [], chunks.packed.pack
     monkeypatch.setattr(chunks.packed, "pack", lambda state, **kw: packs.append(kw) or pack(state, **kw))
     step, state, tokens = transformer.gpt(**TINY, opt=optax.adamw(3e-4, eps=EPS))

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from jaxlib.mlir import ir
 
-from loopfuse.mlir_context import parse_module
-from loopfuse.pass_manager import run_pass
+from loopfuse.compile.mlir_context import parse_module
+from loopfuse.compile.pass_manager import run_pass
 from loopfuse.passes import Simplify
 from loopfuse.passes.functions import main_func
 from ir_helpers import interpret, op_counts

@@ -16,10 +16,11 @@ import numpy as np
 import optax
 import pytest
 
-from loopfuse import Dataset, StepOptions, compile_step, stopping
-from loopfuse.pass_manager import run_pass
+from loopfuse import Dataset, StepOptions, compile_step
+from loopfuse.compile import stopping
+from loopfuse.compile.pass_manager import run_pass
 from loopfuse.passes import DropUnusedOutputs, WrapLoop
-from loopfuse.trace import trace
+from loopfuse.compile.trace import trace
 from ir_helpers import interpret
 from problems import batch, fresh, init_state, mlp_params, train_step
 

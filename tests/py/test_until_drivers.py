@@ -11,8 +11,8 @@ import pytest
 
 import loopfuse
 from loopfuse.errors import AuxPathError
-from loopfuse.backends import CompiledLoop, CompiledStep, GradOnly
-from loopfuse.solve import minimize
+from loopfuse.drivers.backends import CompiledLoop, CompiledStep, GradOnly
+from loopfuse.drivers.solve import minimize
 from problems import LSQ_PARAMS, assert_trees_equal, batch, between, fresh, init_state, lsq_data, lsq_loss, train_step
 
 BACKENDS = [GradOnly(), CompiledStep(), CompiledLoop(steps=8)]
@@ -58,7 +58,7 @@ def test_minimize_until_sees_the_params_before_the_update(losses):
 def test_minimize_loops_stop_on_the_flag_of_their_step_and_return_only_the_loss(losses):
     """The flag of `until` (on the params before the update) is the device loop's own stop: an aux leaf
     of the step that its loop does not return (no flag history to read back and drop)."""
-    from loopfuse.solve import _cached_program, _flag
+    from loopfuse.drivers.solve import _cached_program, _flag
     backend, opt, threshold = CompiledLoop(steps=8), optax.sgd(0.1), between(losses, 5)
     until = lambda params, loss: loss < threshold
     s = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), opt, 40, backend=backend, until=until)

@@ -12,7 +12,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 import loopfuse
-from loopfuse import pipeline, verify
+from loopfuse.compile import pipeline
+from loopfuse.diagnostics import verify
 from loopfuse.passes import ModulePass
 from loopfuse.passes.functions import last_op, main_func
 from problems import assert_trees_equal, batch, fresh, init_state, train_step

@@ -1,0 +1,179 @@
+"""Persistent compile cache: compiled executables on disk, shared by every process on the machine.
+
+An entry is keyed by everything that changes the executable: the traced module's text, the pass
+pipeline with its options, the XLA compile options, the jax / jaxlib / loopfuse versions (and a
+digest of loopfuse's sources), the platform, the devices (kind, id, count), and $XLA_FLAGS.
+It holds jaxlib's own serialization of the executable (``LoadedExecutable.serialize``) and the
+final module as MLIR bytecode (its ``@main`` signature maps results back to outputs).
+
+Writes go to a temporary file renamed into place, so readers never see half an entry and
+concurrent writers of one entry all succeed. An entry that is corrupt, truncated or written by
+other versions gives one `CacheWarning` and the program is recompiled (and the entry rewritten);
+a folder that cannot be written gives a warning and the program runs uncached. Programs with
+host callbacks (``jax.debug.print``, ``pure_callback``) are never cached: their callbacks live
+in the process that traced them. Only point the cache at a folder you trust: loading an
+executable runs its code.
+"""
+import functools
+import hashlib
+import io
+import json
+import os
+import platform
+import struct
+import tempfile
+import warnings
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import jax
+import jax.extend.backend as jeb
+import jaxlib
+from jaxlib.mlir import ir
+
+from .. import passes, settings
+
+CACHE_ENV = "LOOPFUSE_CACHE_DIR"
+FORMAT = 1
+_MAGIC = b"loopfuse compile cache\n"
+
+
+class CacheWarning(UserWarning):
+    """A compile cache entry or folder could not be used; the program was compiled (or runs) without it."""
+
+
+def folder(explicit) -> Path | None:
+    """The cache folder: the keyword, else $LOOPFUSE_CACHE_DIR, else None (no cache)."""
+    return settings.folder(explicit, CACHE_ENV)
+
+
+@functools.cache
+def versions() -> dict:
+    """What built the entry: jax, jaxlib, loopfuse (with a digest of its sources), the format."""
+    sources = hashlib.sha256()
+    for root in (Path(__file__).parents[1], *map(Path, passes.__path__)):     # loopfuse/ with its subpackages
+        for path in sorted(root.rglob("*.py")):
+            sources.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    try:
+        version = metadata.version("loopfuse")
+    except metadata.PackageNotFoundError:  # run from a source tree (the sources digest still tells)
+        version = "unknown"
+    return {"format": FORMAT, "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+            "loopfuse": version, "loopfuse-sources": sources.hexdigest()[:16]}
+
+
+def key(text: str, pipeline: str, devices, options) -> str:
+    """The entry key of module `text` run through `pipeline` and compiled with `options` on `devices`."""
+    backend = jeb.get_backend(devices[0].platform)
+    material = {
+        "versions": versions(),
+        "platform": [backend.platform, backend.platform_version, _host_cpu() if backend.platform == "cpu" else ""],
+        "devices": [[d.platform, d.device_kind, d.id, d.process_index] for d in devices],
+        "options": hashlib.sha256(options.SerializeAsString()).hexdigest(),
+        "xla_flags": sorted(os.environ.get("XLA_FLAGS", "").split()),
+        "pipeline": pipeline,
+    }
+    h = hashlib.sha256(json.dumps(material, sort_keys=True).encode())
+    h.update(text.encode())
+    return h.hexdigest()
+
+
+@functools.cache
+def _host_cpu() -> str:
+    """The host CPU's model and feature flags (XLA:CPU code is compiled for them)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine() + " " + platform.processor()
+    lines = [l for l in info.splitlines() if l.startswith(("model name", "flags", "Features"))]
+    return platform.machine() + " " + hashlib.sha256("\n".join(sorted(set(lines))).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One program's place in a cache folder."""
+
+    path: Path
+    devices: list
+    options: object                # the xc.CompileOptions it was compiled with
+
+    @classmethod
+    def of(cls, where: Path, text: str, pipeline: str, devices, options) -> "Entry":
+        """The entry for a program."""
+        return cls(where / f"{key(text, pipeline, devices, options)}.lfx", list(devices), options)
+
+    def load(self, context: ir.Context):
+        """(executable, final module in `context`), or None when absent or unusable (one warning)."""
+        try:
+            data = self.path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            return self._unusable(f"it cannot be read ({e})")
+        try:
+            executable_bytes, module_bytes = _unpack(data)
+        except ValueError as e:
+            return self._unusable(str(e))
+        try:
+            backend = jeb.get_backend(self.devices[0].platform)
+            executable = backend.deserialize_executable(executable_bytes, list(self.devices), self.options)
+            module = ir.Module.parse(module_bytes, context)
+        except Exception as e:  # noqa: BLE001 -- any failure to load means: compile instead
+            return self._unusable(f"it does not load ({type(e).__name__}: {e})")
+        return executable, module
+
+    def store(self, executable, module: ir.Module) -> bool:
+        """Write the entry atomically; on failure warn and return False (the program runs uncached)."""
+        buf = io.BytesIO()
+        module.operation.write_bytecode(buf)
+        data = _pack(executable.serialize(), buf.getvalue())
+        tmp = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.stem[:16]}-", suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+            return True
+        except OSError as e:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            warnings.warn(f"loopfuse compile cache: cannot write to {self.path.parent} ({e}); "
+                          "running uncached", CacheWarning, stacklevel=2)
+            return False
+
+    def _unusable(self, why: str) -> None:
+        warnings.warn(f"loopfuse compile cache: entry {self.path} is unusable: {why}; recompiling",
+                      CacheWarning, stacklevel=3)
+        return None
+
+
+def _pack(executable: bytes, module: bytes) -> bytes:
+    payload = executable + module
+    header = json.dumps({"versions": versions(), "executable": len(executable), "module": len(module),
+                         "sha256": hashlib.sha256(payload).hexdigest()}).encode()
+    return _MAGIC + struct.pack(">Q", len(header)) + header + payload
+
+
+def _unpack(data: bytes) -> tuple[bytes, bytes]:
+    """(executable, module bytecode) of an entry; ValueError saying what is wrong with it."""
+    if not data.startswith(_MAGIC):
+        raise ValueError("it is not a loopfuse compile cache entry")
+    at = len(_MAGIC) + 8
+    if len(data) < at:
+        raise ValueError("it is truncated")
+    (n,) = struct.unpack(">Q", data[len(_MAGIC):at])
+    try:
+        header = json.loads(data[at:at + n])
+        sizes = header["executable"], header["module"]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError("its header is corrupt") from None
+    if header.get("versions") != versions():
+        raise ValueError(f"it was written by {header.get('versions')}, not {versions()}")
+    payload = data[at + n:]
+    if len(payload) != sum(sizes):
+        raise ValueError(f"it is truncated ({len(payload)} of {sum(sizes)} bytes)")
+    if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+        raise ValueError("its checksum does not match (corrupt)")
+    return payload[:sizes[0]], payload[sizes[0]:]

@@ -1,0 +1,228 @@
+"""Trace ``fn(state, batch) -> (new_state, aux)`` to StableHLO tagged for loopfuse's passes.
+
+The traced ``@main`` takes the flat state leaves, then the flat batch leaves, then (for a
+`Dataset` batch) an int32 step index, then (for a loop that can stop early, traced so) a bool, its
+initial stopped flag, and returns the flat new-state leaves then the flat aux leaves (then the stop flag).
+Tags: state arguments and results carry ``loopfuse.state = "<leaf path>"``, every result carries
+``loopfuse.result = <flat output index>``, aux results the caller did not keep carry
+``loopfuse.unused``, the step index carries ``loopfuse.step_index``, the stop flag
+``loopfuse.stop`` and the initial stopped flag ``loopfuse.stopped``.
+
+A step with ordered effects (``jax.debug.print(..., ordered=True)``, ordered ``io_callback``)
+follows jax's calling convention: one ``!stablehlo.token`` argument and result per effect come
+first; they are tagged as state (``loopfuse.state = "<effect token N>"``, no
+``loopfuse.result``) so a loop carries the token from one iteration to the next. The host
+callbacks the module calls travel with the trace: the executable must be compiled with them.
+A step traced with a stop function (see `stopping`) returns its flag last, tagged ``loopfuse.stop``.
+"""
+from typing import Any, Callable
+
+import jax
+import jax.extend.core
+import jax.numpy as jnp
+from jaxlib.mlir import ir
+
+from .. import _jax_compat
+from ..errors import StateMismatchError
+from ..passes.functions import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
+from ..passes.vocabulary import PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
+from ..state.leaves import aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, keyed, raw, wrap_keys
+from .mlir_context import copy_module
+from .traced import Effects, Traced
+
+
+def _effects(lowered, module: ir.Module) -> Effects:
+    """The host callbacks and effects jax's own compile of `lowered` would use."""
+    args = _jax_compat.lowering_effects(lowered)
+    if args is None:
+        text = str(module)
+        if "callback" in text or "!stablehlo.token" in text:
+            raise _jax_compat.UnsupportedJaxError(
+                f"the step calls host callbacks or has ordered effects, which loopfuse cannot compile with "
+                f"jax {jax.__version__} (its lowering no longer exposes them)")
+        return Effects([], None, [], [])
+    return Effects(list(args["host_callbacks"]), args["keepalive"], list(args["ordered_effects"]),
+                   list(args["unordered_effects"]))
+
+
+def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None,
+          stopped_arg: bool = False, loop: bool = False, packed_paths: list | None = None,
+          dataset: bool = False) -> Traced:
+    """Trace `fn` on the abstract values of `state` and `batch` (static kwargs passed through).
+
+    With a `sharding.Placement`, arguments and results carry its shardings (SPMD over a mesh).
+    With `stop` (from `stopping.flag`), ``stop(new_state, aux, kept aux leaves)`` is one more output;
+    with `stopped_arg` too, a scalar bool, the loop's initial stopped flag, is one more (last) argument.
+    With `loop` (the step of a device loop), a weakly typed state leaf whose new value is strongly
+    typed (optax's L-BFGS state, say, starts with weak scalars) is promoted: the program takes it strongly
+    typed, so every call of the loop, the first included, runs one program (`Traced.promoted` lists those
+    leaves). The step is traced once, on the state as given; that trace is the promoted program, a leaf
+    whose new value depends on a promoted one promoted too, unless it shows that weak types decide a
+    dtype, where the step is traced again with the promoted leaves strongly typed (`_carried`).
+    `packed_paths` (a `packed.PackedState`'s): per state leaf, the key paths of the leaves it packs, or None.
+    `dataset`: `batch` is a `data.Dataset`; the program takes a step index and the step sees ``batch.batch(index)``.
+    """
+    state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
+    batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
+    state_keys, batch_keys = key_impls(x for _, x in state_leaves), key_impls(x for _, x in batch_leaves)
+    n_state, n_batch = len(state_leaves), len(batch_leaves)
+    out_info = {}
+
+    def flat(*args):
+        s = jax.tree_util.tree_unflatten(state_def, wrap_keys(args[:n_state], state_keys))
+        b = jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[n_state:n_state + n_batch], batch_keys))
+        if dataset:
+            b = b.batch(args[n_state + n_batch])
+            if placement is not None:
+                b = placement.constrain_batch(batch.batch_size, b)
+        new_state, aux = _split_output(fn(s, b, **static))
+        check_same_state(state, new_state)
+        aux_leaves, aux_def = jax.tree_util.tree_flatten_with_path(aux)
+        out_info["aux_def"], out_info["aux_paths"] = aux_def, [dotted(p) for p, _ in aux_leaves]
+        out_info["aux_keys"] = key_impls(x for _, x in aux_leaves)
+        outs = [raw(x) for x in jax.tree_util.tree_leaves(new_state)], [raw(x) for _, x in aux_leaves]
+        out_info["weak"] = [is_weak(x) for x in jax.tree_util.tree_leaves(outs)]  # lowered.out_info drops it
+        if stop is None:
+            return outs
+        returned = {p: x for p, (_, x), k in zip(out_info["aux_paths"], aux_leaves,
+                                                 aux_kept(out_info["aux_paths"], keep_aux)) if k}
+        out_info["weak"].append(False)
+        return *outs, stop(new_state, aux, returned)
+
+    state_specs = [input_spec("state", p, x) for p, x in state_leaves]
+    specs = state_specs + [input_spec("batch", p, x) for p, x in batch_leaves]
+    if dataset:
+        specs.append(jax.ShapeDtypeStruct((), jnp.int32))
+    stopped_arg = stopped_arg and stop is not None
+    if stopped_arg:         # the loop's initial stopped flag (wrap-loop), unused by the step
+        specs.append(jax.ShapeDtypeStruct((), jnp.bool_))
+    state_paths = [keyed(p) for p, _ in state_leaves]
+    in_sh = None
+    shardings: dict[str, Any] = {}
+    if placement is not None:
+        state_sh = [placement.state(x) for x in state_specs]
+        batch_sh = ([placement.replicated] * (len(specs) - n_state) if dataset else
+                    [placement.batch(keyed(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])]
+                    + [placement.replicated] * stopped_arg)
+        in_sh = state_sh + batch_sh
+        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]
+        out_sh = (state_sh, placement.replicated) + ((placement.replicated,) if stop is not None else ())
+        shardings = {"in_shardings": tuple(in_sh), "out_shardings": out_sh}
+    jitted = jax.jit(flat, keep_unused=True, **shardings)
+    traced = jitted.trace(*specs)
+    promoted = tuple(i for i in range(n_state) if loop and specs[i].weak_type and not out_info["weak"][i])
+    carried = _carried(traced.jaxpr, promoted, [x.weak_type for x in specs[:n_state]], out_info["weak"]) \
+        if promoted else ()
+    if carried is None:
+        try:    # trace it again with the promoted leaves strongly typed
+            traced = jitted.trace(*[jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) if i in promoted
+                                    else x for i, x in enumerate(specs)])
+        except StateMismatchError:   # strongly typed, the step changes a leaf's dtype (lax.scan refuses it)
+            promoted = ()
+    else:                            # the trace serves as the promoted program
+        promoted = carried
+        for i in carried:
+            out_info["weak"][i] = False
+    # keep_unused=True keeps every argument in place but also skips the dead-code elimination that jax.jit
+    # does by default; lower the pruned jaxpr, as jax.jit does, or XLA may compile a loop of the step to
+    # other last bits than jax.jit's (a diffrax L-BFGS fit with jaxlib 0.12)
+    lowered = _jax_compat.lower_pruned(traced)
+    kept = aux_kept(out_info["aux_paths"], keep_aux)
+    out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak)
+                 for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
+    lowered_module = lowered.compiler_ir("stablehlo")
+    assert lowered_module is not None  # None only for a dialect jax cannot lower to
+    effects = _effects(lowered, lowered_module)
+    module = _tag(lowered_module, state_paths, kept, dataset, len(effects.ordered), stop is not None, stopped_arg,
+                  packed_paths)
+    return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
+                  out_info["aux_paths"], out_info["aux_keys"], kept, dataset, in_sh, out_specs, effects,
+                  stop is not None, promoted, stopped_arg)
+
+
+def _carried(jaxpr, promoted: tuple, weak_in: list, weak_out: list) -> tuple | None:
+    """The state leaves a loop carries strongly typed, from `jaxpr`, the step traced with the leaves given
+    weakly typed (`weak_in`, per state leaf; `weak_out`, per output) whose new values are strong
+    (`promoted`), or None when only tracing it again with those strongly typed can tell.
+
+    Weak types decide dtypes through jax's type promotion, which converts its operands to the promoted
+    dtype: where it converted a weakly typed value to another dtype, a strongly typed one may have gone
+    the other way (weak float32 with bfloat16 is bfloat16, strong float32 with it float32). Where it
+    never did (weak and strong float32 alike; an integer to float32), tracing any weak input strongly
+    typed computes the same values, but for conversions between weak and strong float32, which change no
+    value, and only outputs that depend on such an input may lose their weak type. So the trace serves
+    as the promoted program, those outputs strongly typed: a weak state leaf whose new value depends on
+    a promoted one is promoted too (carried strongly typed, Adam's first moment of weak params); a weakly
+    typed aux leaf that does leaves the answer to a second trace (None). A step that reads a weak type
+    itself (``jnp.result_type(leaf, x)`` as the dtype of another value) is beyond what the trace shows.
+    """
+    inner = getattr(jaxpr, "jaxpr", jaxpr)   # a ClosedJaxpr (jax 0.10) or a Jaxpr holding its constants
+    if _converts_weak(inner):
+        return None
+    carried = set(promoted)
+    while True:
+        tainted = set(inner.invars[i] for i in carried)
+        for eqn in inner.eqns:
+            if any(v in tainted for v in eqn.invars if not isinstance(v, jax.extend.core.Literal)):
+                tainted.update(eqn.outvars)
+        losing = {j for j, v in enumerate(inner.outvars)
+                  if weak_out[j] and not isinstance(v, jax.extend.core.Literal) and v in tainted}
+        more = {j for j in losing if j < len(weak_in) and weak_in[j]} - carried
+        if not more:
+            return None if losing - carried else tuple(sorted(carried))
+        carried |= more
+
+
+def _converts_weak(jaxpr) -> bool:
+    """Whether `jaxpr` or one it calls converts a weakly typed value to another dtype."""
+    for eqn in jaxpr.eqns:
+        x = eqn.invars[0] if eqn.primitive.name == "convert_element_type" else None
+        if (x is not None and not isinstance(x, jax.extend.core.Literal) and x.aval.weak_type
+                and eqn.params["new_dtype"] != x.aval.dtype):
+            return True
+        if any(_converts_weak(j) for j in jax.extend.core.jaxprs_in_params(eqn.params)):
+            return True
+    return False
+
+
+def _split_output(out):
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise StateMismatchError(
+            f"the step function must return (new_state, aux); it returned {type(out).__name__}"
+            + (f" of length {len(out)}" if isinstance(out, tuple) else ""))
+    return out
+
+
+def _tag(lowered: ir.Module, state_paths, kept, has_step: bool, n_tokens: int, stops: bool,
+         stopped_arg: bool, packed_paths: list | None = None) -> ir.Module:
+    """A tagged copy of jax's lowered module, in jax's context (jax's own module is left untouched)."""
+    with lowered.context:
+        module = copy_module(lowered)
+        f = main_func(module.operation)
+        args = arg_attrs(f)
+        tokens = [TOKEN_PATH.format(t) for t in range(n_tokens)]
+        for i, path in enumerate(tokens + state_paths):
+            args[i][STATE] = ir.StringAttr.get(path)
+        for i, held in enumerate(packed_paths or ()):
+            if held:
+                args[n_tokens + i][PACKED] = ir.ArrayAttr.get([ir.StringAttr.get(p) for p in held])
+        if has_step:
+            args[len(args) - 1 - stopped_arg][STEP_INDEX] = ir.UnitAttr.get()
+        if stopped_arg:
+            args[-1][STOPPED] = ir.UnitAttr.get()
+        set_arg_attrs(f, args)
+        results = result_attrs(f)
+        i32 = ir.IntegerType.get_signless(32)
+        for t, attrs in enumerate(results[:n_tokens]):
+            attrs[STATE] = ir.StringAttr.get(tokens[t])
+        for j, attrs in enumerate(results[n_tokens:]):
+            attrs[RESULT] = ir.IntegerAttr.get(i32, j)
+            if j < len(state_paths):
+                attrs[STATE] = ir.StringAttr.get(state_paths[j])
+            elif stops and j == len(results) - n_tokens - 1:
+                attrs[STOP] = ir.UnitAttr.get()
+            elif not kept[j - len(state_paths)]:
+                attrs[UNUSED] = ir.UnitAttr.get()
+        set_result_attrs(f, results)
+    return module
+

@@ -1,0 +1,178 @@
+"""Checkpoints of a chunked run (`fit`, `minimize`) with orbax's CheckpointManager.
+
+A checkpoint at step ``s`` holds three orbax items: ``state`` (the state after ``s`` steps; typed PRNG
+keys as their raw key data), ``history`` (the aux history of steps ``0..s``, leaves in flat order;
+absent when aux has no leaves) and ``meta`` (JSON: ``s``, each leaf's path, shape and dtype (of a
+`PackedState`: of each leaf it packs, the path saying where it lives), and ``stopped``: the retcode
+of a run that a step ended, "until" or "non_finite", else null).
+orbax writes each checkpoint into a temporary folder and renames it when complete, so a process
+killed at any moment, also during a save, leaves the previous checkpoint restorable.
+
+orbax-checkpoint is an optional dependency (``pip install loopfuse[checkpoint]``), imported here only.
+"""
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..errors import StateMismatchError
+from .leaves import dtype, key_impls, keyed_paths, raw, wrap_keys
+from .packed import PackedState
+
+
+def _orbax():
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:
+        raise ImportError("checkpoint_dir= needs orbax-checkpoint: pip install 'loopfuse[checkpoint]' "
+                          "(or pip install orbax-checkpoint)") from e
+    return ocp
+
+
+def _leaf_specs(tree) -> list:
+    """[path, shape, dtype] of each leaf (dtypes canonical, as a step traces them)."""
+    return [[path, list(np.shape(x)), str(dtype(x))]
+            for path, x in zip(keyed_paths(tree), jax.tree_util.tree_leaves(tree))]
+
+
+def _state_specs(state) -> list:
+    """`_leaf_specs` of the state; of a `PackedState`, those of the leaves it packs, each path saying
+    where the leaf lives (so a checkpoint of another layout of the same buffers is refused)."""
+    if not isinstance(state, PackedState):
+        return _leaf_specs(state)
+    paths = keyed_paths(state.layout.treedef.unflatten([0] * state.layout.treedef.num_leaves))
+    return [[f"{path} (.buffers[{b}] at {at})", list(shape), str(state.layout.buffer_dtypes[b])] if b is not None
+            else [f"{path} (.kept[{at}])", *_leaf_specs(state.kept[at])[0][1:]]
+            for path, shape, (b, at) in zip(paths, state.layout.shapes, state.layout.places)]
+
+
+class Checkpoints:
+    """Save and restore one run's checkpoints in `directory`, keeping the newest `keep` (None: all)."""
+
+    def __init__(self, directory: str | os.PathLike, keep: int | None):
+        ocp = self._ocp = _orbax()
+        self.directory = os.path.abspath(os.fspath(directory))
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True)
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self._saved: int | None = self._manager.latest_step()
+
+    def check(self, template, num_steps: int) -> None:
+        """Refuse the latest checkpoint if another program wrote it: other state leaves, shapes or
+        dtypes than `template`, or more than `num_steps` steps (StateMismatchError naming the first)."""
+        if self._saved is None:
+            return
+        meta = self._meta()
+        self._compare(self._where(), "state leaf", meta["state"], _state_specs(template))
+        if meta["steps"] > num_steps:
+            raise StateMismatchError(
+                f"{self._where()} has run {meta['steps']} steps, more than num_steps={num_steps}; pass num_steps >= "
+                f"{meta['steps']} or use another checkpoint_dir (nothing was overwritten)")
+
+    def restore(self, template, history_paths: list[str]):
+        """The latest checkpoint as ``(steps, state, history leaves, stopped)``, or None when there is none.
+
+        `template` (the caller's state, already `check`ed) gives the structure, dtypes and shardings;
+        `history_paths` are this step's aux paths, which the checkpoint's must equal.
+        """
+        if self._saved is None:
+            return None
+        ocp, meta = self._ocp, self._meta()
+        saved_paths = [p for p, _, _ in meta["history"]]
+        if saved_paths != history_paths:
+            raise StateMismatchError(
+                f"{self._where()} was written by another program: its aux history has paths {saved_paths}, this "
+                f"step's aux has {history_paths}; use another checkpoint_dir (nothing was overwritten)")
+        leaves, treedef = jax.tree_util.tree_flatten(template)
+        items = {"state": ocp.args.StandardRestore([self._abstract(x) for x in leaves])}
+        if saved_paths:
+            items["history"] = ocp.args.StandardRestore()
+        restored = self._manager.restore(self._saved, args=ocp.args.Composite(**items))
+        state = wrap_keys(restored["state"], key_impls(leaves))
+        history = [np.asarray(h) for h in restored["history"]] if saved_paths else []
+        return meta["steps"], jax.tree_util.tree_unflatten(treedef, state), history, meta["stopped"]
+
+    def _meta(self) -> dict:
+        ocp = self._ocp
+        return self._manager.restore(self._saved, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+    def _where(self) -> str:
+        return f"the checkpoint of step {self._saved} in {self.directory}"
+
+    @staticmethod
+    def _compare(where: str, what: str, saved: list, here: list) -> None:
+        saved_map, here_map = {p: (s, d) for p, s, d in saved}, {p: (s, d) for p, s, d in here}
+        for path in [p for p, _, _ in here] + [p for p, _, _ in saved if p not in here_map]:   # tree order
+            if path not in saved_map or path not in here_map:
+                has, lacks = ("this state", "the checkpoint") if path not in saved_map else ("the checkpoint", "this state")
+                raise StateMismatchError(
+                    f"{where} was written by another program: {what} {path} is in {has}, not in {lacks}; "
+                    "use another checkpoint_dir (nothing was overwritten)")
+            (s_shape, s_dtype), (h_shape, h_dtype) = saved_map[path], here_map[path]
+            if s_shape != h_shape or s_dtype != h_dtype:
+                raise StateMismatchError(
+                    f"{where} was written by another program: {what} {path} is {s_dtype}{s_shape} there, "
+                    f"{h_dtype}{h_shape} here; use another checkpoint_dir (nothing was overwritten)")
+        if [p for p, _, _ in saved] != [p for p, _, _ in here]:
+            raise StateMismatchError(f"{where} was written by another program: its {what}s are in another "
+                                     "tree order; use another checkpoint_dir (nothing was overwritten)")
+
+    @staticmethod
+    def _abstract(x):
+        """Where and how to restore a leaf like `x`: its shape, dtype and sharding (typed keys as key data)."""
+        x = raw(x)
+        sharding = x.sharding if isinstance(x, jax.Array) else jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        return jax.ShapeDtypeStruct(np.shape(x), dtype(x), sharding=sharding)
+
+    def save(self, steps: int, state, history: Any, stopped: str | None = None, wait: bool = False) -> None:
+        """Save the checkpoint of step `steps`; `history` is the aux history of steps ``0..steps``;
+        `stopped`: the retcode of a run that its last step ended (None: it may go on).
+
+        Unless `wait`, the files are written in the background; the device-to-host copy is done when
+        this returns, so the state may be donated next.
+        """
+        if steps == self._saved:
+            return
+        ocp = self._ocp
+        leaves = [raw(x) for x in jax.tree_util.tree_leaves(state)]
+        history_leaves = jax.tree_util.tree_leaves(history)
+        meta = {"steps": steps, "stopped": stopped, "state": _state_specs(state),
+                "history": [[p, s[1:], d] for p, s, d in _leaf_specs(history)]}
+        items = {"state": ocp.args.StandardSave(leaves), "meta": ocp.args.JsonSave(meta)}
+        if history_leaves:
+            items["history"] = ocp.args.StandardSave(history_leaves)
+        self._manager.save(steps, args=ocp.args.Composite(**items))
+        self._saved = steps
+        if wait:
+            self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Wait for the save in flight and release the manager."""
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+
+class CarriedAs:
+    """`Checkpoints` of a state that a driver carries in another layout than the caller's (its layers
+    stacked, `chunks.carried`): checked, saved and restored in the caller's layout, so a checkpoint
+    does not depend on how a run carried its state. `outside(state)`: the caller's layout of a carried
+    state; `inside(state)`: the carried layout of the caller's."""
+
+    def __init__(self, checkpoints: Checkpoints, outside, inside):
+        self.checkpoints, self.outside, self.inside = checkpoints, outside, inside
+
+    def check(self, template, num_steps: int) -> None:
+        self.checkpoints.check(self.outside(template), num_steps)
+
+    def restore(self, template, history_paths: list[str]):
+        restored = self.checkpoints.restore(self.outside(template), history_paths)
+        if restored is None:
+            return None
+        steps, state, history, stopped = restored
+        return steps, self.inside(state), history, stopped
+
+    def save(self, steps: int, state, history: Any, stopped: str | None = None, wait: bool = False) -> None:
+        self.checkpoints.save(steps, self.outside(state), history, stopped, wait)
+
+    def close(self) -> None:
+        self.checkpoints.close()

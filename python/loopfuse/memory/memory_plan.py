@@ -27,7 +27,9 @@ why, with the pass's own words (the op and its line).
 * temporaries in m slices: the whole batch's beside its loops over m, plus the bytes the program's loops
   hold in slices (the micro-batch loop's accumulators, and a rolled plan's saved layers, now a slice's),
   ``T(b, m) = (T(b) - W(b)) / m + W(b, m)`` (the same GPT: 322.2, 173.7, 99.5 MiB predicted for m = 2, 4,
-  8, compiled 322.2, 174.0, 92.2).
+  8, compiled 322.2, 174.0, 92.2). A plan that rolls and slices is predicted low: the state-sized
+  temporaries (the gradients, the update's) do not shrink with the slices (at batch 128: budget 0.5 in 4
+  slices predicted 412 MiB, compiled 520): an estimate below the compiled figure costs compiles, never a plan.
 
 W is read from the lowered program's types, the global shapes: on a mesh, where a loop's values are split
 over the devices, it overstates a device's share, and the compiles confirm what the model leaves open.

@@ -11,7 +11,7 @@ The GPT is tests/py/transformer.py's (8 blocks, width 256, 8 heads, 128 tokens, 
 
 - plan: the choice under `--limit` (its report, its compiles and seconds), the loss after 3 steps against
   jax.jit's whole-batch step (relative).
-- hand: every plan of budgets 1.0, 0.5, 0.0 x micro-batches 1, 2, 4, ... `--batch` that the compiler takes,
+- hand: every plan of budgets 1.0, 0.5, 0.0 (and the chosen plan's) x micro-batches 1, 2, 4, ... `--batch` that the compiler takes,
   compiled (peak); steps/s of those that fit the limit, in `--rounds` interleaved rounds of `--calls` calls;
   the chosen plan's rate against the fastest that fits (the target: >= 0.9x).
 - limits: `--limits` limits from the floor (the least peak of any plan, from the MemoryLimitError of a
@@ -95,7 +95,8 @@ def plan_section(out, ns, step, state, batch, limit: int, cache) -> dict:
 def hand_section(out, ns, step, state, batch, limit: int, chosen, cache) -> None:
     counts = [1] + [m for m in compiler.slice_counts(batch, None) if m & (m - 1) == 0]
     peaks, calls = {}, {}
-    for b in HAND_BUDGETS:
+    budgets = sorted({*HAND_BUDGETS, chosen["plan"].chosen.budget}, reverse=True)   # the chosen plan timed too
+    for b in budgets:
         for m in counts:
             c = memory_plan.Candidate(b, m)
             budget, slices = (None if b >= 1.0 else b), (None if m == 1 else m)
@@ -111,7 +112,7 @@ def hand_section(out, ns, step, state, batch, limit: int, chosen, cache) -> None
     measured, cpu = harness.step_rates({names[c]: calls[c] for c in calls}, states, batch, ns.rounds, ns.calls)
     fastest = max(measured, key=lambda n: np.median(measured[n]))
     least_cpu = min(cpu, key=lambda n: np.median(cpu[n]))
-    lines = [f"### The hand sweep: budgets {', '.join(f'{b:g}' for b in HAND_BUDGETS)} x micro-batches "
+    lines = [f"### The hand sweep: budgets {', '.join(f'{b:g}' for b in budgets)} x micro-batches "
              f"{', '.join(map(str, counts))} (the compiler's combinations)", "",
              f"Steps/s: medians (min–max) of {ns.rounds} interleaved rounds of {ns.calls} call(s), for the plans "
              f"that fit {size_text(limit)}.", "",

@@ -22,6 +22,7 @@ import transformer
 from loopfuse.compile import compiler
 from loopfuse.memory import memory_plan
 from loopfuse.compile.options import StepOptions
+from loopfuse.state.packed import on_packed
 from problems import fresh
 
 OPT = optax.adam(1e-3, eps=1e-5)
@@ -106,6 +107,21 @@ def test_a_falling_limit_never_gets_a_higher_peak_and_below_the_floor_is_an_erro
         in text and "largest buffers live at its peak:" in text
     buffers = text.split("live at its peak:\n")[1].split("\npeak:")[0].splitlines()
     assert len(buffers) == memory_plan.FLOOR_BUFFERS and all(re.match(r"  [0-9.]+ [KM]?i?B f32\[", b) for b in buffers)
+
+
+def test_no_prediction_is_below_zero_and_a_limit_below_every_plan_is_the_floor():
+    """Regression: a plan that rolls and slices was predicted at T(b) / m + W(b, m) - W(b), below zero where
+    the rolled loops' saved layers (W(b)) outweigh the temporaries of a slice; the floor, chosen among the
+    plans near the least prediction, then had none (a ValueError from `min`)."""
+    step, state, batch = problem(rows=256)
+    state = loopfuse.pack(state, layers=True)          # so that the layers roll at this size
+    programs, plans = programs_of(on_packed(step, state.layout), state, batch)
+    floor = memory_plan.choose(programs, 1, plans)
+    assert isinstance(floor, memory_plan.Floor) and floor.stats.peak > 1
+    rolled_and_sliced = [c for c in plans if c.budget < 1.0 and c.slices > 1 and programs.is_lowered(c)
+                         and programs.same_as(c) is None]
+    assert rolled_and_sliced                           # the plans the old form went wrong on are here
+    assert all(programs.predicted(c) >= 0 for c in plans if programs.predicted(c) is not None)
 
 
 def test_micro_batch_predictions_are_close_and_the_chosen_plan_runs_within_tolerance(tmp_path):
@@ -195,6 +211,8 @@ def test_the_options_it_takes_and_refuses():
     budget = loopfuse.compile_step(step, memory_limit=1 << 30, memory_budget=0.0).compiled(fresh(state), batch)
     assert budget.memory_plan.chosen == memory_plan.Candidate(0.0, 1)
     assert [c.plan for c in budget.memory_plan.considered] == [memory_plan.Candidate(0.0, 1)]
+    assert memory_plan.candidates(StepOptions(), [2])[:6] == [       # the fewest slices, then the least recompute
+        *(memory_plan.Candidate(b, 1) for b in (1.0, *memory_plan.BUDGETS)), memory_plan.Candidate(1.0, 2)]
     assert memory_plan.candidates(StepOptions(memory_budget=0.0), [2, 4]) == [
         memory_plan.Candidate(0.0, m) for m in (1, 2, 4)]
     assert memory_plan.candidates(StepOptions(micro_batches=4), [2, 4, 8]) == [

@@ -9,10 +9,11 @@ micro-batch count m (1, then every count the batch's rows divide into), in order
 slices first (m from low to high), then the least recompute (b from high to low); an option given beside
 the limit is kept as given. Slices before recompute: budget 0 recomputes each layer's forward once (at most
 a third of a step's work), while each slice reads every parameter again and runs every kernel on 1/m of
-the batch (on issue 31's GPT at batch 128 under 512 MiB, bench_memory_limit: every rolled plan that fits,
-4 to 128 slices, 9.0-10.8 CPU seconds a step; the unrolled one in 16 slices 18.4). A plan whose program is an earlier plan's (a pass that declined: batch norm refuses micro-batches,
-a run of layers not worth rolling; two budgets that save the same values) is that plan, and the report says
-why, with the pass's own words (the op and its line).
+the batch (on issue 31's GPT at batch 128 under 512 MiB, bench_memory_limit: the plan chosen, budget 0.25
+in 4 slices, is the fastest that fits, 6.8 CPU seconds a step; the least recompute first chose the unrolled
+step in 16 slices, 13.0). A plan whose program is an earlier plan's (a pass that declined: batch norm
+refuses micro-batches, a run of layers not worth rolling; two budgets that save the same values) is that
+plan, and the report says why, with the pass's own words (the op and its line).
 
 **The model** predicts a plan's peak from programs compiled before it, so that a few compiles choose:
 
@@ -35,11 +36,11 @@ W is read from the lowered program's types, the global shapes: on a mesh, where 
 over the devices, it overstates a device's share, and the compiles confirm what the model leaves open.
 
 **The choice**: the plans in order of preference; one predicted over the limit by more than `CLOSE` is
-rejected uncompiled (in m slices, on the bound ``(T(b) - W(b)) / m`` where the pass is known to apply, so that
-counts far off are not even lowered); any other is compiled (the step as traced and the anchor, which have
-no prediction, too), and the first whose compiled peak fits is chosen. When none fits, the floor is the least compiled peak among the plans
-predicted within `CLOSE` of the least prediction: chosen if it fits, else `MemoryLimitError` names it and
-the buffers live at its peak. The choice is the program's, never a timing's: the same on every run.
+rejected uncompiled (in m slices, on the bound ``(T(b) - W(b)) / m`` where the pass is known to apply, so
+that counts far off are not even lowered); any other is compiled (the step as traced and the anchor, which have
+no prediction, too), and the first whose compiled peak fits is chosen. When none fits, the floor is the
+least compiled peak among the plans predicted within `CLOSE` of the least prediction: chosen if it fits,
+else `MemoryLimitError` names it and the buffers live at its peak. The choice is the program's, never a timing's: the same on every run.
 
 **Why the peak never rises as the limit falls.** A plan's prediction does not depend on the limit (it is
 made from the same anchors whatever the limit), so the plans that pass at a lower limit (predicted within

@@ -314,7 +314,8 @@ def _jit_compile(loss, steps, start, data):
 def overhead_section(size: dict, n_rounds: int) -> tuple[str, dict]:
     n, steps = size["members"], size["steps"]
     x0, h = quadratics(1, seed=1, kappa=min(KAPPA, steps / 4))
-    one = {"plain minimize": lambda: loopfuse.minimize(quadratic, x0[0], h[0], SGD, steps, until=below),
+    p0, h0 = x0[0], h[0]                # the member's own arrays, made before the rounds
+    one = {"plain minimize": lambda: loopfuse.minimize(quadratic, p0, h0, SGD, steps, until=below),
            "1-member ensemble": lambda: loopfuse.minimize(quadratic, x0, loopfuse.per_member(h), SGD, steps, until=below,
                                                           ensemble=True)}
     for f in one.values():

@@ -153,7 +153,8 @@ def wrapper(ensemble, tree, what: str, data) -> tuple["Solo", Any, Any]:
     n = size(tree, what)
     check_data(data, n)
     if n == 1:
-        return Sole(), sole(tree), sole_data(data)
+        tree, own = _member_axis_dropped((tree, data.data if isinstance(data, PerMember) else None))
+        return Sole(), tree, data if own is None else own
     return Tiled(ensemble, n, isinstance(data, PerMember)), tree, data
 
 
@@ -330,22 +331,22 @@ def _members_options(options: StepOptions) -> StepOptions:
     return replace(options, keep_aux=None, sharding="members")
 
 
-def sole(tree):
-    """The one member of a 1-member ensemble's state or params `tree` (such an ensemble runs the plain solve on it:
-    nothing to batch or compact)."""
+@jax.jit
+def _member_axis_dropped(tree):
+    """A 1-member ensemble's leaves (its params or state, and its per-member data) without the member axis,
+    in one call: such an ensemble runs the plain solve on its member, nothing to batch or compact."""
     return jax.tree_util.tree_map(lambda x: jax.lax.squeeze(x, (0,)), tree)
 
 
-def sole_data(data):
-    """What the one member of a 1-member ensemble sees of `data`: its entry of per-member data, else `data`."""
-    return sole(data.data) if isinstance(data, PerMember) else data
+@jax.jit
+def _member_axis_added(tree):
+    return jax.tree_util.tree_map(lambda x: jax.lax.expand_dims(x, (0,)), tree)
 
 
 def one_member(result: FitResult) -> FitResult:
-    """A plain `FitResult` as the result of a 1-member ensemble (see `sole`)."""
-    expand = partial(jax.tree_util.tree_map, lambda x: jax.lax.expand_dims(x, (0,)))
+    """A plain `FitResult` as the result of a 1-member ensemble."""
     history = None if result.history is None else jax.tree_util.tree_map(lambda h: h[None], result.history)
-    return FitResult(expand(result.state), history,
+    return FitResult(_member_axis_added(result.state), history,
                      np.array([result.steps]), np.array([result.retcode]), result.resumed_from)
 
 
@@ -494,5 +495,7 @@ def host(x) -> np.ndarray:
 
 def _best(losses, steps) -> int | None:
     """The member with the lowest finite last loss (`losses` [N, steps], `steps` [N]); None if none is finite."""
-    last = np.array([h[s - 1] if s else np.nan for h, s in zip(losses, steps)])
-    return int(np.nanargmin(np.where(np.isfinite(last), last, np.nan))) if np.isfinite(last).any() else None
+    losses, steps = np.asarray(losses), np.asarray(steps)
+    last = np.where(steps > 0, losses[np.arange(len(steps)), np.maximum(steps - 1, 0)], np.nan)
+    finite = np.isfinite(last)
+    return int(np.argmin(np.where(finite, last, np.inf))) if finite.any() else None

@@ -340,6 +340,7 @@ def _member_axis_dropped(tree):
 
 @jax.jit
 def _member_axis_added(tree):
+    """The plain solve's leaves as a 1-member ensemble's, in one call."""
     return jax.tree_util.tree_map(lambda x: jax.lax.expand_dims(x, (0,)), tree)
 
 
@@ -496,6 +497,8 @@ def host(x) -> np.ndarray:
 def _best(losses, steps) -> int | None:
     """The member with the lowest finite last loss (`losses` [N, steps], `steps` [N]); None if none is finite."""
     losses, steps = np.asarray(losses), np.asarray(steps)
-    last = np.where(steps > 0, losses[np.arange(len(steps)), np.maximum(steps - 1, 0)], np.nan)
+    ran = np.flatnonzero(steps > 0)
+    last = np.full(len(steps), np.nan)
+    last[ran] = losses[ran, steps[ran] - 1]
     finite = np.isfinite(last)
     return int(np.argmin(np.where(finite, last, np.inf))) if finite.any() else None

@@ -122,13 +122,6 @@ def minimize_solve(backend=None):
     return solve
 
 
-def clocked(fn) -> tuple[float, float]:
-    """(wall seconds, the calling thread's CPU seconds) of ``fn()``."""
-    t0, c0 = time.perf_counter(), time.thread_time()
-    jax.block_until_ready(fn())
-    return time.perf_counter() - t0, time.thread_time() - c0
-
-
 def device_us_per_step(params, data, rounds: int) -> dict:
     """{loop: median us per step}: minimize's own device loops (its cached program's ``loop(2000)``, which it
     runs, the host checking the losses after it, and the same loop stopping on a non-finite loss) and the
@@ -141,7 +134,7 @@ def device_us_per_step(params, data, rounds: int) -> dict:
              "fori_loop": lambda: fori_run(params, data)[0], "while_loop": lambda: while_run(params, data)[0]}
     for call in calls.values():
         jax.block_until_ready(call())
-    got = harness.interleave({name: (lambda call=call: clocked(call)[0]) for name, call in calls.items()}, rounds)
+    got = harness.interleave({name: (lambda call=call: harness.clocked(call)[0]) for name, call in calls.items()}, rounds)
     return {name: 1e6 * statistics.median(t) / STEPS for name, t in got.items()}
 
 
@@ -169,7 +162,7 @@ def main() -> None:
         if not same(results["minimize"], results["minimize_k100"]):    # the chunking never changes results
             raise AssertionError(f"{name}: minimize's params or loss history differ from minimize_k100's")
         bitwise[name] = {ref: same(results["minimize"], results[ref]) for ref in ("fori_loop", "while_loop")}
-        clocks = harness.interleave({v: (lambda solve=solve: clocked(lambda: solve(params, data)))
+        clocks = harness.interleave({v: (lambda solve=solve: harness.clocked(lambda: solve(params, data), time.thread_time))
                                      for v, solve in variants.items()}, ns.rounds)
         times = {v: [1e3 * wall for wall, _ in c] for v, c in clocks.items()}
         host[name] = {v: 1e6 * statistics.median(cpu for _, cpu in c) for v, c in clocks.items()}

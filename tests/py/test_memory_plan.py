@@ -76,7 +76,7 @@ def programs_of(step, state, batch, **options):
     """The `memory_plan.Programs` of a step and its plans, as `memory_plan.build` makes them."""
     opts = StepOptions(**options)
     plans = memory_plan.candidates(opts, compiler.slice_counts(batch, None))
-    return memory_plan.Programs(compiler.trace(step, opts, state, batch, {})), plans
+    return memory_plan.Programs.traced(step, opts, state, batch, {}), plans
 
 
 def sweep(programs, plans, limits) -> dict:

@@ -62,7 +62,7 @@ def largest_batch(step, state, make_batch: Callable[[int], object], memory_limit
     def programs_at(k: int) -> Programs:
         if k not in programs:
             batches[k] = own._serve(make_batch(unit << k))
-            programs[k] = Programs(compiler.trace(own.fn, replace(options, memory_limit=None), state, batches[k], {}))
+            programs[k] = Programs.traced(own.fn, options, state, batches[k], {})
             programs[k].lowered(TRACED)        # first: a plan whose pass declines is the step as traced
         return programs[k]
 

@@ -134,6 +134,11 @@ class Programs:
         self.anchor: Candidate | None = None     # the rolled one-slice plan the others are predicted from
         self.compiles = 0              # executables built (compiled by XLA or loaded from the compile cache)
 
+    @classmethod
+    def traced(cls, fn: Callable, options: StepOptions, state, batch, static: dict) -> "Programs":
+        """The programs of ``fn(state, batch, **static)`` traced once under `options` (its limit left out)."""
+        return cls(compiler.trace(fn, replace(options, memory_limit=None), state, batch, static))
+
     def lowered(self, c: Candidate) -> compiler.Lowered:
         if c not in self._lowered:
             self._lowered[c] = compiler.lower(compiler.replan(self.base, c.options(self.base.options)))
@@ -368,11 +373,10 @@ def _floor(programs: Programs, limit: int, live: list[Candidate], seen: list) ->
 def build(fn: Callable, options: StepOptions, state, batch, static: dict) -> Executable:
     """The executable of ``fn(state, batch, **static)`` under `options`' memory limit: the plan chosen
     (`choose`) over one trace, its `MemoryPlan` on the executable; a `MemoryLimitError` where none fits."""
-    base = compiler.trace(fn, replace(options, memory_limit=None), state, batch, static)
-    programs = Programs(base)
+    programs = Programs.traced(fn, options, state, batch, static)
     plans = candidates(options, compiler.slice_counts(batch, options.placement))
     assert options.memory_limit is not None
-    found = choose(programs, limit_bytes(options.memory_limit, base.devices), plans)
+    found = choose(programs, limit_bytes(options.memory_limit, programs.base.devices), plans)
     if isinstance(found, Floor):
         raise found.error(programs)
     dump = programs.lowered(found.chosen).plan.dump

@@ -248,7 +248,8 @@ _ELEMENTWISE = frozenset([f"stablehlo.{n}" for n in (
     + [f"chlo.{n}" for n in ("acos acosh asin asinh atan atanh bessel_i1e conj cosh digamma erf erf_inv erfc "
                              "is_inf is_neg_inf is_pos_inf lgamma next_after polygamma sinh square tan zeta").split()]
     + ["sdy.sharding_constraint"])
-_COMBINE = ("stablehlo.add", "stablehlo.maximum", "stablehlo.minimum", "stablehlo.and", "stablehlo.or")
+COMBINE = {"stablehlo.add": stablehlo.AddOp, "stablehlo.maximum": stablehlo.MaxOp,   # a reduction's op -> its class
+           "stablehlo.minimum": stablehlo.MinOp, "stablehlo.and": stablehlo.AndOp, "stablehlo.or": stablehlo.OrOp}
 
 
 def _rule(op: ir.Operation, split: dict) -> Cut:
@@ -474,10 +475,10 @@ def _i64s(op: ir.Operation, name: str) -> list[int]:
 
 
 def _combiner(region: ir.Region) -> str | None:
-    """The op of a reduction body ``return op(a, b)`` over its two arguments, if one of `_COMBINE`."""
+    """The op of a reduction body ``return op(a, b)`` over its two arguments, if one of `COMBINE`."""
     block = region.blocks[0]
     ops = [o.operation for o in block.operations]
-    if len(ops) != 2 or ops[0].name not in _COMBINE or len(block.arguments) != 2:
+    if len(ops) != 2 or ops[0].name not in COMBINE or len(block.arguments) != 2:
         return None
     if set(ops[0].operands) != set(block.arguments) or list(ops[1].operands) != [ops[0].result]:
         return None

@@ -112,10 +112,14 @@ class Roles:
     def drop(self, g: Dataflow, bad: set, why: str) -> None:
         """Drop the roles `bad` (their ops stay as they are, outside the loops) and the roles that
         then have an operand of no class."""
+        self.remove(g, bad, why)
+        _validate(g, self)
+
+    def remove(self, g: Dataflow, bad: set, why: str) -> None:
+        """Remove the roles `bad`, saying `why` in `dropped`."""
         self.dropped += [f"{_describe(g, self.template(r))}: {why}" for r in sorted(bad)]
         self.ops = [ops for r, ops in enumerate(self.ops) if r not in bad]
         self.role_of = _placed(self.ops)
-        _validate(g, self)
 
 
 def analyze(g: Dataflow, run: Run, arg_of_leaf) -> "Layout":
@@ -454,9 +458,7 @@ def _validate(g: Dataflow, roles: Roles) -> None:
 
     shared = _read_everywhere(g, roles)
     if shared:
-        roles.dropped += [f"{_describe(g, roles.template(r))}: one of its values is read at every layer" for r in sorted(shared)]
-        roles.ops = [ops for r, ops in enumerate(roles.ops) if r not in shared]
-        roles.role_of = _placed(roles.ops)
+        roles.remove(g, shared, "one of its values is read at every layer")
     roles.operands = [classes(ops) for ops in roles.ops]
     for r, found in enumerate(roles.operands):      # where the first failures point (not their knock-on drops)
         for k, c in enumerate(found):

@@ -55,7 +55,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
 from . import rewriter as rw
-from .batch_axis import AFTER, Plan, Refusal, analyze, batch_inputs
+from .batch_axis import AFTER, COMBINE, Plan, Refusal, analyze, batch_inputs
 from .dataflow import ARG, Dataflow
 from .dead_code import erase_dead_ops, pure_callees
 from .functions import main_func, module_functions
@@ -64,10 +64,6 @@ from .matchers import producer, splat
 from .module_pass import ModulePass, PassError, option
 from .rewriter import Builder, Loop
 from .vocabulary import MICRO_BATCH
-
-_COMBINE = {"stablehlo.add": stablehlo.AddOp, "stablehlo.maximum": stablehlo.MaxOp,
-            "stablehlo.minimum": stablehlo.MinOp, "stablehlo.and": stablehlo.AndOp, "stablehlo.or": stablehlo.OrOp}
-
 
 @dataclass(frozen=True)
 class MicroBatch(ModulePass):
@@ -161,7 +157,7 @@ def _rewrite(main: func.FuncOp, plan: Plan, pure: frozenset) -> None:
         body = _Body(plan, loop.counter)
         for n, cut in plan.cuts.items():
             body.run(n, cut)
-        partials = [_COMBINE[plan.cuts[n].combine](acc, body.values[g.results[n][0]]).result
+        partials = [COMBINE[plan.cuts[n].combine](acc, body.values[g.results[n][0]]).result
                     for acc, n in zip(loop.arg("partials"), roots)]
         rows = [rw.write_chunk(buf, body.values[g.operands[len(g.ops) - 1][k]], d, loop.counter, m, plan.runs)
                 for buf, (k, d) in zip(loop.arg("rows"), plan.outputs.items())]

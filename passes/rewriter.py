@@ -442,7 +442,7 @@ class Recarry(Rebuilt):
 
     def next(self, added: Sequence[ir.Value]) -> None:
         """End the body with its return's kept operands, then `added`: the added values' next values."""
-        ret = self.body.operations[len(self.body.operations) - 1].operation
+        ret = last_op(self.body)
         returning(ret, [ret.operands[k] for k in self.kept] + list(added))
 
     def finish(self) -> None:

@@ -93,8 +93,9 @@ class RollLayers(ModulePass):
             pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
             g = None                 # the block's Dataflow, read again after each rewrite
             while True:
-                g = g or Dataflow.of(block, pure, outside=[v for v, _ in state_leaves(main)])
-                leaves = [(g.id_of[v], path) for v, path in state_leaves(main)]
+                found = state_leaves(main)
+                g = g or Dataflow.of(block, pure, outside=[v for v, _ in found])
+                leaves = [(g.id_of[v], path) for v, path in found]
                 candidates = self._candidates(g, leaves, tried)
                 if not candidates:
                     break

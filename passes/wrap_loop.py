@@ -43,7 +43,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from . import rewriter as rw
-from .functions import arg_attrs, function, main_func, result_attrs, set_result_attrs, string_attr
+from .functions import (arg_attrs, function, main_func, result_attrs, retype, set_result_attrs,
+                        string_attr)
 from .module_pass import ModulePass, PassError, option
 from .vocabulary import BODY, RESULT, SDY_SHARDING, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
 
@@ -102,7 +103,7 @@ def _wrap(f: func.FuncOp, k: int, rows: int) -> None:
     with ir.InsertionPoint(block), f.location:
         new_results = _loop(sig, list(block.arguments), k, rows)
         func.ReturnOp(new_results)
-    f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(sig.in_types, [v.type for v in new_results]))
+    retype(f)
     set_result_attrs(f, _new_result_attrs(sig, results))
 
 

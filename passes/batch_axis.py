@@ -123,7 +123,7 @@ def analyze(main: func.FuncOp, slices: int, pure: frozenset = frozenset()) -> Pl
     for a in batch_arguments(main):
         facts[a] = Split(0)
         plan.inputs[a] = 0
-    runs = {_runs(main, attrs[a], 0) for a in plan.inputs} - {1}
+    runs = {_runs(main, attrs[a], 0) for a in plan.inputs}
     ret = len(g.ops) - 1
     at = None
     for n, op in enumerate(g.ops[:-1]):
@@ -183,8 +183,7 @@ def _dataset_batch(g: Dataflow, n: int, dataset: set) -> int | None:
     op = g.ops[n]
     if op.name != "stablehlo.dynamic_slice" or g.arg_number(g.operands[n][0]) not in dataset:
         return None
-    shape = list(ir.RankedTensorType(op.operands[0].type).shape)
-    sizes = list(ir.DenseI64ArrayAttr(op.attributes["slice_sizes"]))
+    shape, sizes = _shape(op.operands[0]), _i64s(op, "slice_sizes")
     if sizes[1:] == shape[1:] and sizes[0] > 1:
         return 0
     return 1 if len(shape) == 2 and sizes[0] == 1 and sizes[1] > 1 else None

@@ -81,7 +81,7 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
     found: dict = {}   # (start, stop, layer signature) -> families
     for prefix, layers in lists.items():
         def shape(i):
-            return tuple(sorted((s, types[leaf]) for s, leaf in layers[i].items()))
+            return _signature(layers[i], types)
         indices = sorted(layers)
         start = 0
         while start < len(indices):
@@ -125,7 +125,7 @@ def keyed_runs(paths: list, types: list, first_use: list, min_length: int = 2) -
         alike: dict = {}
         for key, layer in layers.items():
             if len(layer) >= 2 and all(first_use[leaf] is not None for leaf in layer.values()):
-                alike.setdefault(tuple(sorted((s, types[leaf]) for s, leaf in layer.items())), []).append(key)
+                alike.setdefault(_signature(layer, types), []).append(key)
         for signature, keys in alike.items():
             if len(keys) >= min_length:
                 found.setdefault((frozenset(keys), signature), {})[prefix + "[*]"] = {k: layers[k] for k in keys}
@@ -134,3 +134,8 @@ def keyed_runs(paths: list, types: list, first_use: list, min_length: int = 2) -
         order = sorted(keys, key=lambda k: min(min(first_use[leaf] for leaf in fam[k].values()) for fam in fams.values()))
         out.append(Run(0, len(order), {name: [fam[k] for k in order] for name, fam in fams.items()}))
     return sorted(out, key=lambda r: -r.length * len(r.families))
+
+
+def _signature(layer: dict, types) -> tuple:
+    """A layer's leaves by suffix and type: two layers of one run have the same."""
+    return tuple(sorted((s, types[leaf]) for s, leaf in layer.items()))

@@ -34,7 +34,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from .dataflow import ARG, Dataflow
-from .dead_code import has_side_effects
+from .dead_code import first_effect, has_side_effects
 from .functions import arg_attrs, enclosing_module
 from .locations import described
 from .matchers import producer, slice_attrs, splat
@@ -222,20 +222,9 @@ def _hoist(plan: Plan, pure: frozenset) -> list[int]:
         need.add(p)
         todo.extend(g.operands[p])
     for p in need:
-        effects: list = []
-
-        def visit(o: ir.Operation) -> ir.WalkResult:
-            if o.name not in _TERMINATORS and has_side_effects(o, pure):
-                effects.append(o)
-            return ir.WalkResult.ADVANCE
-
-        g.ops[p].walk(visit)
-        if effects:
+        if first_effect(g.ops[p], pure) is not None:
             raise Refusal(g.ops[p], "has effects and comes after the loss, but the slices read it before")
     return sorted(need)
-
-
-_TERMINATORS = ("stablehlo.return", "func.return")
 
 
 # ---- the rules ---------------------------------------------------------------------------------------

@@ -22,22 +22,25 @@ def has_side_effects(op: ir.Operation, pure_callees=frozenset()) -> bool:
 
 def pure_callees(module_op: ir.Operation) -> frozenset:
     """Names of private functions whose bodies (regions included) contain no effectful op."""
-    pure = set()
-    for f in module_functions(module_op):
-        if f.sym_name.value == "main":
-            continue
-        effectful = []
+    return frozenset(f.sym_name.value for f in module_functions(module_op)
+                     if f.sym_name.value != "main" and first_effect(f.operation) is None)
 
-        def visit(op):
-            if not isinstance(op.opview, (func.FuncOp, func.ReturnOp)) and has_side_effects(op.operation):
-                effectful.append(op.name)
-                return ir.WalkResult.INTERRUPT
-            return ir.WalkResult.ADVANCE
 
-        f.operation.walk(visit)
-        if not effectful:
-            pure.add(f.sym_name.value)
-    return frozenset(pure)
+def first_effect(op: ir.Operation, pure_callees=frozenset()) -> ir.Operation | None:
+    """The first of `op` and the ops nested in it (at any depth) with side effects (`has_side_effects`,
+    calls of `pure_callees` free of them), terminators and function definitions aside; None where none has."""
+    found: list = []
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        if inner.name not in _STRUCTURE and has_side_effects(inner, pure_callees):
+            found.append(inner)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+    op.walk(visit)
+    return found[0] if found else None
+
+
+_STRUCTURE = (func.FuncOp.OPERATION_NAME, func.ReturnOp.OPERATION_NAME, stablehlo.ReturnOp.OPERATION_NAME)
 
 
 def is_dead(op: ir.Operation, pure=frozenset()) -> bool:

@@ -139,3 +139,35 @@ def test_wrap_loop_complex_aux_history_equals_k_jit_steps():
     np.testing.assert_array_equal(np.asarray(final), np.asarray(w))
     np.testing.assert_allclose(np.asarray(history["z"]), np.stack([a["z"] for a in expected]), rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(np.asarray(history["positive"]), np.stack([a["positive"] for a in expected]))
+
+
+CALLS = """
+func.func private @sums(%x: tensor<3xf32>) -> tensor<f32> {
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
+  return %s : tensor<f32>
+}
+func.func private @calls_out(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %y = stablehlo.custom_call @host(%x) {has_side_effect = true} : (tensor<3xf32>) -> tensor<3xf32>
+  return %y : tensor<3xf32>
+}
+func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = func.call @sums(%x) : (tensor<3xf32>) -> tensor<f32>
+  %1 = func.call @calls_out(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  return %x : tensor<3xf32>
+}"""
+
+
+def test_a_function_is_pure_where_no_op_in_it_has_effects_its_regions_terminators_none():
+    """A reduce's region ends in stablehlo.return, a terminator, not an effect: the function of a sum is
+    pure and its unused call erased; a call of a function with an effectful custom call stays."""
+    from loopfuse.compile.mlir_context import parse_module
+    from loopfuse.passes.dead_code import erase_dead_ops, first_effect, pure_callees
+    module = parse_module(CALLS)
+    pure = pure_callees(module.operation)
+    assert pure == {"sums"}
+    main = main_func(module.operation)
+    effect = first_effect(main.operation, pure)
+    assert effect is not None and "calls_out" in str(effect)
+    assert erase_dead_ops(main.body.blocks[0], pure) == 1
+    assert "@sums(" not in str(main) and "@calls_out(" in str(main)

@@ -102,9 +102,10 @@ def apply_patterns(op: ir.Operation, patterns: Sequence[Pattern], *, folding: bo
             api.apply_patterns_and_fold_greedily(op, _frozen(api, patterns), *([config] if config else []))
             return
         rewrote = [True]
+        frozen = _frozen(api, [(root, _noting(fn, rewrote)) for root, fn in patterns])
         while rewrote[0]:   # the walk driver visits each op once: again until nothing applies
             rewrote[0] = False
-            api.walk_and_apply_patterns(op, _frozen(api, [(root, _noting(fn, rewrote)) for root, fn in patterns]))
+            api.walk_and_apply_patterns(op, frozen)
         _erase_dead(op)
 
 

@@ -37,7 +37,7 @@ from .dataflow import ARG, Dataflow
 from .dead_code import first_effect, has_side_effects
 from .functions import arg_attrs, enclosing_module
 from .locations import described
-from .matchers import producer, slice_attrs, splat
+from .matchers import slice_attrs, splat, splat_value
 from .module_pass import PassError
 from .vocabulary import SDY_SHARDING, SHARDINGS, STATE, STEP_INDEX, STOPPED
 
@@ -425,7 +425,7 @@ def _scatter(op, split):
         if e in indices_batching:
             d = input_batching[indices_batching.index(e)]
             return Cut((d,), (d, e, f))
-        if 0 not in split and _combiner(op.regions[0]) == "stablehlo.add" and _is_zero(op.operands[0]):
+        if 0 not in split and _combiner(op.regions[0]) == "stablehlo.add" and splat_value(op.operands[0]) == 0:
             return Cut((None,), (None, e, f), combine="stablehlo.add")    # per-example rows added into zeros
         raise Refusal(op, "scatters per-example rows into shared rows, not by adding them into zeros")
     if 0 in split:
@@ -487,13 +487,6 @@ def _identity(init: ir.Value, combine: str) -> bool:
         return (combine == "stablehlo.and") == (value.value != 0) and combine in ("stablehlo.and", "stablehlo.or")
     return {"stablehlo.add": 0, "stablehlo.maximum": low, "stablehlo.minimum": high}.get(combine) == \
         (value.value if t.is_unsigned or value.value <= high else value.value - 2**t.width)
-
-
-def _is_zero(v: ir.Value) -> bool:
-    """A splat zero constant, or a broadcast of one."""
-    b = producer(v, stablehlo.BroadcastInDimOp)
-    value = splat(b.operands[0] if b is not None else v)
-    return value is not None and value.value == 0
 
 
 def _runs(main: func.FuncOp, attrs: dict, dim: int) -> int:

@@ -24,6 +24,15 @@ def splat(value: ir.Value) -> ir.IntegerAttr | ir.FloatAttr | None:
     return scalar if isinstance(scalar, (ir.IntegerAttr, ir.FloatAttr)) else None
 
 
+def splat_value(value: ir.Value) -> int | float | None:
+    """The number an integer or float splat constant, possibly broadcast (any number of times), is filled
+    with, else None."""
+    while (broadcast := producer(value, stablehlo.BroadcastInDimOp)) is not None:
+        value = broadcast.operands[0]
+    attr = splat(value)
+    return None if attr is None else attr.value
+
+
 def slice_attrs(op: ir.Operation) -> tuple[list[int], list[int], list[int]] | None:
     """(start indices, limit indices, strides) of a ``stablehlo.slice``, else None."""
     if op.name != "stablehlo.slice":

@@ -31,16 +31,8 @@ from jaxlib.mlir.dialects import stablehlo
 
 from ._mlir_compat import apply_patterns
 from .canonicalize import NO_MATCH, RESHAPE_PATTERNS, fold_into_producer, forward, same_type, static
-from .matchers import producer, splat
+from .matchers import splat_value
 from .module_pass import ModulePass
-
-
-def _splat(value: ir.Value):
-    """The number an integer/float splat constant (possibly broadcast) is filled with, else None."""
-    while (bcast := producer(value, stablehlo.BroadcastInDimOp)) is not None:
-        value = bcast.operands[0]
-    attr = splat(value)
-    return None if attr is None else attr.value
 
 
 def _is_int(value: ir.Value) -> bool:
@@ -48,12 +40,12 @@ def _is_int(value: ir.Value) -> bool:
 
 
 def _is_one(value: ir.Value) -> bool:
-    return _splat(value) == 1
+    return splat_value(value) == 1
 
 
 def _is_zero(value: ir.Value, negative: bool) -> bool:
     """All zeros; for floats, all zeros of the given sign."""
-    s = _splat(value)
+    s = splat_value(value)
     return s == 0 and (_is_int(value) or (math.copysign(1.0, s) < 0) == negative)
 
 

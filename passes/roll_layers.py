@@ -48,7 +48,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 
 from .canonicalize import fold_slices
 from .functions import arg_attrs, main_func, result_attrs, string_attr
-from .matchers import rows
+from .matchers import rows, sliced_rows
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
@@ -113,6 +113,7 @@ class RollLayers(ModulePass):
                 g.merge()
                 _rewrite(g, plan)
                 fold_slices(main.operation)
+                write_in_place(main.body.blocks[0])
                 g, pure = None, None
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one index or key")
@@ -210,6 +211,32 @@ def state_leaves(main: func.FuncOp) -> list[tuple[ir.Value, str]]:
                 v = uses[0].owner.result
             out.append((v, path))
     return out
+
+
+def write_in_place(block: ir.Block) -> None:
+    """Each 1-D concatenate in `block` of some rows of a loop's result, in their place, and values for
+    the others (a packed buffer's new value: the rolled layers' rows and the new rows of the layers
+    left out of the run) -> those values written over the loop's result, in place, inside a loop of
+    their own (`xla_cpu`, 5). Exact: the concatenate puts each operand's elements at its offset, and
+    the loop's rows are at theirs already."""
+    for op in [o.operation for o in block.operations]:
+        if op.name != "stablehlo.concatenate" or ir.RankedTensorType(op.result.type).rank != 1:
+            continue
+        sizes = [ir.RankedTensorType(v.type).shape[0] for v in op.operands]
+        offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+        for k, v in enumerate(op.operands):
+            found = sliced_rows(v)
+            if found is None or not isinstance(found[0], ir.OpResult) or found[0].owner.name != "stablehlo.while":
+                continue
+            shape = ir.RankedTensorType(found[0].type).shape
+            if math.prod(shape) != sum(sizes) or found[1] * math.prod(shape[1:]) != offsets[k]:
+                continue
+            with ir.InsertionPoint(op), op.location:
+                new = xla_cpu.write_pieces(found[0].owner.operation, rw.flat(found[0]),
+                                           [(offsets[j], u) for j, u in enumerate(op.operands) if j != k])
+            op.result.replace_all_uses_with(new)
+            op.erase()
+            break
 
 
 def _by_bounds(x: tuple, y: tuple) -> int:
@@ -331,6 +358,8 @@ class Plan:
         saves = (n - 1) * per_layer - n * kept
         seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
         stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
+        stack += sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)   # left-out rows, read
+                     for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))   # before
         stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles))
         if stack == 0 or stack <= saves:
             return ""
@@ -508,6 +537,7 @@ def _flops(g: Dataflow, op: int) -> int:
 def _rewrite(g: Dataflow, plan: Plan) -> None:
     """Replace the run's ops by the plan's two loops; the ops between and after them move after each."""
     rewrite = _Rewrite(g, plan)
+    rewrite.read_left_out()
     forward = rewrite.forward_loop()
     rewrite.move(MID)
     rewrite.backward_loop(forward)
@@ -531,6 +561,7 @@ class _Rewrite:
         self.seeds = sorted({c.leaf for classes in self.roles.operands for c in classes if isinstance(c, Seed)})
         self.per_layer: dict = {}    # PerLayer class -> its values stacked, before both loops
         self.stacked: dict = {}      # seed -> its stack, as the forward loop passes it through
+        self.first: dict = {}        # seed -> the row of its layer 0 in its stack (`_stacked`)
         self.inputs: dict = {}       # forward carry (role, result, init) -> its value at every layer, stacked
         self.saved: dict = {}        # (role, result) of a forward role -> its value at every layer, stacked
 
@@ -543,6 +574,8 @@ class _Rewrite:
         saved = sorted(set(exported) | set(plan.saved))               # last layer, carried out, needs no row
         with self.before:
             stacked = [_stacked(g, roles.seeds[s]) for s in self.seeds]
+        self.first = {s: first for s, (_, first) in zip(self.seeds, stacked)}
+        stacked = [v for v, _ in stacked]
         for c in _per_layer(roles):          # values from outside the block: stacked once, before it
             with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in c.values) else self.outer:
                 self.per_layer[c] = rw.stack([g.values[v] for v in c.values])
@@ -554,7 +587,7 @@ class _Rewrite:
         i = loop.counter
         carry_in = dict(zip(plan.carries, loop.arg("carry")))
         env: dict = {}
-        body = _Body(g, dict(zip(self.seeds, loop.arg("stacks"))), self.per_layer, i)
+        body = _Body(g, dict(zip(self.seeds, loop.arg("stacks"))), self.per_layer, i, self.first)
 
         def resolve(c):
             if isinstance(c, Internal):
@@ -593,10 +626,10 @@ class _Rewrite:
         exported = [key for key, layers in plan.exports.items() if key[0] in plan.backward and key not in plan.state
                     and not (key in carried_out and layers == {0})]
         with self.outer:
-            last = xla_cpu.after(forward.op, L - 1)   # a dynamic slice clamps L back to L - 1
+            last = xla_cpu.after(forward.op, L - 1)   # L, clamped back to L - 1 (`_at`)
             loop = rw.Loop.counted(L, carry=[g.values[v] for _, _, v in plan.bcarries],
                                    stacks=[self.stacked[s] for s in state],
-                                   pending=[rw.row(self.stacked[s], last) for s in state],    # layer L-1 as it is
+                                   pending=[rw.row(self.stacked[s], self._at(s, last)) for s in state],  # layer L-1
                                    exported=[self._history(self._template(r).results[j].type) for r, j in exported])
         carry_in = dict(zip(plan.bcarries, loop.arg("carry")))
         env: dict = {}
@@ -605,9 +638,9 @@ class _Rewrite:
             layer = stablehlo.SubtractOp(rw.scalar(L - 1), loop.counter).result
             above = stablehlo.AddOp(layer, rw.scalar(1)).result      # L at the first iteration: clamped to L - 1
             current = dict(self.stacked)
-            current.update({s: rw.write_row(stack, pending, above)
+            current.update({s: rw.write_row(stack, pending, self._at(s, above))
                             for s, stack, pending in zip(state, loop.arg("stacks"), loop.arg("pending"))})
-            body = _Body(g, current, self.per_layer, layer)
+            body = _Body(g, current, self.per_layer, layer, self.first)
 
             def resolve(c):
                 if isinstance(c, Internal):
@@ -632,12 +665,50 @@ class _Rewrite:
         final = {(r, j): v for (r, j, _), v in zip(plan.bcarries, loop.result("carry"))}
         rows = dict(zip(exported, loop.result("exported")))
         with self.outer:
-            new_state = dict(zip(state, xla_cpu.write_first_rows(loop.op, loop.result("stacks"), loop.result("pending"))))
+            new_state = dict(zip(state, xla_cpu.write_first_rows(loop.op, loop.result("stacks"), loop.result("pending"),
+                                                                 [self.first[s] for s in state])))
             for key, layers in plan.exports.items():
                 if key[0] in plan.backward:
                     for l in layers:
-                        self._replace(key, l, rw.static_row(new_state[plan.state[key]], l) if key in plan.state else
+                        seed = plan.state.get(key)
+                        self._replace(key, l, rw.static_row(new_state[seed], self.first[seed] + l) if key in plan.state else
                                       final[key] if l == 0 and key in final else rw.static_row(rows[key], l))
+
+    def _at(self, s: int, index: ir.Value) -> ir.Value:
+        """The row of seed `s`'s stack that holds layer `index` (a 0-d i32, 0 .. L, where L means L - 1,
+        as a dynamic slice clamps it where the stack holds no row after the run's)."""
+        first, held = self.first[s], ir.RankedTensorType(self.stacked[s].type).shape[0]
+        if first + self.length < held:
+            index = stablehlo.MinOp(index, rw.scalar(self.length - 1)).result
+        return _shifted(index, first)
+
+    def read_left_out(self) -> None:
+        """The rows that the packed buffers the backward loop writes in place hold besides the run's
+        (layers left out of it: a stem, a last block), read before anything else (`xla_cpu`, 5): each
+        slice of such a buffer outside the run's rows is replaced by the same elements, read into a
+        buffer of their own by `xla_cpu.read_before`. The reads move no element: the step reads the
+        same values."""
+        g, L = self.g, self.length
+        buffers: dict = {}           # buffer value id -> its index among the read loop's buffers
+        pieces = []                  # (slice op, buffer index, first, last element)
+        for s in sorted(set(self.plan.state.values())):
+            found = _packed_buffer(g, self.roles.seeds[s])
+            if found is None:
+                continue
+            size = math.prod(ir.RankedTensorType(g.values[self.roles.seeds[s][0]].type).shape)
+            lo, hi = found[1] * size, (found[1] + L) * size
+            for use in g.values[found[0]].uses:
+                op = use.owner.operation
+                if (bounds := rows(op)) is not None and (bounds[1] <= lo or bounds[0] >= hi):
+                    pieces.append((op, buffers.setdefault(found[0], len(buffers)), *bounds))
+        if not pieces:
+            return
+        first = min((op for op, *_ in pieces), key=cmp_to_key(lambda x, y: -1 if x.is_before_in_block(y) else 1))
+        with Builder(ir.InsertionPoint(first), self.location):
+            read = xla_cpu.read_before([g.values[b] for b in buffers], [p[1:] for p in pieces])
+        for (op, *_), value in zip(pieces, read):
+            op.result.replace_all_uses_with(value)
+            op.erase()
 
     def move(self, where: int) -> None:
         """Move the ops outside the run placed `where` (MID, POST) to here (before the return)."""
@@ -679,16 +750,22 @@ class _Body:
     a seed's or a per-layer value's row at this layer (`stacks`: the seeds' stacks as the body holds
     them), a value the same at every layer (built again where XLA would rather fuse it, `xla_cpu`, 3)."""
 
-    def __init__(self, g: Dataflow, stacks: dict, per_layer: dict, index: ir.Value):
-        self.g, self.stacks, self.per_layer, self.index = g, stacks, per_layer, index
+    def __init__(self, g: Dataflow, stacks: dict, per_layer: dict, index: ir.Value, first: dict):
+        self.g, self.stacks, self.per_layer, self.index, self.first = g, stacks, per_layer, index, first
         self.rows: dict = {}       # Seed or PerLayer -> its row here
+        self.shifted: dict = {}    # a seed's first row -> the index of this layer's row in its stack
         self.built: dict = {}      # value id -> the broadcast built again here
 
     def outside(self, c: Seed | PerLayer | Invariant) -> ir.Value:
         if isinstance(c, Invariant):
             return self.invariant(c.value)
-        if c not in self.rows:
-            self.rows[c] = rw.row(self.stacks[c.leaf] if isinstance(c, Seed) else self.per_layer[c], self.index)
+        if c not in self.rows and isinstance(c, Seed):
+            first = self.first[c.leaf]
+            if first not in self.shifted:
+                self.shifted[first] = _shifted(self.index, first)
+            self.rows[c] = rw.row(self.stacks[c.leaf], self.shifted[first])
+        elif c not in self.rows:
+            self.rows[c] = rw.row(self.per_layer[c], self.index)
         return self.rows[c]
 
     def invariant(self, v: int) -> ir.Value:
@@ -706,27 +783,43 @@ def _per_layer(roles: Roles) -> list[PerLayer]:
     return list(dict.fromkeys(c for classes in roles.operands for c in classes if isinstance(c, PerLayer)))
 
 
-def _stacked(g: Dataflow, values: list) -> ir.Value:
-    """The layers' values of one leaf stacked (``[L, ...]``): a reshape of the packed buffer they are
-    the pieces of (`_packed_buffer`), else a stack of them."""
-    buffer = _packed_buffer(g, values)
-    if buffer is None:
-        return rw.stack([g.values[v] for v in values])
-    return rw.reshape(g.values[buffer], [len(values), *ir.RankedTensorType(g.values[values[0]].type).shape])
+def _stacked(g: Dataflow, values: list) -> tuple[ir.Value, int]:
+    """The layers' values of one leaf stacked (``[n, ...]``), and the row of the first one: the packed
+    buffer they are the pieces of, reshaped, whose rows may also hold layers left out of the run
+    before and after it (`_packed_buffer`); else a stack of them (row 0)."""
+    found = _packed_buffer(g, values)
+    if found is None:
+        return rw.stack([g.values[v] for v in values]), 0
+    shape = ir.RankedTensorType(g.values[values[0]].type).shape
+    return rw.reshape(g.values[found[0]], [_rows(g, found[0], values), *shape]), found[1]
 
 
-def _packed_buffer(g: Dataflow, values: list) -> int | None:
-    """The 1-D buffer whose consecutive pieces, in order and covering it, the layers' values of one
-    leaf are (each a slice, reshaped: `packed.pack(layers=True)`), or None."""
+def _packed_buffer(g: Dataflow, values: list) -> tuple[int, int] | None:
+    """(buffer, first) where the layers' values of one leaf are consecutive pieces of one 1-D buffer,
+    each a slice, reshaped (`packed.pack(layers=True)`), the first one its row `first` (the buffer
+    viewed as rows of the leaf's size); else None."""
     size = math.prod(ir.RankedTensorType(g.values[values[0]].type).shape)
-    source = None
+    source, first = None, 0
     for l, v in enumerate(values):
         op = g.owner[v]
         if op != ARG and g.ops[op].name == "stablehlo.reshape":
             op = g.owner[g.operands[op][0]]
-        if op == ARG or rows(g.ops[op]) != (l * size, (l + 1) * size) or source not in (None, g.operands[op][0]):
+        bounds = None if op == ARG else rows(g.ops[op])
+        if bounds is None or source not in (None, g.operands[op][0]):
             return None
-        source = g.operands[op][0]
-    if source is None or ir.RankedTensorType(g.values[source].type).shape != [len(values) * size]:
-        return None
-    return source
+        source, first = g.operands[op][0], first if l else bounds[0] // size
+        if bounds != ((first + l) * size, (first + l + 1) * size):
+            return None
+    shape = ir.RankedTensorType(g.values[source].type).shape if source is not None else []
+    return (source, first) if len(shape) == 1 and shape[0] % size == 0 else None
+
+
+def _rows(g: Dataflow, buffer: int, values: list) -> int:
+    """How many rows of the leaf's size the packed `buffer` holds."""
+    return ir.RankedTensorType(g.values[buffer].type).shape[0] // math.prod(
+        ir.RankedTensorType(g.values[values[0]].type).shape)
+
+
+def _shifted(index: ir.Value, first: int) -> ir.Value:
+    """`index` + `first` (`index` itself for 0)."""
+    return stablehlo.AddOp(index, rw.scalar(first)).result if first else index

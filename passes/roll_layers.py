@@ -216,27 +216,49 @@ def state_leaves(main: func.FuncOp) -> list[tuple[ir.Value, str]]:
 def write_in_place(block: ir.Block) -> None:
     """Each 1-D concatenate in `block` of some rows of a loop's result, in their place, and values for
     the others (a packed buffer's new value: the rolled layers' rows and the new rows of the layers
-    left out of the run) -> those values written over the loop's result, in place, inside a loop of
-    their own (`xla_cpu`, 5). Exact: the concatenate puts each operand's elements at its offset, and
-    the loop's rows are at theirs already."""
+    left out of the run) -> those values written over the loop's result, in place, inside one loop of
+    their own per such loop, before the last of its concatenates (`xla_cpu`, 5). Exact: the
+    concatenate puts each operand's elements at its offset, and the loop's rows are at theirs already."""
+    groups: dict = {}      # loop -> [(concatenate, index of the operand that is the loop's rows, the result)]
     for op in [o.operation for o in block.operations]:
-        if op.name != "stablehlo.concatenate" or ir.RankedTensorType(op.result.type).rank != 1:
-            continue
-        sizes = [ir.RankedTensorType(v.type).shape[0] for v in op.operands]
-        offsets = [sum(sizes[:k]) for k in range(len(sizes))]
-        for k, v in enumerate(op.operands):
-            found = sliced_rows(v)
-            if found is None or not isinstance(found[0], ir.OpResult) or found[0].owner.name != "stablehlo.while":
-                continue
-            shape = ir.RankedTensorType(found[0].type).shape
-            if math.prod(shape) != sum(sizes) or found[1] * math.prod(shape[1:]) != offsets[k]:
-                continue
-            with ir.InsertionPoint(op), op.location:
-                new = xla_cpu.write_pieces(found[0].owner.operation, rw.flat(found[0]),
-                                           [(offsets[j], u) for j, u in enumerate(op.operands) if j != k])
-            op.result.replace_all_uses_with(new)
+        found = _rows_in_place(op)
+        if found is not None:
+            groups.setdefault(found[1].owner.operation, []).append((op, *found))
+    for loop, found in groups.items():
+        last = found[-1][0]
+        found = [f for f in found if all(last.is_before_in_block(u.owner.operation) or u.owner.operation == last
+                                         for u in f[0].result.uses)]     # what reads it is built after `last`
+        with ir.InsertionPoint(last), last.location:
+            new = xla_cpu.write_pieces(loop, [rw.flat(x) for _, _, x in found], [_pieces_around(op, k) for op, k, _ in found])
+        for (op, k, _), value in zip(found, new):
+            rows = op.operands[k]
+            op.result.replace_all_uses_with(value)
             op.erase()
-            break
+            while isinstance(rows, ir.OpResult) and not list(rows.uses):     # the rows' slice, reshaped
+                producer, rows = rows.owner.operation, rows.owner.operation.operands[0]
+                producer.erase()
+
+
+def _rows_in_place(op: ir.Operation) -> tuple[int, ir.OpResult] | None:
+    """(k, x) where `op` is a 1-D concatenate whose operand k is rows of x, a loop's result of the
+    concatenate's size, at their own offset in x; else None."""
+    if op.name != "stablehlo.concatenate" or ir.RankedTensorType(op.result.type).rank != 1:
+        return None
+    offset, total = 0, ir.RankedTensorType(op.result.type).shape[0]
+    for k, v in enumerate(op.operands):
+        found = sliced_rows(v)
+        if found is not None and isinstance(x := found[0], ir.OpResult) and x.owner.name == "stablehlo.while":
+            shape = ir.RankedTensorType(x.type).shape
+            if math.prod(shape) == total and found[1] * math.prod(shape[1:]) == offset:
+                return k, x
+        offset += ir.RankedTensorType(v.type).shape[0]
+    return None
+
+
+def _pieces_around(op: ir.Operation, k: int) -> list[tuple[int, ir.Value]]:
+    """(offset, operand) of each operand of concatenate `op` but the k-th."""
+    sizes = [ir.RankedTensorType(v.type).shape[0] for v in op.operands]
+    return [(sum(sizes[:j]), v) for j, v in enumerate(op.operands) if j != k]
 
 
 def _by_bounds(x: tuple, y: tuple) -> int:

@@ -73,16 +73,19 @@ def read_before(buffers: list, pieces: list) -> list:
     return read.result("pieces")
 
 
-def write_pieces(loop: ir.Operation, buffer: ir.Value, pieces: list) -> ir.Value:
-    """1-D `buffer` (computed from `loop`'s results) with the `pieces` ((offset, 1-D value)) written
-    over it, inside a loop of their own as `write_first_rows`."""
-    write = rw.Loop.counted(after(loop, 1), buffer=[buffer], pieces=[v for _, v in pieces])
+def write_pieces(loop: ir.Operation, buffers: list, pieces: list) -> list:
+    """The 1-D `buffers` (computed from `loop`'s results) with their `pieces` (for each buffer, a list
+    of (offset, 1-D value)) written over them, inside a loop of their own as `write_first_rows`."""
+    values = [v for written in pieces for _, v in written]
+    write = rw.Loop.counted(after(loop, 1), buffers=buffers, pieces=values)
     with ir.InsertionPoint(write.body), loop.location:
-        out = write.arg("buffer")[0]
-        for (offset, _), v in zip(pieces, write.arg("pieces")):
-            out = stablehlo.DynamicUpdateSliceOp(out, v, [rw.scalar(offset)]).result
-        write.next(buffer=[out], pieces=write.arg("pieces"))
-    return write.result("buffer")[0]
+        held, out = iter(write.arg("pieces")), []
+        for buffer, written in zip(write.arg("buffers"), pieces):
+            for offset, _ in written:
+                buffer = stablehlo.DynamicUpdateSliceOp(buffer, next(held), [rw.scalar(offset)]).result
+            out.append(buffer)
+        write.next(buffers=out, pieces=write.arg("pieces"))
+    return write.result("buffers")
 
 
 def rebuilt_in_body(op: ir.Operation) -> bool:

@@ -111,9 +111,10 @@ class RollLayers(ModulePass):
                              + (f"; {_layers(left)} left as {'it is: its' if len(left) == 1 else 'they are: their'} "
                                 "ops differ from the others'" if left else ""))
                 g.merge()
-                _rewrite(g, plan)
+                written = _rewrite(g, plan)
                 fold_slices(main.operation)
-                write_in_place(main.body.blocks[0])
+                if written is not None:
+                    write_in_place(main.body.blocks[0], written)
                 g, pure = None, None
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one index or key")
@@ -213,59 +214,81 @@ def state_leaves(main: func.FuncOp) -> list[tuple[ir.Value, str]]:
     return out
 
 
-def write_in_place(block: ir.Block) -> None:
-    """Each 1-D concatenate in `block` of some rows of a loop's result, in their place, and values for
-    the others (a packed buffer's new value: the rolled layers' rows and the new rows of the layers
-    left out of the run) -> those values written over the loop's result, in place, inside one loop of
-    their own per such loop, before the last of its concatenates (`xla_cpu`, 5). Exact: the
-    concatenate puts each operand's elements at its offset, and the loop's rows are at theirs already."""
-    groups: dict = {}      # loop -> [(concatenate, index of the operand that is the loop's rows, the result)]
-    for op in [o.operation for o in block.operations]:
-        found = _rows_in_place(op)
-        if found is not None:
-            groups.setdefault(found[1].owner.operation, []).append((op, *found))
-    for loop, found in groups.items():
-        last = found[-1][0]
-        found = [f for f in found if all(last.is_before_in_block(u.owner.operation) or u.owner.operation == last
-                                         for u in f[0].result.uses)]     # what reads it is built after `last`
-        with ir.InsertionPoint(last), last.location:
-            new = xla_cpu.write_pieces(loop, [rw.flat(x) for _, _, x in found], [_pieces_around(op, k) for op, k, _ in found])
-        for (op, k, _), value in zip(found, new):
-            rows = op.operands[k]
-            op.result.replace_all_uses_with(value)
-            op.erase()
-            while isinstance(rows, ir.OpResult) and not list(rows.uses):     # the rows' slice, reshaped
-                producer, rows = rows.owner.operation, rows.owner.operation.operands[0]
-                producer.erase()
+def write_in_place(block: ir.Block, loop: ir.Operation) -> None:
+    """Each 1-D concatenate in `block` (or tree of them) of rows of a result of `loop` (the stacked
+    leaves' new values), each in its place, and values for the other elements (a packed buffer's new
+    value: the rolled layers' rows and the new rows of layers left out of the run) -> those values
+    written over the loop's result, in place, inside one loop of their own, before the last such
+    concatenate (`xla_cpu`, 5). Exact: a concatenate puts each operand's elements at its offset, and
+    the loop's rows are at theirs already."""
+    found = [(op, *match) for op in [o.operation for o in block.operations]
+             if (match := _rows_in_place(op, loop)) is not None]
+    if not found:
+        return
+    last = found[-1][0]
+    found = [f for f in found if all(u.owner.operation == last or u.owner.operation.parent == last.parent
+                                     and last.is_before_in_block(u.owner.operation) for u in f[0].result.uses)]
+    with ir.InsertionPoint(last), last.location:
+        new = xla_cpu.write_pieces(loop, [rw.flat(x) for _, x, _ in found], [pieces for _, _, pieces in found])
+    for (op, _, _), value in zip(found, new):
+        op.result.replace_all_uses_with(value)
+        _erase_unused(op)
 
 
-def _rows_in_place(op: ir.Operation) -> tuple[int, ir.OpResult] | None:
-    """(k, x) where `op` is a 1-D concatenate whose operand k is rows of x, a loop's result of the
-    concatenate's size, at their own offset in x; else None."""
+def _rows_in_place(op: ir.Operation, loop: ir.Operation) -> tuple[ir.Value, list] | None:
+    """(x, pieces) where `op` is a 1-D concatenate, or a tree of them (`_joined`), of x's size, x a
+    result of `loop`, whose operands are rows of x at their own offset in x and `pieces`
+    ((offset, operand) of the others); else None."""
     if op.name != "stablehlo.concatenate" or ir.RankedTensorType(op.result.type).rank != 1:
         return None
-    offset, total = 0, ir.RankedTensorType(op.result.type).shape[0]
-    for k, v in enumerate(op.operands):
-        found = sliced_rows(v)
-        if found is not None and isinstance(x := found[0], ir.OpResult) and x.owner.name == "stablehlo.while":
-            shape = ir.RankedTensorType(x.type).shape
-            if math.prod(shape) == total and found[1] * math.prod(shape[1:]) == offset:
-                return k, x
+    total = ir.RankedTensorType(op.result.type).shape[0]
+    x, pieces, offset = None, [], 0
+    for v in _joined(op):
+        y, first, _ = sliced_rows(v) or (None, 0, 0)
+        shape = [] if y is None else ir.RankedTensorType(y.type).shape
+        if isinstance(y, ir.OpResult) and y.owner.operation == loop and (x is None or x == y) \
+                and math.prod(shape) == total and first * math.prod(shape[1:]) == offset:
+            x = y
+        else:
+            pieces.append((offset, v))
         offset += ir.RankedTensorType(v.type).shape[0]
-    return None
+    return None if x is None else (x, pieces)
 
 
-def _pieces_around(op: ir.Operation, k: int) -> list[tuple[int, ir.Value]]:
-    """(offset, operand) of each operand of concatenate `op` but the k-th."""
-    sizes = [ir.RankedTensorType(v.type).shape[0] for v in op.operands]
-    return [(sum(sizes[:j]), v) for j, v in enumerate(op.operands) if j != k]
+def _joined(op: ir.Operation) -> list[ir.Value]:
+    """The operands of concatenate `op`, those that are 1-D concatenates of no other use (a tree of
+    them: `_concat`) replaced by their own, recursively."""
+    out = []
+    for v in op.operands:
+        inner = v.owner.operation if isinstance(v, ir.OpResult) else None
+        if inner is not None and inner.name == "stablehlo.concatenate" and len(list(v.uses)) == 1:
+            out += _joined(inner)
+        else:
+            out.append(v)
+    return out
+
+
+def _erase_unused(op: ir.Operation) -> None:
+    """Erase `op` (its results unused), then the slices, reshapes and concatenates it read that are
+    left unused."""
+    operands = list(op.operands)
+    op.erase()
+    for v in operands:
+        if isinstance(v, ir.OpResult) and not list(v.uses) and v.owner.name in (
+                "stablehlo.slice", "stablehlo.reshape", "stablehlo.concatenate"):
+            _erase_unused(v.owner.operation)
+
+
+def _in_order(x: ir.Operation, y: ir.Operation) -> int:
+    """Order of two ops of one block: program order."""
+    return -1 if x.is_before_in_block(y) else 1
 
 
 def _by_bounds(x: tuple, y: tuple) -> int:
     """Order of two (bounds, slice op) pieces: by bounds, equal ones in program order."""
     if x[0] != y[0]:
         return -1 if x[0] < y[0] else 1
-    return -1 if x[1].is_before_in_block(y[1]) else 1
+    return _in_order(x[1], y[1])
 
 
 def written_leaves(g: Dataflow, main: func.FuncOp) -> dict[tuple[int, int], str]:
@@ -556,8 +579,9 @@ def _flops(g: Dataflow, op: int) -> int:
 
 
 # ---- the rewrite -------------------------------------------------------------------------------
-def _rewrite(g: Dataflow, plan: Plan) -> None:
-    """Replace the run's ops by the plan's two loops; the ops between and after them move after each."""
+def _rewrite(g: Dataflow, plan: Plan) -> ir.Operation | None:
+    """Replace the run's ops by the plan's two loops; the ops between and after them move after each.
+    The loop whose results are the stacked leaves' new values (None if the loops update none)."""
     rewrite = _Rewrite(g, plan)
     rewrite.read_left_out()
     forward = rewrite.forward_loop()
@@ -566,6 +590,7 @@ def _rewrite(g: Dataflow, plan: Plan) -> None:
     rewrite.move(POST)
     for o in sorted((o for ops in plan.roles.ops for o in ops if o is not None), reverse=True):
         g.ops[o].erase()
+    return rewrite.written
 
 
 class _Rewrite:
@@ -584,6 +609,7 @@ class _Rewrite:
         self.per_layer: dict = {}    # PerLayer class -> its values stacked, before both loops
         self.stacked: dict = {}      # seed -> its stack, as the forward loop passes it through
         self.first: dict = {}        # seed -> the row of its layer 0 in its stack (`_stacked`)
+        self.written: ir.Operation | None = None     # the loop whose results are the stacks' new values
         self.inputs: dict = {}       # forward carry (role, result, init) -> its value at every layer, stacked
         self.saved: dict = {}        # (role, result) of a forward role -> its value at every layer, stacked
 
@@ -595,9 +621,9 @@ class _Rewrite:
                     if key[0] not in plan.backward and not (key in carried_out and layers == {self.length - 1})]
         saved = sorted(set(exported) | set(plan.saved))               # last layer, carried out, needs no row
         with self.before:
-            stacked = [_stacked(g, roles.seeds[s]) for s in self.seeds]
-        self.first = {s: first for s, (_, first) in zip(self.seeds, stacked)}
-        stacked = [v for v, _ in stacked]
+            pairs = [_stacked(g, roles.seeds[s]) for s in self.seeds]
+        self.first = {s: first for s, (_, first) in zip(self.seeds, pairs)}
+        stacked = [v for v, _ in pairs]
         for c in _per_layer(roles):          # values from outside the block: stacked once, before it
             with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in c.values) else self.outer:
                 self.per_layer[c] = rw.stack([g.values[v] for v in c.values])
@@ -689,6 +715,7 @@ class _Rewrite:
         with self.outer:
             new_state = dict(zip(state, xla_cpu.write_first_rows(loop.op, loop.result("stacks"), loop.result("pending"),
                                                                  [self.first[s] for s in state])))
+            self.written = new_state[state[0]].owner.operation if state else None
             for key, layers in plan.exports.items():
                 if key[0] in plan.backward:
                     for l in layers:
@@ -725,7 +752,7 @@ class _Rewrite:
                     pieces.append((op, buffers.setdefault(found[0], len(buffers)), *bounds))
         if not pieces:
             return
-        first = min((op for op, *_ in pieces), key=cmp_to_key(lambda x, y: -1 if x.is_before_in_block(y) else 1))
+        first = min((op for op, *_ in pieces), key=cmp_to_key(_in_order))
         with Builder(ir.InsertionPoint(first), self.location):
             read = xla_cpu.read_before([g.values[b] for b in buffers], [p[1:] for p in pieces])
         for (op, *_), value in zip(pieces, read):
@@ -832,7 +859,9 @@ def _packed_buffer(g: Dataflow, values: list) -> tuple[int, int] | None:
         source, first = g.operands[op][0], first if l else bounds[0] // size
         if bounds != ((first + l) * size, (first + l + 1) * size):
             return None
-    shape = ir.RankedTensorType(g.values[source].type).shape if source is not None else []
+    if source is None:
+        return None
+    shape = ir.RankedTensorType(g.values[source].type).shape
     return (source, first) if len(shape) == 1 and shape[0] % size == 0 else None
 
 

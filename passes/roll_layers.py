@@ -389,7 +389,9 @@ class Plan:
         """Why stacking the leaves inside the call would cost more than rolling saves ("" if it would
         not): the stack is a copy of the rolled state in temporaries, where the unrolled program keeps
         the activations the backward ops read, about L - 1 layers of them more than the rolled one
-        (which keeps each layer's carried input and saved values). A packed buffer is stacked already."""
+        (which keeps each layer's carried input and saved values). A packed buffer is stacked already;
+        the rows it holds of layers left out of the run, where the loops write it in place, are read
+        into buffers of their own (`_Rewrite.read_left_out`), a copy of those layers' state."""
         g, roles = self.g, self.roles
         n = roles.length
         activations: set = set()        # forward roles computed from the layer's input (not only its leaves)
@@ -403,14 +405,16 @@ class Plan:
         saves = (n - 1) * per_layer - n * kept
         seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
         stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
-        stack += sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)   # left-out rows, read
-                     for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))   # before
         stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles))
-        if stack == 0 or stack <= saves:
+        left_out = sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)
+                       for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))
+        if stack + left_out == 0 or stack + left_out <= saves:
             return ""
-        return (f"stacking the layers' leaves inside each call would cost {_kib(stack)} of temporaries, more than the "
-                f"~{_kib(max(saves, 0))} of activations rolling saves; loopfuse.pack(state, layers=True) keeps them "
-                "stacked between calls")
+        than = f", more than the ~{_kib(max(saves, 0))} of activations rolling saves"
+        if not stack:
+            return f"reading the packed rows of the layers left out of the run would cost {_kib(left_out)} of temporaries{than}"
+        return (f"stacking the layers' leaves inside each call would cost {_kib(stack + left_out)} of temporaries{than}; "
+                "loopfuse.pack(state, layers=True) keeps them stacked between calls")
 
     def _classify(self) -> None:
         g, roles = self.g, self.roles

@@ -98,6 +98,16 @@ def test_an_unlike_stem_and_last_block_are_left_as_they_are(tmp_path):
     assert buffer_copies(tmp_path, loopfuse.pack(state, layers=True)) == []
 
 
+@pytest.mark.slow
+def test_more_than_16_packed_layers_around_a_stem_roll_in_place(tmp_path):
+    """jnp.concatenate builds a buffer of 18 layers as a tree of concatenates: the left-out layers'
+    new rows are still written over the loops' result, and no buffer is copied."""
+    step, state, tokens = layered.gpt_variant("stem_and_last", **dict(TINY, layers=18), opt=optax.adamw(3e-4, eps=EPS))
+    check_rolls(step, state, tokens, range(1, 17), memory_budget=0.0,
+                xla_options={"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})
+    assert buffer_copies(tmp_path, loopfuse.pack(state, layers=True)) == []
+
+
 def test_a_per_layer_residual_scale_is_stacked():
     step, state, tokens = layered.gpt_variant("depth_scaled", **TINY, opt=optax.adamw(3e-4, eps=EPS))
     check_rolls(step, state, tokens, range(0, 4))

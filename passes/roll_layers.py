@@ -48,7 +48,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 
 from .canonicalize import fold_slices
 from .functions import arg_attrs, main_func, result_attrs, string_attr
-from .matchers import rows
+from .matchers import rows, sliced_rows
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
@@ -111,8 +111,10 @@ class RollLayers(ModulePass):
                              + (f"; {_layers(left)} left as {'it is: its' if len(left) == 1 else 'they are: their'} "
                                 "ops differ from the others'" if left else ""))
                 g.merge()
-                _rewrite(g, plan)
+                written = _rewrite(g, plan)
                 fold_slices(main.operation)
+                if written is not None:
+                    write_in_place(main.body.blocks[0], written)
                 g, pure = None, None
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one index or key")
@@ -212,11 +214,81 @@ def state_leaves(main: func.FuncOp) -> list[tuple[ir.Value, str]]:
     return out
 
 
+def write_in_place(block: ir.Block, loop: ir.Operation) -> None:
+    """Each 1-D concatenate in `block` (or tree of them) of rows of a result of `loop` (the stacked
+    leaves' new values), each in its place, and values for the other elements (a packed buffer's new
+    value: the rolled layers' rows and the new rows of layers left out of the run) -> those values
+    written over the loop's result, in place, inside one loop of their own, before the last such
+    concatenate (`xla_cpu`, 5). Exact: a concatenate puts each operand's elements at its offset, and
+    the loop's rows are at theirs already."""
+    found = [(op, *match) for op in [o.operation for o in block.operations]
+             if (match := _rows_in_place(op, loop)) is not None]
+    if not found:
+        return
+    last = found[-1][0]
+    found = [f for f in found if all(u.owner.operation == last or u.owner.operation.parent == last.parent
+                                     and last.is_before_in_block(u.owner.operation) for u in f[0].result.uses)]
+    with ir.InsertionPoint(last), last.location:
+        new = xla_cpu.write_pieces(loop, [rw.flat(x) for _, x, _ in found], [pieces for _, _, pieces in found])
+    for (op, _, _), value in zip(found, new):
+        op.result.replace_all_uses_with(value)
+        _erase_unused(op)
+
+
+def _rows_in_place(op: ir.Operation, loop: ir.Operation) -> tuple[ir.Value, list] | None:
+    """(x, pieces) where `op` is a 1-D concatenate, or a tree of them (`_joined`), of x's size, x a
+    result of `loop`, whose operands are rows of x at their own offset in x and `pieces`
+    ((offset, operand) of the others); else None."""
+    if op.name != "stablehlo.concatenate" or ir.RankedTensorType(op.result.type).rank != 1:
+        return None
+    total = ir.RankedTensorType(op.result.type).shape[0]
+    x, pieces, offset = None, [], 0
+    for v in _joined(op):
+        y, first, _ = sliced_rows(v) or (None, 0, 0)
+        shape = [] if y is None else ir.RankedTensorType(y.type).shape
+        if isinstance(y, ir.OpResult) and y.owner.operation == loop and (x is None or x == y) \
+                and math.prod(shape) == total and first * math.prod(shape[1:]) == offset:
+            x = y
+        else:
+            pieces.append((offset, v))
+        offset += ir.RankedTensorType(v.type).shape[0]
+    return None if x is None else (x, pieces)
+
+
+def _joined(op: ir.Operation) -> list[ir.Value]:
+    """The operands of concatenate `op`, those that are 1-D concatenates of no other use (a tree of
+    them: `_concat`) replaced by their own, recursively."""
+    out = []
+    for v in op.operands:
+        inner = v.owner.operation if isinstance(v, ir.OpResult) else None
+        if inner is not None and inner.name == "stablehlo.concatenate" and len(list(v.uses)) == 1:
+            out += _joined(inner)
+        else:
+            out.append(v)
+    return out
+
+
+def _erase_unused(op: ir.Operation) -> None:
+    """Erase `op` (its results unused), then the slices, reshapes and concatenates it read that are
+    left unused."""
+    operands = list(op.operands)
+    op.erase()
+    for v in operands:
+        if isinstance(v, ir.OpResult) and not list(v.uses) and v.owner.name in (
+                "stablehlo.slice", "stablehlo.reshape", "stablehlo.concatenate"):
+            _erase_unused(v.owner.operation)
+
+
+def _in_order(x: ir.Operation, y: ir.Operation) -> int:
+    """Order of two ops of one block: program order."""
+    return -1 if x.is_before_in_block(y) else 1
+
+
 def _by_bounds(x: tuple, y: tuple) -> int:
     """Order of two (bounds, slice op) pieces: by bounds, equal ones in program order."""
     if x[0] != y[0]:
         return -1 if x[0] < y[0] else 1
-    return -1 if x[1].is_before_in_block(y[1]) else 1
+    return _in_order(x[1], y[1])
 
 
 def written_leaves(g: Dataflow, main: func.FuncOp) -> dict[tuple[int, int], str]:
@@ -317,7 +389,9 @@ class Plan:
         """Why stacking the leaves inside the call would cost more than rolling saves ("" if it would
         not): the stack is a copy of the rolled state in temporaries, where the unrolled program keeps
         the activations the backward ops read, about L - 1 layers of them more than the rolled one
-        (which keeps each layer's carried input and saved values). A packed buffer is stacked already."""
+        (which keeps each layer's carried input and saved values). A packed buffer is stacked already;
+        the rows it holds of layers left out of the run, where the loops write it in place, are read
+        into buffers of their own (`_Rewrite.read_left_out`), a copy of those layers' state."""
         g, roles = self.g, self.roles
         n = roles.length
         activations: set = set()        # forward roles computed from the layer's input (not only its leaves)
@@ -332,11 +406,15 @@ class Plan:
         seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
         stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
         stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles))
-        if stack == 0 or stack <= saves:
+        left_out = sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)
+                       for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))
+        if stack + left_out == 0 or stack + left_out <= saves:
             return ""
-        return (f"stacking the layers' leaves inside each call would cost {_kib(stack)} of temporaries, more than the "
-                f"~{_kib(max(saves, 0))} of activations rolling saves; loopfuse.pack(state, layers=True) keeps them "
-                "stacked between calls")
+        than = f", more than the ~{_kib(max(saves, 0))} of activations rolling saves"
+        if not stack:
+            return f"reading the packed rows of the layers left out of the run would cost {_kib(left_out)} of temporaries{than}"
+        return (f"stacking the layers' leaves inside each call would cost {_kib(stack + left_out)} of temporaries{than}; "
+                "loopfuse.pack(state, layers=True) keeps them stacked between calls")
 
     def _classify(self) -> None:
         g, roles = self.g, self.roles
@@ -505,15 +583,18 @@ def _flops(g: Dataflow, op: int) -> int:
 
 
 # ---- the rewrite -------------------------------------------------------------------------------
-def _rewrite(g: Dataflow, plan: Plan) -> None:
-    """Replace the run's ops by the plan's two loops; the ops between and after them move after each."""
+def _rewrite(g: Dataflow, plan: Plan) -> ir.Operation | None:
+    """Replace the run's ops by the plan's two loops; the ops between and after them move after each.
+    The loop whose results are the stacked leaves' new values (None if the loops update none)."""
     rewrite = _Rewrite(g, plan)
+    rewrite.read_left_out()
     forward = rewrite.forward_loop()
     rewrite.move(MID)
     rewrite.backward_loop(forward)
     rewrite.move(POST)
     for o in sorted((o for ops in plan.roles.ops for o in ops if o is not None), reverse=True):
         g.ops[o].erase()
+    return rewrite.written
 
 
 class _Rewrite:
@@ -531,6 +612,8 @@ class _Rewrite:
         self.seeds = sorted({c.leaf for classes in self.roles.operands for c in classes if isinstance(c, Seed)})
         self.per_layer: dict = {}    # PerLayer class -> its values stacked, before both loops
         self.stacked: dict = {}      # seed -> its stack, as the forward loop passes it through
+        self.first: dict = {}        # seed -> the row of its layer 0 in its stack (`_stacked`)
+        self.written: ir.Operation | None = None     # the loop whose results are the stacks' new values
         self.inputs: dict = {}       # forward carry (role, result, init) -> its value at every layer, stacked
         self.saved: dict = {}        # (role, result) of a forward role -> its value at every layer, stacked
 
@@ -542,7 +625,9 @@ class _Rewrite:
                     if key[0] not in plan.backward and not (key in carried_out and layers == {self.length - 1})]
         saved = sorted(set(exported) | set(plan.saved))               # last layer, carried out, needs no row
         with self.before:
-            stacked = [_stacked(g, roles.seeds[s]) for s in self.seeds]
+            pairs = [_stacked(g, roles.seeds[s]) for s in self.seeds]
+        self.first = {s: first for s, (_, first) in zip(self.seeds, pairs)}
+        stacked = [v for v, _ in pairs]
         for c in _per_layer(roles):          # values from outside the block: stacked once, before it
             with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in c.values) else self.outer:
                 self.per_layer[c] = rw.stack([g.values[v] for v in c.values])
@@ -554,7 +639,7 @@ class _Rewrite:
         i = loop.counter
         carry_in = dict(zip(plan.carries, loop.arg("carry")))
         env: dict = {}
-        body = _Body(g, dict(zip(self.seeds, loop.arg("stacks"))), self.per_layer, i)
+        body = _Body(g, dict(zip(self.seeds, loop.arg("stacks"))), self.per_layer, i, self.first)
 
         def resolve(c):
             if isinstance(c, Internal):
@@ -593,10 +678,10 @@ class _Rewrite:
         exported = [key for key, layers in plan.exports.items() if key[0] in plan.backward and key not in plan.state
                     and not (key in carried_out and layers == {0})]
         with self.outer:
-            last = xla_cpu.after(forward.op, L - 1)   # a dynamic slice clamps L back to L - 1
+            last = xla_cpu.after(forward.op, L - 1)   # L, clamped back to L - 1 (`_at`)
             loop = rw.Loop.counted(L, carry=[g.values[v] for _, _, v in plan.bcarries],
                                    stacks=[self.stacked[s] for s in state],
-                                   pending=[rw.row(self.stacked[s], last) for s in state],    # layer L-1 as it is
+                                   pending=[rw.row(self.stacked[s], self._at(s, last)) for s in state],  # layer L-1
                                    exported=[self._history(self._template(r).results[j].type) for r, j in exported])
         carry_in = dict(zip(plan.bcarries, loop.arg("carry")))
         env: dict = {}
@@ -605,9 +690,9 @@ class _Rewrite:
             layer = stablehlo.SubtractOp(rw.scalar(L - 1), loop.counter).result
             above = stablehlo.AddOp(layer, rw.scalar(1)).result      # L at the first iteration: clamped to L - 1
             current = dict(self.stacked)
-            current.update({s: rw.write_row(stack, pending, above)
+            current.update({s: rw.write_row(stack, pending, self._at(s, above))
                             for s, stack, pending in zip(state, loop.arg("stacks"), loop.arg("pending"))})
-            body = _Body(g, current, self.per_layer, layer)
+            body = _Body(g, current, self.per_layer, layer, self.first)
 
             def resolve(c):
                 if isinstance(c, Internal):
@@ -632,12 +717,51 @@ class _Rewrite:
         final = {(r, j): v for (r, j, _), v in zip(plan.bcarries, loop.result("carry"))}
         rows = dict(zip(exported, loop.result("exported")))
         with self.outer:
-            new_state = dict(zip(state, xla_cpu.write_first_rows(loop.op, loop.result("stacks"), loop.result("pending"))))
+            new_state = dict(zip(state, xla_cpu.write_first_rows(loop.op, loop.result("stacks"), loop.result("pending"),
+                                                                 [self.first[s] for s in state])))
+            self.written = new_state[state[0]].owner.operation if state else None
             for key, layers in plan.exports.items():
                 if key[0] in plan.backward:
                     for l in layers:
-                        self._replace(key, l, rw.static_row(new_state[plan.state[key]], l) if key in plan.state else
+                        seed = plan.state.get(key)
+                        self._replace(key, l, rw.static_row(new_state[seed], self.first[seed] + l) if key in plan.state else
                                       final[key] if l == 0 and key in final else rw.static_row(rows[key], l))
+
+    def _at(self, s: int, index: ir.Value) -> ir.Value:
+        """The row of seed `s`'s stack that holds layer `index` (a 0-d i32, 0 .. L, where L means L - 1,
+        as a dynamic slice clamps it where the stack holds no row after the run's)."""
+        first, held = self.first[s], ir.RankedTensorType(self.stacked[s].type).shape[0]
+        if first + self.length < held:
+            index = stablehlo.MinOp(index, rw.scalar(self.length - 1)).result
+        return _shifted(index, first)
+
+    def read_left_out(self) -> None:
+        """The rows that the packed buffers the backward loop writes in place hold besides the run's
+        (layers left out of it: a stem, a last block), read before anything else (`xla_cpu`, 5): each
+        slice of such a buffer outside the run's rows is replaced by the same elements, read into a
+        buffer of their own by `xla_cpu.read_before`. The reads move no element: the step reads the
+        same values."""
+        g, L = self.g, self.length
+        buffers: dict = {}           # buffer value id -> its index among the read loop's buffers
+        pieces = []                  # (slice op, buffer index, first, last element)
+        for s in sorted(set(self.plan.state.values())):
+            found = _packed_buffer(g, self.roles.seeds[s])
+            if found is None:
+                continue
+            size = math.prod(ir.RankedTensorType(g.values[self.roles.seeds[s][0]].type).shape)
+            lo, hi = found[1] * size, (found[1] + L) * size
+            for use in g.values[found[0]].uses:
+                op = use.owner.operation
+                if (bounds := rows(op)) is not None and (bounds[1] <= lo or bounds[0] >= hi):
+                    pieces.append((op, buffers.setdefault(found[0], len(buffers)), *bounds))
+        if not pieces:
+            return
+        first = min((op for op, *_ in pieces), key=cmp_to_key(_in_order))
+        with Builder(ir.InsertionPoint(first), self.location):
+            read = xla_cpu.read_before([g.values[b] for b in buffers], [p[1:] for p in pieces])
+        for (op, *_), value in zip(pieces, read):
+            op.result.replace_all_uses_with(value)
+            op.erase()
 
     def move(self, where: int) -> None:
         """Move the ops outside the run placed `where` (MID, POST) to here (before the return)."""
@@ -679,16 +803,22 @@ class _Body:
     a seed's or a per-layer value's row at this layer (`stacks`: the seeds' stacks as the body holds
     them), a value the same at every layer (built again where XLA would rather fuse it, `xla_cpu`, 3)."""
 
-    def __init__(self, g: Dataflow, stacks: dict, per_layer: dict, index: ir.Value):
-        self.g, self.stacks, self.per_layer, self.index = g, stacks, per_layer, index
+    def __init__(self, g: Dataflow, stacks: dict, per_layer: dict, index: ir.Value, first: dict):
+        self.g, self.stacks, self.per_layer, self.index, self.first = g, stacks, per_layer, index, first
         self.rows: dict = {}       # Seed or PerLayer -> its row here
+        self.shifted: dict = {}    # a seed's first row -> the index of this layer's row in its stack
         self.built: dict = {}      # value id -> the broadcast built again here
 
     def outside(self, c: Seed | PerLayer | Invariant) -> ir.Value:
         if isinstance(c, Invariant):
             return self.invariant(c.value)
-        if c not in self.rows:
-            self.rows[c] = rw.row(self.stacks[c.leaf] if isinstance(c, Seed) else self.per_layer[c], self.index)
+        if c not in self.rows and isinstance(c, Seed):
+            first = self.first[c.leaf]
+            if first not in self.shifted:
+                self.shifted[first] = _shifted(self.index, first)
+            self.rows[c] = rw.row(self.stacks[c.leaf], self.shifted[first])
+        elif c not in self.rows:
+            self.rows[c] = rw.row(self.per_layer[c], self.index)
         return self.rows[c]
 
     def invariant(self, v: int) -> ir.Value:
@@ -706,27 +836,45 @@ def _per_layer(roles: Roles) -> list[PerLayer]:
     return list(dict.fromkeys(c for classes in roles.operands for c in classes if isinstance(c, PerLayer)))
 
 
-def _stacked(g: Dataflow, values: list) -> ir.Value:
-    """The layers' values of one leaf stacked (``[L, ...]``): a reshape of the packed buffer they are
-    the pieces of (`_packed_buffer`), else a stack of them."""
-    buffer = _packed_buffer(g, values)
-    if buffer is None:
-        return rw.stack([g.values[v] for v in values])
-    return rw.reshape(g.values[buffer], [len(values), *ir.RankedTensorType(g.values[values[0]].type).shape])
+def _stacked(g: Dataflow, values: list) -> tuple[ir.Value, int]:
+    """The layers' values of one leaf stacked (``[n, ...]``), and the row of the first one: the packed
+    buffer they are the pieces of, reshaped, whose rows may also hold layers left out of the run
+    before and after it (`_packed_buffer`); else a stack of them (row 0)."""
+    found = _packed_buffer(g, values)
+    if found is None:
+        return rw.stack([g.values[v] for v in values]), 0
+    shape = ir.RankedTensorType(g.values[values[0]].type).shape
+    return rw.reshape(g.values[found[0]], [_rows(g, found[0], values), *shape]), found[1]
 
 
-def _packed_buffer(g: Dataflow, values: list) -> int | None:
-    """The 1-D buffer whose consecutive pieces, in order and covering it, the layers' values of one
-    leaf are (each a slice, reshaped: `packed.pack(layers=True)`), or None."""
+def _packed_buffer(g: Dataflow, values: list) -> tuple[int, int] | None:
+    """(buffer, first) where the layers' values of one leaf are consecutive pieces of one 1-D buffer,
+    each a slice, reshaped (`packed.pack(layers=True)`), the first one its row `first` (the buffer
+    viewed as rows of the leaf's size); else None."""
     size = math.prod(ir.RankedTensorType(g.values[values[0]].type).shape)
-    source = None
+    source, first = None, 0
     for l, v in enumerate(values):
         op = g.owner[v]
         if op != ARG and g.ops[op].name == "stablehlo.reshape":
             op = g.owner[g.operands[op][0]]
-        if op == ARG or rows(g.ops[op]) != (l * size, (l + 1) * size) or source not in (None, g.operands[op][0]):
+        bounds = None if op == ARG else rows(g.ops[op])
+        if bounds is None or source not in (None, g.operands[op][0]):
             return None
-        source = g.operands[op][0]
-    if source is None or ir.RankedTensorType(g.values[source].type).shape != [len(values) * size]:
+        source, first = g.operands[op][0], first if l else bounds[0] // size
+        if bounds != ((first + l) * size, (first + l + 1) * size):
+            return None
+    if source is None:
         return None
-    return source
+    shape = ir.RankedTensorType(g.values[source].type).shape
+    return (source, first) if len(shape) == 1 and shape[0] % size == 0 else None
+
+
+def _rows(g: Dataflow, buffer: int, values: list) -> int:
+    """How many rows of the leaf's size the packed `buffer` holds."""
+    return ir.RankedTensorType(g.values[buffer].type).shape[0] // math.prod(
+        ir.RankedTensorType(g.values[values[0]].type).shape)
+
+
+def _shifted(index: ir.Value, first: int) -> ir.Value:
+    """`index` + `first` (`index` itself for 0)."""
+    return stablehlo.AddOp(index, rw.scalar(first)).result if first else index

@@ -426,3 +426,101 @@ module @jit_flat attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 
     return %4, %5 : tensor<2xf32>, tensor<2xf32>
   }
 }
+
+// -----
+
+// (d) A packed buffer whose first and last layers differ (a stem, a last block): x_{l+1} = x_l +
+// act_l(x_l * w_l) with sin, tanh, tanh, cos, the four w_l packed into one buffer
+// (loopfuse.pack(layers=True)). Layers 1 .. 2 roll over the whole buffer viewed as rows, from row 1;
+// the rows of layers 0 and 3 are read into buffers of their own inside a loop before anything else
+// (no slice of the buffer is left for XLA to read after the loops write it in place), and their new
+// rows are written over the loops' result inside a loop after them, in place, not concatenated.
+// CHECK-LABEL: module
+// CHECK-SAME: "loopfuse.report.roll-layers" = "rolled ['w'] [1:3]: 2 layers of 12 ops each (4 forward, 8 backward){{.*}}; layers 0 and 3 left as they are: their ops differ from the others'"
+// CHECK-NOT: stablehlo.slice %arg0 [{{[0-9]}}:{{[2-8]}}]
+// CHECK: %[[READ:[0-9]+]]:4 = stablehlo.while(%iterArg = %{{[a-z_0-9]+}}, %iterArg_{{[0-9]+}} = %arg0,
+// CHECK: } do {
+// CHECK: stablehlo.dynamic_slice %iterArg_{{[0-9]+}}, %{{[a-z_0-9]+}}, sizes = [2] : (tensor<8xf32>, tensor<i32>) -> tensor<2xf32>
+// CHECK: stablehlo.dynamic_slice %iterArg_{{[0-9]+}}, %{{[a-z_0-9]+}}, sizes = [2] : (tensor<8xf32>, tensor<i32>) -> tensor<2xf32>
+// CHECK: stablehlo.multiply %arg1, %[[READ]]#3 : tensor<2xf32>
+// CHECK: %[[ROWS:[0-9]+]] = stablehlo.reshape %arg0 : (tensor<8xf32>) -> tensor<4x2xf32>
+// CHECK: %[[FORWARD:[0-9]+]]:4 = stablehlo.while({{.*}}, %iterArg_{{[0-9]+}} = %[[ROWS]])
+// CHECK: stablehlo.multiply %[[FORWARD]]#1, %[[READ]]#2 : tensor<2xf32>
+// CHECK: %[[BACKWARD:[0-9]+]]:4 = stablehlo.while({{.*}}, %iterArg_{{[0-9]+}} = %[[FORWARD]]#3,
+// CHECK: %[[FIRST:[0-9]+]]:3 = stablehlo.while(%iterArg = %{{[a-z_0-9]+}}, %iterArg_{{[0-9]+}} = %[[BACKWARD]]#2,
+// CHECK: %[[FLAT:[0-9]+]] = stablehlo.reshape %[[FIRST]]#1 : (tensor<4x2xf32>) -> tensor<8xf32>
+// CHECK: %[[WRITE:[0-9]+]]:4 = stablehlo.while(%iterArg = %{{[a-z_0-9]+}}, %iterArg_{{[0-9]+}} = %[[FLAT]],
+// CHECK: } do {
+// CHECK: stablehlo.dynamic_update_slice %iterArg_{{[0-9]+}}, %iterArg_{{[0-9]+}}, %{{[a-z_0-9]+}} : (tensor<8xf32>, tensor<2xf32>, tensor<i32>) -> tensor<8xf32>
+// CHECK: stablehlo.dynamic_update_slice %{{[0-9]+}}, %iterArg_{{[0-9]+}}, %{{[a-z_0-9]+}} : (tensor<8xf32>, tensor<2xf32>, tensor<i32>) -> tensor<8xf32>
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: return %[[WRITE]]#1, %{{[0-9]+}} : tensor<8xf32>, tensor<f32>
+module @jit_flat attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<8xf32> {loopfuse.packed = ["['w'][0]", "['w'][1]", "['w'][2]", "['w'][3]"], loopfuse.state = ".buffers[0]"}, %arg1: tensor<2xf32>) -> (tensor<8xf32> {jax.result_info = "result[0][0]", loopfuse.result = 0 : i32, loopfuse.state = ".buffers[0]"}, tensor<f32> {jax.result_info = "result[1][0]", loopfuse.result = 1 : i32}) {
+    %0 = stablehlo.slice %arg0 [0:2] : (tensor<8xf32>) -> tensor<2xf32>
+    %1 = stablehlo.slice %arg0 [2:4] : (tensor<8xf32>) -> tensor<2xf32>
+    %2 = stablehlo.slice %arg0 [4:6] : (tensor<8xf32>) -> tensor<2xf32>
+    %3 = stablehlo.slice %arg0 [6:8] : (tensor<8xf32>) -> tensor<2xf32>
+    %4 = stablehlo.multiply %arg1, %0 : tensor<2xf32>
+    %5 = stablehlo.sine %4 : tensor<2xf32>
+    %6 = stablehlo.cosine %4 : tensor<2xf32>
+    %7 = stablehlo.add %arg1, %5 : tensor<2xf32>
+    %8 = stablehlo.multiply %7, %1 : tensor<2xf32>
+    %9 = stablehlo.tanh %8 : tensor<2xf32>
+    %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %10 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2xf32>
+    %11 = stablehlo.subtract %10, %9 : tensor<2xf32>
+    %12 = stablehlo.add %7, %9 : tensor<2xf32>
+    %13 = stablehlo.multiply %12, %2 : tensor<2xf32>
+    %14 = stablehlo.tanh %13 : tensor<2xf32>
+    %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %15 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2xf32>
+    %16 = stablehlo.subtract %15, %14 : tensor<2xf32>
+    %17 = stablehlo.add %12, %14 : tensor<2xf32>
+    %18 = stablehlo.multiply %17, %3 : tensor<2xf32>
+    %19 = stablehlo.cosine %18 : tensor<2xf32>
+    %20 = stablehlo.sine %18 : tensor<2xf32>
+    %21 = stablehlo.add %17, %19 : tensor<2xf32>
+    %cst_1 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %22 = stablehlo.reduce(%21 init: %cst_1) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
+    %cst_2 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %23 = stablehlo.broadcast_in_dim %cst_2, dims = [] : (tensor<f32>) -> tensor<2xf32>
+    %24 = stablehlo.negate %23 : tensor<2xf32>
+    %25 = stablehlo.multiply %24, %20 : tensor<2xf32>
+    %26 = stablehlo.multiply %17, %25 : tensor<2xf32>
+    %27 = stablehlo.multiply %25, %3 : tensor<2xf32>
+    %28 = stablehlo.add %23, %27 : tensor<2xf32>
+    %29 = stablehlo.multiply %28, %16 : tensor<2xf32>
+    %30 = stablehlo.multiply %29, %14 : tensor<2xf32>
+    %31 = stablehlo.add %29, %30 : tensor<2xf32>
+    %32 = stablehlo.multiply %12, %31 : tensor<2xf32>
+    %33 = stablehlo.multiply %31, %2 : tensor<2xf32>
+    %34 = stablehlo.add %28, %33 : tensor<2xf32>
+    %35 = stablehlo.multiply %34, %11 : tensor<2xf32>
+    %36 = stablehlo.multiply %35, %9 : tensor<2xf32>
+    %37 = stablehlo.add %35, %36 : tensor<2xf32>
+    %38 = stablehlo.multiply %7, %37 : tensor<2xf32>
+    %39 = stablehlo.multiply %37, %1 : tensor<2xf32>
+    %40 = stablehlo.add %34, %39 : tensor<2xf32>
+    %41 = stablehlo.multiply %40, %6 : tensor<2xf32>
+    %42 = stablehlo.multiply %arg1, %41 : tensor<2xf32>
+    %cst_3 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+    %43 = stablehlo.broadcast_in_dim %cst_3, dims = [] : (tensor<f32>) -> tensor<2xf32>
+    %44 = stablehlo.multiply %43, %42 : tensor<2xf32>
+    %45 = stablehlo.subtract %0, %44 : tensor<2xf32>
+    %cst_4 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+    %46 = stablehlo.broadcast_in_dim %cst_4, dims = [] : (tensor<f32>) -> tensor<2xf32>
+    %47 = stablehlo.multiply %46, %38 : tensor<2xf32>
+    %48 = stablehlo.subtract %1, %47 : tensor<2xf32>
+    %cst_5 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+    %49 = stablehlo.broadcast_in_dim %cst_5, dims = [] : (tensor<f32>) -> tensor<2xf32>
+    %50 = stablehlo.multiply %49, %32 : tensor<2xf32>
+    %51 = stablehlo.subtract %2, %50 : tensor<2xf32>
+    %cst_6 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+    %52 = stablehlo.broadcast_in_dim %cst_6, dims = [] : (tensor<f32>) -> tensor<2xf32>
+    %53 = stablehlo.multiply %52, %26 : tensor<2xf32>
+    %54 = stablehlo.subtract %3, %53 : tensor<2xf32>
+    %55 = stablehlo.concatenate %45, %48, %51, %54, dim = 0 : (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<8xf32>
+    return %55, %22 : tensor<8xf32>, tensor<f32>
+  }
+}

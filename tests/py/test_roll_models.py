@@ -17,6 +17,7 @@ import layered
 import loopfuse
 import transformer
 from loopfuse.compile.mlir_context import parse_module
+from loopfuse.memory import xla_dump
 from loopfuse.passes.layer_runs import runs
 from problems import fresh
 from test_roll_layers import EPS, leaves_close, run
@@ -72,12 +73,39 @@ def test_an_equinox_mlp_whose_first_block_reads_the_data_rolls_every_block():
     check_rolls(step, state, data, range(0, 4))
 
 
-def test_an_unlike_stem_and_last_block_are_left_as_they_are():
+def buffer_copies(folder, packed) -> list[str]:
+    """The copies of a whole buffer of `packed` that holds layers (['blocks']) in the entry computation
+    of the optimized program XLA dumped into `folder` (as test_roll_layers.stack_copies)."""
+    files = xla_dump.module_files(folder)
+    hlo = xla_dump.hlo_module(files["hlo"].read_text())
+    shapes = {b.instruction: b.shape.split("]")[0].split("[")[-1] for b in
+              xla_dump.buffer_assignment(files["buffers"].read_text()).values()}
+    sizes = {str(b.size) for b, paths in zip(packed.buffers, packed.layout.held_paths())
+             if all("['blocks']" in p for p in paths)}
+    return [f"{n} = copy{hlo.instructions[n].operands}: [{shapes[n]}]" for n in hlo.computations[hlo.entry]
+            if hlo.instructions[n].opcode == "copy" and shapes.get(n) in sizes]
+
+
+def test_an_unlike_stem_and_last_block_are_left_as_they_are(tmp_path):
     step, state, tokens = layered.gpt_variant("stem_and_last", **dict(TINY, layers=5), opt=optax.adamw(3e-4, eps=EPS))
-    # the packed buffers hold all five layers: the three rolled ones are stacked by a copy, which this
-    # tiny model's activations do not repay (bench_layers measures the issue's size): forced
-    report = check_rolls(step, state, tokens, range(1, 4), passes="roll-layers{force=true}")
+    # the packed buffers hold all five layers: the three rolled ones roll over them in place, the rows
+    # of the two left out read into buffers of their own, which the activations rolling saves repay
+    report = check_rolls(step, state, tokens, range(1, 4), memory_budget=0.0,
+                         xla_options={"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})
     assert "layers 0 and 4 left as they are: their ops differ from the others'" in report
+    # their rows are read before the loops that write the buffers in place and written over the loops'
+    # result: read and concatenated where the step does, XLA copied every buffer the loops write whole
+    assert buffer_copies(tmp_path, loopfuse.pack(state, layers=True)) == []
+
+
+@pytest.mark.slow
+def test_more_than_16_packed_layers_around_a_stem_roll_in_place(tmp_path):
+    """jnp.concatenate builds a buffer of 18 layers as a tree of concatenates: the left-out layers'
+    new rows are still written over the loops' result, and no buffer is copied."""
+    step, state, tokens = layered.gpt_variant("stem_and_last", **dict(TINY, layers=18), opt=optax.adamw(3e-4, eps=EPS))
+    check_rolls(step, state, tokens, range(1, 17), memory_budget=0.0,
+                xla_options={"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})
+    assert buffer_copies(tmp_path, loopfuse.pack(state, layers=True)) == []
 
 
 def test_a_per_layer_residual_scale_is_stacked():

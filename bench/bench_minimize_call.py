@@ -35,6 +35,7 @@ and of the jitted fori_loop and while_loop, each called on its state without rea
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -73,14 +74,15 @@ def step(state, data):
     return (optax.apply_updates(params, updates), opt_state), value
 
 
-@jax.jit
-def fori_run(params, data):
-    """``(params, data) -> (params, loss history)``: the jitted fori_loop."""
+@partial(jax.jit, static_argnames="unroll")
+def fori_run(params, data, unroll: int = 1):
+    """``(params, data) -> (params, loss history)``: the jitted fori_loop (`unroll` steps per iteration)."""
     def body(i, carry):
         state, losses = carry
         state, value = step(state, data)
         return state, losses.at[i].set(value)
-    (params, _), losses = jax.lax.fori_loop(0, STEPS, body, ((params, OPT.init(params)), jnp.zeros(STEPS)))
+    (params, _), losses = jax.lax.fori_loop(0, STEPS, body, ((params, OPT.init(params)), jnp.zeros(STEPS)),
+                                            unroll=unroll)
     return params, losses
 
 
@@ -140,13 +142,16 @@ def minimize_solve(backend=None):
 def device_us_per_step(params, data, rounds: int) -> dict:
     """{loop: median us per step}: minimize's own device loops (its cached program's ``loop(2000)``, which it
     runs, the host checking the losses after it, and the same loop stopping on a non-finite loss) and the
-    jitted fori_loop and while_loop, each called on its state without reading anything back, interleaved rounds."""
+    jitted fori_loop and while_loop, each called on its state without reading anything back, interleaved rounds;
+    and the fori_loop with two steps per iteration (``unroll=2``, faster where XLA fuses across the two steps,
+    which changes the results' last bits: `unrolled_bitwise`)."""
     from loopfuse.drivers.solve import _cached_program
     init, program = _cached_program(loss, True, OPT, loopfuse.CompiledLoop(), None)
     loop, stopping = program.loop(STEPS), program.loop(STEPS, stop_on_nonfinite=True)
     calls = {"minimize's loop(2000)": lambda: loop(init(params, data), data)[0],
              "loop(2000) with the stop": lambda: stopping(init(params, data), data)[0],
-             "fori_loop": lambda: fori_run(params, data)[0], "while_loop": lambda: while_run(params, data)[0]}
+             "fori_loop": lambda: fori_run(params, data)[0], "while_loop": lambda: while_run(params, data)[0],
+             "fori_loop, unroll=2": lambda: fori_run(params, data, unroll=2)[0]}
     for call in calls.values():
         jax.block_until_ready(call())
     got = harness.interleave({name: (lambda call=call: harness.clocked(call)[0]) for name, call in calls.items()}, rounds)
@@ -169,7 +174,7 @@ def main() -> None:
     out = harness.Report("minimize_call", ns)
     variants = {"minimize": minimize_solve(), "minimize_k100": minimize_solve(loopfuse.CompiledLoop(steps=100)),
                 "by_hand": by_hand_solve(), "fori_loop": fori_solve, "while_loop": while_solve, "optimistix": optimistix_solve()}
-    rows, host, device, bitwise = [], {}, {}, {}
+    rows, host, device, bitwise, unrolled = [], {}, {}, {}, {}
     for batch, width in sizes:
         name = f"{batch} x {width}"
         params, data = problem(batch, width)
@@ -183,6 +188,7 @@ def main() -> None:
         times = {v: [1e3 * wall for wall, _ in c] for v, c in clocks.items()}
         host[name] = {v: 1e6 * statistics.median(cpu for _, cpu in c) for v, c in clocks.items()}
         device[name] = device_us_per_step(params, data, 3 if ns.quick else max(5, ns.rounds // 4))
+        unrolled[name] = same(fori_run(params, data), fori_run(params, data, unroll=2))
         row = dict(problem=name, times={v: harness.summary(t) for v, t in times.items()}, ratios={})
         for ref in TARGETS:
             row["ratios"][ref] = harness.compare(times["minimize"], times[ref], higher_is_better=False)
@@ -214,11 +220,11 @@ def main() -> None:
     lines += [f"| {p} | " + " | ".join(f"{h[v]:,.0f}" for v in names) + " |" for p, h in host.items()]
     loops = list(next(iter(device.values())))
     lines += ["", "Device side: us per step of each device loop alone (one call of 2,000 steps, nothing read back; "
-              "median of interleaved rounds)", "", "| problem | " + " | ".join(loops) + " |",
-              "|---|" + "---:|" * len(loops)]
-    lines += [f"| {p} | " + " | ".join(f"{d[v]:.2f}" for v in loops) + " |" for p, d in device.items()]
+              "median of interleaved rounds)", "", "| problem | " + " | ".join(loops) + " | unroll=2 bitwise = fori_loop |",
+              "|---|" + "---:|" * len(loops) + "---|"]
+    lines += [f"| {p} | " + " | ".join(f"{d[v]:.2f}" for v in loops) + f" | {unrolled[p]} |" for p, d in device.items()]
     out.section("\n".join(lines) + "\n", problems=rows, host_cpu_us=host, device_us_per_step=device,
-                bitwise=bitwise)
+                bitwise=bitwise, unrolled_bitwise=unrolled)
     out.write()
 
 

@@ -89,8 +89,9 @@ def buffer_copies(folder, packed) -> list[str]:
 def test_an_unlike_stem_and_last_block_are_left_as_they_are(tmp_path):
     step, state, tokens = layered.gpt_variant("stem_and_last", **dict(TINY, layers=5), opt=optax.adamw(3e-4, eps=EPS))
     # the packed buffers hold all five layers: the three rolled ones roll over them in place, the rows
-    # of the two left out read into buffers of their own, which the activations rolling saves repay
-    report = check_rolls(step, state, tokens, range(1, 4), memory_budget=0.0,
+    # of the two left out read into buffers of their own, which this tiny model's activations repay with
+    # jax 0.10's program and not with 0.12's (bench_roll_models measures the issue's size): forced
+    report = check_rolls(step, state, tokens, range(1, 4), passes="roll-layers{force=true}",
                          xla_options={"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})
     assert "layers 0 and 4 left as they are: their ops differ from the others'" in report
     # their rows are read before the loops that write the buffers in place and written over the loops'

@@ -39,7 +39,7 @@ The pass reports what it did (and why a run did not roll) with `ModulePass.repor
 """
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cmp_to_key
 from typing import ClassVar
 
@@ -159,7 +159,7 @@ class RollLayers(ModulePass):
             if any(t[3] for t in found) or max(t[2] for t in found) <= most:
                 break
             most = max(most, *(t[2] for t in found))
-        return best() or whole[:2]
+        return best() or (whole[0], _declined(whole[1], [t[:2] for t in done.values() if t is not whole]))
 
     def _candidates(self, g: Dataflow, leaves: list, tried: set) -> list:
         """The runs of the state `leaves` ((value id, path)) not tried yet, with their leaves' paths: those
@@ -172,6 +172,22 @@ class RollLayers(ModulePass):
                                                                     for layer in per for leaf in layer.values()}) & tried]
         return untried(runs(paths, types, self.min_layers)) or untried(keyed_runs(
             paths, types, [min((op for op, _ in g.users[v]), default=None) for v, _ in leaves], self.min_layers))
+
+
+def _declined(whole: "Plan", parts: list) -> "Plan":
+    """The whole run's `whole` plan; where its ops differ between layers, its reason also naming the parts
+    ((part, plan)) whose ops are all alike but that did not roll for another reason (their cost), which the
+    whole run's reason does not say."""
+    if _all_alike(whole):
+        return whole
+    alike = [f"layers {part.start}-{part.stop - 1} are alike but did not roll: {plan.why_not}"
+             for part, plan in parts if plan.why_not and _all_alike(plan)]
+    return replace(whole, why_not="; ".join([whole.why_not, *alike])) if alike else whole
+
+
+def _all_alike(plan: "Plan") -> bool:
+    """Every op of the plan's layers has its like at every layer."""
+    return bool(plan.roles.ops) and not plan.roles.dropped
 
 
 def layers_block(main: func.FuncOp) -> ir.Block:

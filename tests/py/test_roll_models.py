@@ -99,6 +99,18 @@ def test_an_unlike_stem_and_last_block_are_left_as_they_are(tmp_path):
     assert buffer_copies(tmp_path, loopfuse.pack(state, layers=True)) == []
 
 
+def test_a_part_whose_layers_are_alike_but_do_not_pay_says_so():
+    """Where no part of a run rolls, the report names the alike part refused for its cost besides the whole
+    run's reason: one sequence of 4 tokens has too few activations to repay reading the left-out rows."""
+    step, state, tokens = layered.gpt_variant("stem_and_last", **dict(TINY, layers=5, batch=1, seq=4),
+                                              opt=optax.adamw(3e-4, eps=EPS))
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    report = call.compiled(loopfuse.pack(fresh(state), layers=True), tokens).reports["roll-layers"]
+    assert rolled_runs(report) == []
+    assert re.search(r"did not roll .*\[0:5\]: no backward op is the same at every layer .*; layers 1-3 are alike "
+                     r"but did not roll: reading the packed rows of the layers left out of the run would cost", report)
+
+
 @pytest.mark.slow
 def test_more_than_16_packed_layers_around_a_stem_roll_in_place(tmp_path):
     """jnp.concatenate builds a buffer of 18 layers as a tree of concatenates: the left-out layers'

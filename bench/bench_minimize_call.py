@@ -118,10 +118,15 @@ def optimistix_solve():
     return solve
 
 
-def by_hand_solve():
-    """minimize's init and loop(2000) called directly (built on first use, as minimize builds them)."""
+def minimize_programs():
+    """``(init, Step)`` of minimize's solve of `loss` with `OPT`: its own cached programs, as it builds them."""
     from loopfuse.drivers.solve import _cached_program
-    init, program = _cached_program(loss, True, OPT, loopfuse.CompiledLoop(), None)
+    return _cached_program(loss, True, OPT, loopfuse.CompiledLoop(), None)
+
+
+def by_hand_solve():
+    """minimize's init and loop(2000) called directly (`minimize_programs`)."""
+    init, program = minimize_programs()
     loop = program.loop(STEPS)
 
     def solve(params, data):
@@ -145,8 +150,7 @@ def device_us_per_step(params, data, rounds: int) -> dict:
     jitted fori_loop and while_loop, each called on its state without reading anything back, interleaved rounds;
     and the fori_loop with two steps per iteration (``unroll=2``, faster where XLA fuses across the two steps,
     which changes the results' last bits: `unrolled_bitwise`)."""
-    from loopfuse.drivers.solve import _cached_program
-    init, program = _cached_program(loss, True, OPT, loopfuse.CompiledLoop(), None)
+    init, program = minimize_programs()
     loop, stopping = program.loop(STEPS), program.loop(STEPS, stop_on_nonfinite=True)
     calls = {"minimize's loop(2000)": lambda: loop(init(params, data), data)[0],
              "loop(2000) with the stop": lambda: stopping(init(params, data), data)[0],

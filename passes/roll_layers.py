@@ -137,7 +137,7 @@ class RollLayers(ModulePass):
                 roles = layout.roles(g, first, last)
                 alike = len(roles.ops)
                 plan = Plan.of(g, roles, self.memory_budget, paths, written, self.force)
-                done[first, last] = (run.trimmed(first, last), plan, alike, not plan.why_not and not roles.dropped)
+                done[first, last] = (run.trimmed(first, last), plan, alike, not plan.why_not and _all_alike(plan))
             return done[first, last]
 
         def best():

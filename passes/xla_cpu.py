@@ -57,15 +57,21 @@ def unfolded(value: int, of: list) -> ir.Value:
 
 def write_first_rows(loop: ir.Operation, stacks: list, rows: list, at: list) -> list:
     """`stacks` (results of `loop`) with row `at` (ints) of each replaced by the one of `rows`, written
-    inside a loop of its own that runs once, or twice with the same writes: a trip count XLA cannot
-    fold (`after`), so it does not inline the body after `loop`."""
+    after `loop` (`_written_after`)."""
     if not stacks:
         return []
-    write = rw.Loop.counted(after(loop, 1), stacks=stacks, rows=rows)
-    with ir.InsertionPoint(write.body), loop.location:
-        write.next(stacks=[rw.write_row(s, r, rw.scalar(k)) for s, r, k in zip(write.arg("stacks"), write.arg("rows"), at)],
-                   rows=write.arg("rows"))
-    return write.result("stacks")
+    return _written_after(loop, stacks, rows, lambda held, new: [
+        rw.write_row(s, r, rw.scalar(k)) for s, r, k in zip(held, new, at)])
+
+
+def _written_after(loop: ir.Operation, targets: list, values: list, write) -> list:
+    """`targets` (computed from `loop`'s results) as ``write(targets, values)`` gives them, written inside a
+    loop of its own that runs once, or twice with the same writes: a trip count XLA cannot fold (`after`),
+    so it does not inline the body after `loop`."""
+    writes = rw.Loop.counted(after(loop, 1), targets=targets, values=values)
+    with ir.InsertionPoint(writes.body), loop.location:
+        writes.next(targets=write(writes.arg("targets"), writes.arg("values")), values=writes.arg("values"))
+    return writes.result("targets")
 
 
 def read_before(buffers: list, pieces: list) -> list:
@@ -84,17 +90,15 @@ def read_before(buffers: list, pieces: list) -> list:
 
 def write_pieces(loop: ir.Operation, buffers: list, pieces: list) -> list:
     """The 1-D `buffers` (computed from `loop`'s results) with their `pieces` (for each buffer, a list
-    of (offset, 1-D value)) written over them, inside a loop of their own as `write_first_rows`."""
-    values = [v for written in pieces for _, v in written]
-    write = rw.Loop.counted(after(loop, 1), buffers=buffers, pieces=values)
-    with ir.InsertionPoint(write.body), loop.location:
-        held, out = iter(write.arg("pieces")), []
-        for buffer, written in zip(write.arg("buffers"), pieces):
+    of (offset, 1-D value)) written over them (`_written_after`)."""
+    def write(held: list, values: list) -> list:
+        new, out = iter(values), []
+        for buffer, written in zip(held, pieces):
             for offset, _ in written:
-                buffer = stablehlo.DynamicUpdateSliceOp(buffer, next(held), [rw.scalar(offset)]).result
+                buffer = stablehlo.DynamicUpdateSliceOp(buffer, next(new), [rw.scalar(offset)]).result
             out.append(buffer)
-        write.next(buffers=out, pieces=write.arg("pieces"))
-    return write.result("buffers")
+        return out
+    return _written_after(loop, buffers, [v for written in pieces for _, v in written], write)
 
 
 def rebuilt_in_body(op: ir.Operation) -> bool:

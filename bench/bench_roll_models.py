@@ -14,6 +14,8 @@ the data an argument:
   ``nnx31``: the same model at ``gpt``'s sizes (8 heads, 128 tokens, batch 16, vocab 512);
 * ``stem``: ``gpt`` with an unlike first block (no residual) and an unlike last block (ReLU);
 * ``scaled``: ``gpt`` with each residual branch scaled by ``1 / sqrt(2 (i + 1))``;
+* ``tied``: a residual MLP of 8 blocks of width 1024, batch 64, each block also applying one matrix
+  they all share (`layered.tied_mlp`: its gradient, summed over the layers, is what rolling must keep);
 * ``clipped``: ``gpt`` with ``optax.chain(clip_by_global_norm(1.0), adamw)`` (every gradient is
   needed before the update: it runs after the backward loop).
 
@@ -60,6 +62,8 @@ MODELS = {
     "nnx31": lambda size: transformer.nnx_gpt(**size),
     "stem": lambda size: layered.gpt_variant("stem_and_last", **size),
     "scaled": lambda size: layered.gpt_variant("depth_scaled", **size),
+    "tied": lambda size: layered.tied_mlp(**({"layers": 8, "width": 1024, "batch": 64} if size is GPT else
+                                             {"layers": 4, "width": 8, "batch": 4})),
     "clipped": lambda size: transformer.gpt(**size, opt=optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-4))),
 }
 

@@ -14,7 +14,10 @@ same at every layer) and rewrites the step as
   (activations of one layer live at a time), runs its backward ops, carrying the cotangent from
   layer to layer, and, where the optimizer's update of the layer's leaves needs only that layer's
   gradient (Adam, SGD, schedules; not a global-norm clip), updates them right there, in place in
-  the stacked leaves, so no stacked gradient exists;
+  the stacked leaves, so no stacked gradient exists; the gradient of a value every layer reads (a
+  leaf shared by the blocks), which jax sums over the layers in the backward order, summed in the
+  loop's carry, add for add (`Plan._sum_chain`), its update after the loop; a value the ops after
+  the loops read at one layer only kept in a carry of its own, not in a row per layer;
 * the new state leaves sliced out of the stacked ones.
 
 ``memory-budget`` chooses what the forward loop saves besides the layer inputs: 0.0 saves nothing
@@ -30,8 +33,9 @@ Why it is exact: each op of the loops is one of `layer_roles`'s roles, run at po
 operands its classification names, which are the values the original op at layer l read (its
 layer's own leaf, a value the same for all layers, another role's value at layer l, or the value
 carried from the layer before or after). Recomputing a forward op reads the same operands as the
-original, so it computes the same value. Stacking, slicing and dynamic (update) slices only move
-elements. XLA may compile the loop bodies to other last bits than the unrolled ops, so the pass is
+original, so it computes the same value. A sum in the carry adds the same values in the same order and
+operand order as the unrolled adds (its first iteration selects layer L-1's value itself). Stacking,
+selecting, slicing and dynamic (update) slices only move elements. XLA may compile the loop bodies to other last bits than the unrolled ops, so the pass is
 opt-in (``compile_step(..., memory_budget=b)``), its tolerance tested.
 
 The pass reports what it did (and why a run did not roll) with `ModulePass.report`: in the dump
@@ -94,11 +98,12 @@ class RollLayers(ModulePass):
             g = None                 # the block's Dataflow, read again after each rewrite
             while True:
                 found = state_leaves(main)
+                if not self._candidates(found, tried):
+                    break
                 g = g or Dataflow.of(block, pure, outside=[v for v, _ in found])
                 leaves = [(g.id_of[v], path) for v, path in found]
-                candidates = self._candidates(g, leaves, tried)
-                if not candidates:
-                    break
+                candidates = self._candidates(found, tried, [min((op for op, _ in g.users[v]), default=None)
+                                                             for v, _ in leaves])
                 whole, names = candidates[0]
                 tried |= names
                 run, plan = self._plan(g, main, whole, leaves)
@@ -161,17 +166,20 @@ class RollLayers(ModulePass):
             most = max(most, *(t[2] for t in found))
         return best() or (whole[0], _declined(whole[1], [t[:2] for t in done.values() if t is not whole]))
 
-    def _candidates(self, g: Dataflow, leaves: list, tried: set) -> list:
-        """The runs of the state `leaves` ((value id, path)) not tried yet, with their leaves' paths: those
+    def _candidates(self, found: list, tried: set, first_use: list | None = None) -> list:
+        """The runs of the state leaves `found` ((value, path)) not tried yet, with their leaves' paths: those
         an index in the paths proposes (`layer_runs.runs`), or, where none does, the layers held under
-        keys that say nothing of their order, in the order the step first reads them (`keyed_runs`)."""
-        paths, types = [p for _, p in leaves], [str(g.values[v].type) for v, _ in leaves]
+        keys that say nothing of their order, in the order the step first reads them (`keyed_runs`;
+        `first_use[leaf]`: the first op that reads it, or None; without it, as if every leaf were read
+        first at once: a superset of the runs, in no order, which tells whether any is left to try
+        before the dataflow that orders them is built)."""
+        paths, types = [p for _, p in found], [str(v.type) for v, _ in found]
 
-        def untried(found: list) -> list:
-            return [(run, names) for run in found if not (names := {paths[leaf] for per in run.families.values()
-                                                                    for layer in per for leaf in layer.values()}) & tried]
+        def untried(runs_: list) -> list:
+            return [(run, names) for run in runs_ if not (names := {paths[leaf] for per in run.families.values()
+                                                                     for layer in per for leaf in layer.values()}) & tried]
         return untried(runs(paths, types, self.min_layers)) or untried(keyed_runs(
-            paths, types, [min((op for op, _ in g.users[v]), default=None) for v, _ in leaves], self.min_layers))
+            paths, types, [0] * len(paths) if first_use is None else first_use, self.min_layers))
 
 
 def _declined(whole: "Plan", parts: list) -> "Plan":
@@ -367,6 +375,7 @@ class Plan:
     bcarries: list = field(default_factory=list)    # backward carries (role, result, init value id)
     exports: dict = field(default_factory=dict)     # (role, result) -> layers whose value ops outside the run read
     state: dict = field(default_factory=dict)       # (role, result) of a backward role -> seed it writes in place
+    sums: dict = field(default_factory=dict)        # (role, result) of a backward role -> its sum over the layers (`_sums`)
     outside: dict = field(default_factory=dict)     # op id -> PRE | MID | POST
 
     @classmethod
@@ -502,6 +511,36 @@ class Plan:
             seeds = {s for _, s in found}
             if len(seeds) == 1 and None not in seeds and {l for l, _ in found} == set(range(roles.length)):
                 self.state[key] = seeds.pop()
+        self.sums = {key: chain for key in self.exports if key[0] in self.backward and key not in self.state
+                     and (chain := self._sum_chain(*key)) is not None}
+        for chain in self.sums.values():
+            for op, _ in chain:
+                del self.outside[op]
+
+    def _sum_chain(self, r: int, j: int) -> list | None:
+        """The adds outside the run that sum backward role `r`'s result `j` over the layers in the
+        backward loop's order, ``((v[L-1] + v[L-2]) + v[L-3]) + ... + v[0]`` (how jax sums the
+        gradient of a leaf every layer reads), each add reading only the sum so far and one layer's
+        value, the only reader of each outside the run but for the whole sum's: [(add op id, the
+        operand index of the sum so far)] for layers L-2 .. 0, or None. The backward loop computes the
+        same sum in its carry, add for add."""
+        g, roles = self.g, self.roles
+        if None in roles.ops[r]:             # a dead first position: its value is no layer's
+            return None
+        values = [g.results[o][j] for o in roles.ops[r]]
+        outside = [[u for u, _ in g.users[v] if u not in roles.role_of] for v in values]
+        if any(len(users) != 1 for users in outside):
+            return None
+        chain, total = [], values[-1]
+        for l in range(len(values) - 2, -1, -1):
+            if l < len(values) - 2 and len(g.users[total]) != 1:
+                return None
+            op = outside[-1][0] if l == len(values) - 2 else g.users[total][0][0]
+            if g.ops[op].name != "stablehlo.add" or sorted(g.operands[op]) != sorted((total, values[l])):
+                return None
+            chain.append((op, g.operands[op].index(total)))
+            total = g.results[op][0]
+        return chain
 
     def _loops(self) -> None:
         """Which forward roles each loop runs, and what the forward loop saves (see `memory_budget`)."""
@@ -559,6 +598,8 @@ class Plan:
                 f"{len(self.backward)} backward); forward loop carries {len(self.carries)} value(s) of "
                 f"{_kib(carried)} and saves it per layer; backward loop recomputes {len(self.recompute)} forward "
                 f"op(s), carries {len(self.bcarries)} value(s)")
+        if self.sums:
+            text += f" and sums {len(self.sums)} over the layers (the gradient of a value every layer reads)"
         if self.saved:
             text += f"; also saved per layer: {len(self.saved)} value(s) of {_kib(saved)} (memory budget {self.budget:g})"
         text += (f"; {updated} stacked leaves updated inside the backward loop" if updated else
@@ -691,13 +732,18 @@ class _Rewrite:
         state = sorted(set(plan.state.values()))
         row_of = {s: key for key, s in plan.state.items()}
         carried_out = {(r, j) for r, j, _ in plan.bcarries}
-        exported = [key for key, layers in plan.exports.items() if key[0] in plan.backward and key not in plan.state
-                    and not (key in carried_out and layers == {0})]
+        rows_read = {key: layers - {0} if key in carried_out else layers for key, layers in plan.exports.items()
+                     if key[0] in plan.backward and key not in plan.state and key not in plan.sums}
+        exported = [key for key, layers in rows_read.items() if len(layers) > 1]    # layer 0 of a carry: its final value
+        picked = {key: at for key, (at,) in ((k, tuple(ls)) for k, ls in rows_read.items() if len(ls) == 1)}
+        sums = sorted(plan.sums)
         with self.outer:
             last = xla_cpu.after(forward.op, L - 1)   # L, clamped back to L - 1 (`_at`)
             loop = rw.Loop.counted(L, carry=[g.values[v] for _, _, v in plan.bcarries],
                                    stacks=[self.stacked[s] for s in state],
                                    pending=[rw.row(self.stacked[s], self._at(s, last)) for s in state],  # layer L-1
+                                   sums=[rw.zeros(ir.RankedTensorType(self._template(r).results[j].type)) for r, j in sums],
+                                   picked=[rw.zeros(ir.RankedTensorType(self._template(r).results[j].type)) for r, j in picked],
                                    exported=[self._history(self._template(r).results[j].type) for r, j in exported])
         carry_in = dict(zip(plan.bcarries, loop.arg("carry")))
         env: dict = {}
@@ -729,19 +775,29 @@ class _Rewrite:
                       stacks=[current[s] for s in state],
                       pending=[rw.reshape(env[row_of[s]], list(ir.RankedTensorType(self.stacked[s].type).shape[1:]))
                                for s in state],
-                      exported=[rw.write_row(h, env[key], layer) for h, key in zip(loop.arg("exported"), exported)])
+                      exported=[rw.write_row(h, env[key], layer) for h, key in zip(loop.arg("exported"), exported)],
+                      sums=[_summed(loop.counter, total, env[key], plan.sums[key][0][1])
+                            for total, key in zip(loop.arg("sums"), sums)],
+                      picked=[_picked(layer, kept, env[key], at) for kept, (key, at) in zip(loop.arg("picked"), picked.items())])
         final = {(r, j): v for (r, j, _), v in zip(plan.bcarries, loop.result("carry"))}
+        for key, total in zip(sums, loop.result("sums")):
+            chain = [g.ops[op] for op, _ in plan.sums[key]]
+            chain[-1].result.replace_all_uses_with(total)
+            for op in reversed(chain):
+                op.erase()
         rows = dict(zip(exported, loop.result("exported")))
+        kept = dict(zip(picked, loop.result("picked")))
         with self.outer:
             new_state = dict(zip(state, xla_cpu.write_first_rows(loop.op, loop.result("stacks"), loop.result("pending"),
                                                                  [self.first[s] for s in state])))
             self.written = new_state[state[0]].owner.operation if state else None
             for key, layers in plan.exports.items():
-                if key[0] in plan.backward:
+                if key[0] in plan.backward and key not in plan.sums:
                     for l in layers:
                         seed = plan.state.get(key)
                         self._replace(key, l, rw.static_row(new_state[seed], self.first[seed] + l) if key in plan.state else
-                                      final[key] if l == 0 and key in final else rw.static_row(rows[key], l))
+                                      final[key] if l == 0 and key in final else kept[key] if key in kept else
+                                      rw.static_row(rows[key], l))
 
     def _at(self, s: int, index: ir.Value) -> ir.Value:
         """The row of seed `s`'s stack that holds layer `index` (a 0-d i32, 0 .. L, where L means L - 1,
@@ -889,6 +945,22 @@ def _rows(g: Dataflow, buffer: int, values: list) -> int:
     """How many rows of the leaf's size the packed `buffer` holds."""
     return ir.RankedTensorType(g.values[buffer].type).shape[0] // math.prod(
         ir.RankedTensorType(g.values[values[0]].type).shape)
+
+
+def _summed(counter: ir.Value, total: ir.Value, value: ir.Value, k: int) -> ir.Value:
+    """The sum so far `total` with this layer's `value` added as operand `k` of the add it replaces (the
+    original's operand order), or `value` itself at the first iteration (layer L-1, where the program
+    sums nothing yet): the unrolled program's additions, one for one."""
+    first = stablehlo.CompareOp(counter, rw.scalar(0), stablehlo.ComparisonDirectionAttr.get("EQ")).result
+    added = stablehlo.AddOp(*((total, value) if k == 0 else (value, total))).result
+    return stablehlo.SelectOp(first, value, added).result
+
+
+def _picked(layer: ir.Value, kept: ir.Value, value: ir.Value, at: int) -> ir.Value:
+    """`value` at layer `at`, else `kept`: a carry that keeps one layer's value for a reader after the
+    loop (in place of a row per layer)."""
+    here = stablehlo.CompareOp(layer, rw.scalar(at), stablehlo.ComparisonDirectionAttr.get("EQ")).result
+    return stablehlo.SelectOp(here, value, kept).result
 
 
 def _shifted(index: ir.Value, first: int) -> ir.Value:

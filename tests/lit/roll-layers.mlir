@@ -269,3 +269,181 @@ func.func public @main(%arg0: tensor<2xf32> {loopfuse.state = "['v']"}, %arg1: t
   %59 = stablehlo.subtract %arg4, %58 : tensor<2xf32>
   return %47, %50, %53, %56, %59, %20 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<f32>
 }
+
+// -----
+
+// (d) A leaf every layer reads (x_{l+1} = x_l + tanh(x_l * w_l) * s, s shared): the forward loop reads s
+// as it is; its gradient, jax's sum of one value per layer in the backward order, ((g_2 + g_1) + g_0),
+// is summed in the backward loop's carry (the first iteration takes g_2 itself, then adds each layer's
+// in the same order and operand order), not saved per layer and summed after the loop; s's update
+// reads the loop's sum.
+// CHECK-LABEL: module
+// CHECK-SAME: carries 1 value(s) and sums 1 over the layers (the gradient of a value every layer reads)
+// CHECK: %[[BWD:[0-9]+]]:5 = stablehlo.while({{.*}}, %[[SUM:[a-zA-Z0-9_]+]] = %{{[0-9]+}}) : tensor<i32>, tensor<2xf32>, tensor<3x2xf32>, tensor<2xf32>, tensor<2xf32>
+// CHECK: } do {
+// CHECK: %[[G:[0-9]+]] = stablehlo.multiply %{{[0-9]+}}, %iterArg_9 : tensor<2xf32>
+// CHECK: %[[FIRST:[0-9]+]] = stablehlo.compare EQ, %iterArg, %{{[a-z0-9_]+}}
+// CHECK: %[[ADDED:[0-9]+]] = stablehlo.add %[[SUM]], %[[G]]
+// CHECK: %[[NEXT:[0-9]+]] = stablehlo.select %[[FIRST]], %[[G]], %[[ADDED]]
+// CHECK: stablehlo.return {{.*}}, %[[NEXT]] :
+// CHECK-NOT: stablehlo.add {{.*}} : tensor<2xf32>
+// CHECK: %[[STEP:[0-9]+]] = stablehlo.multiply %{{[0-9]+}}, %[[BWD]]#4
+// CHECK: stablehlo.subtract %arg0, %[[STEP]]
+func.func public @main(%arg0: tensor<2xf32> {loopfuse.state = "['s']"}, %arg1: tensor<2xf32> {loopfuse.state = "['v']"}, %arg2: tensor<2xf32> {loopfuse.state = "['w'][0]"}, %arg3: tensor<2xf32> {loopfuse.state = "['w'][1]"}, %arg4: tensor<2xf32> {loopfuse.state = "['w'][2]"}, %arg5: tensor<2xf32>) -> (tensor<2xf32> {loopfuse.result = 0 : i32, loopfuse.state = "['s']"}, tensor<2xf32> {loopfuse.result = 1 : i32, loopfuse.state = "['v']"}, tensor<2xf32> {loopfuse.result = 2 : i32, loopfuse.state = "['w'][0]"}, tensor<2xf32> {loopfuse.result = 3 : i32, loopfuse.state = "['w'][1]"}, tensor<2xf32> {loopfuse.result = 4 : i32, loopfuse.state = "['w'][2]"}, tensor<f32> {loopfuse.result = 5 : i32}) {
+  %0 = stablehlo.multiply %arg5, %arg1 : tensor<2xf32>
+  %1 = stablehlo.multiply %0, %arg2 : tensor<2xf32>
+  %2 = stablehlo.tanh %1 : tensor<2xf32>
+  %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %3 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %4 = stablehlo.subtract %3, %2 : tensor<2xf32>
+  %5 = stablehlo.multiply %2, %arg0 : tensor<2xf32>
+  %6 = stablehlo.add %0, %5 : tensor<2xf32>
+  %7 = stablehlo.multiply %6, %arg3 : tensor<2xf32>
+  %8 = stablehlo.tanh %7 : tensor<2xf32>
+  %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %9 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %10 = stablehlo.subtract %9, %8 : tensor<2xf32>
+  %11 = stablehlo.multiply %8, %arg0 : tensor<2xf32>
+  %12 = stablehlo.add %6, %11 : tensor<2xf32>
+  %13 = stablehlo.multiply %12, %arg4 : tensor<2xf32>
+  %14 = stablehlo.tanh %13 : tensor<2xf32>
+  %cst_1 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %15 = stablehlo.broadcast_in_dim %cst_1, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %16 = stablehlo.subtract %15, %14 : tensor<2xf32>
+  %17 = stablehlo.multiply %14, %arg0 : tensor<2xf32>
+  %18 = stablehlo.add %12, %17 : tensor<2xf32>
+  %cst_2 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %19 = stablehlo.reduce(%18 init: %cst_2) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
+  %cst_3 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %20 = stablehlo.broadcast_in_dim %cst_3, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %21 = stablehlo.multiply %14, %20 : tensor<2xf32>
+  %22 = stablehlo.multiply %20, %arg0 : tensor<2xf32>
+  %23 = stablehlo.multiply %22, %16 : tensor<2xf32>
+  %24 = stablehlo.multiply %23, %14 : tensor<2xf32>
+  %25 = stablehlo.add %23, %24 : tensor<2xf32>
+  %26 = stablehlo.multiply %12, %25 : tensor<2xf32>
+  %27 = stablehlo.multiply %25, %arg4 : tensor<2xf32>
+  %28 = stablehlo.add %20, %27 : tensor<2xf32>
+  %29 = stablehlo.multiply %8, %28 : tensor<2xf32>
+  %30 = stablehlo.add %21, %29 : tensor<2xf32>
+  %31 = stablehlo.multiply %28, %arg0 : tensor<2xf32>
+  %32 = stablehlo.multiply %31, %10 : tensor<2xf32>
+  %33 = stablehlo.multiply %32, %8 : tensor<2xf32>
+  %34 = stablehlo.add %32, %33 : tensor<2xf32>
+  %35 = stablehlo.multiply %6, %34 : tensor<2xf32>
+  %36 = stablehlo.multiply %34, %arg3 : tensor<2xf32>
+  %37 = stablehlo.add %28, %36 : tensor<2xf32>
+  %38 = stablehlo.multiply %2, %37 : tensor<2xf32>
+  %39 = stablehlo.add %30, %38 : tensor<2xf32>
+  %40 = stablehlo.multiply %37, %arg0 : tensor<2xf32>
+  %41 = stablehlo.multiply %40, %4 : tensor<2xf32>
+  %42 = stablehlo.multiply %41, %2 : tensor<2xf32>
+  %43 = stablehlo.add %41, %42 : tensor<2xf32>
+  %44 = stablehlo.multiply %0, %43 : tensor<2xf32>
+  %45 = stablehlo.multiply %43, %arg2 : tensor<2xf32>
+  %46 = stablehlo.add %37, %45 : tensor<2xf32>
+  %47 = stablehlo.multiply %arg5, %46 : tensor<2xf32>
+  %cst_4 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %48 = stablehlo.broadcast_in_dim %cst_4, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %49 = stablehlo.multiply %48, %39 : tensor<2xf32>
+  %50 = stablehlo.subtract %arg0, %49 : tensor<2xf32>
+  %cst_5 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %51 = stablehlo.broadcast_in_dim %cst_5, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %52 = stablehlo.multiply %51, %47 : tensor<2xf32>
+  %53 = stablehlo.subtract %arg1, %52 : tensor<2xf32>
+  %cst_6 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %54 = stablehlo.broadcast_in_dim %cst_6, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %55 = stablehlo.multiply %54, %44 : tensor<2xf32>
+  %56 = stablehlo.subtract %arg2, %55 : tensor<2xf32>
+  %cst_7 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %57 = stablehlo.broadcast_in_dim %cst_7, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %58 = stablehlo.multiply %57, %35 : tensor<2xf32>
+  %59 = stablehlo.subtract %arg3, %58 : tensor<2xf32>
+  %cst_8 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %60 = stablehlo.broadcast_in_dim %cst_8, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %61 = stablehlo.multiply %60, %26 : tensor<2xf32>
+  %62 = stablehlo.subtract %arg4, %61 : tensor<2xf32>
+  return %50, %53, %56, %59, %62, %19 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<f32>
+}
+
+// -----
+
+// (e) A bias every layer adds before its block, layer 0 reading the data (x = x + s; x = x + tanh(x * w_l)):
+// layer 0 is left out, layers 1 .. 2 roll. The ops after the loop read the cotangent the backward loop
+// carries at layer 2 (s's gradient sums it with layer 0's) besides its final value: the loop keeps
+// that one layer's value in a carry of its own (selected at that layer), not a row per layer.
+// CHECK-LABEL: module
+// CHECK-SAME: "loopfuse.report.roll-layers" = "rolled ['w'] [1:3]: 2 layers
+// CHECK: %[[BWD:[0-9]+]]:5 = stablehlo.while({{.*}}, %[[KEPT:[a-zA-Z0-9_]+]] = %{{[0-9]+}}) : tensor<i32>, tensor<2xf32>, tensor<2x2xf32>, tensor<2xf32>, tensor<2xf32>
+// CHECK: } do {
+// CHECK: %[[LAYER:[0-9]+]] = stablehlo.subtract %{{[a-z0-9_]+}}, %iterArg
+// CHECK: %[[CT:[0-9]+]] = stablehlo.add %iterArg_9, %{{[0-9]+}} : tensor<2xf32>
+// CHECK: %[[HERE:[0-9]+]] = stablehlo.compare EQ, %[[LAYER]], %{{[a-z0-9_]+}}
+// CHECK: %[[NEXT:[0-9]+]] = stablehlo.select %[[HERE]], %[[CT]], %[[KEPT]]
+// CHECK: stablehlo.return %{{[0-9]+}}, %[[CT]], %{{[0-9]+}}, %{{[0-9]+}}, %[[NEXT]] :
+// CHECK-NOT: stablehlo.slice %[[BWD]]#4 [
+// CHECK: stablehlo.add %[[BWD]]#4, %[[BWD]]#1 : tensor<2xf32>
+func.func public @main(%arg0: tensor<2xf32> {loopfuse.state = "['s']"}, %arg1: tensor<2xf32> {loopfuse.state = "['w'][0]"}, %arg2: tensor<2xf32> {loopfuse.state = "['w'][1]"}, %arg3: tensor<2xf32> {loopfuse.state = "['w'][2]"}, %arg4: tensor<2xf32>) -> (tensor<2xf32> {loopfuse.result = 0 : i32, loopfuse.state = "['s']"}, tensor<2xf32> {loopfuse.result = 1 : i32, loopfuse.state = "['w'][0]"}, tensor<2xf32> {loopfuse.result = 2 : i32, loopfuse.state = "['w'][1]"}, tensor<2xf32> {loopfuse.result = 3 : i32, loopfuse.state = "['w'][2]"}, tensor<f32> {loopfuse.result = 4 : i32}) {
+  %0 = stablehlo.add %arg4, %arg0 : tensor<2xf32>
+  %1 = stablehlo.multiply %0, %arg1 : tensor<2xf32>
+  %2 = stablehlo.tanh %1 : tensor<2xf32>
+  %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %3 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %4 = stablehlo.subtract %3, %2 : tensor<2xf32>
+  %5 = stablehlo.add %0, %2 : tensor<2xf32>
+  %6 = stablehlo.add %5, %arg0 : tensor<2xf32>
+  %7 = stablehlo.multiply %6, %arg2 : tensor<2xf32>
+  %8 = stablehlo.tanh %7 : tensor<2xf32>
+  %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %9 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %10 = stablehlo.subtract %9, %8 : tensor<2xf32>
+  %11 = stablehlo.add %6, %8 : tensor<2xf32>
+  %12 = stablehlo.add %11, %arg0 : tensor<2xf32>
+  %13 = stablehlo.multiply %12, %arg3 : tensor<2xf32>
+  %14 = stablehlo.tanh %13 : tensor<2xf32>
+  %cst_1 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %15 = stablehlo.broadcast_in_dim %cst_1, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %16 = stablehlo.subtract %15, %14 : tensor<2xf32>
+  %17 = stablehlo.add %12, %14 : tensor<2xf32>
+  %cst_2 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %18 = stablehlo.reduce(%17 init: %cst_2) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
+  %cst_3 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %19 = stablehlo.broadcast_in_dim %cst_3, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %20 = stablehlo.multiply %19, %16 : tensor<2xf32>
+  %21 = stablehlo.multiply %20, %14 : tensor<2xf32>
+  %22 = stablehlo.add %20, %21 : tensor<2xf32>
+  %23 = stablehlo.multiply %12, %22 : tensor<2xf32>
+  %24 = stablehlo.multiply %22, %arg3 : tensor<2xf32>
+  %25 = stablehlo.add %19, %24 : tensor<2xf32>
+  %26 = stablehlo.multiply %25, %10 : tensor<2xf32>
+  %27 = stablehlo.multiply %26, %8 : tensor<2xf32>
+  %28 = stablehlo.add %26, %27 : tensor<2xf32>
+  %29 = stablehlo.multiply %6, %28 : tensor<2xf32>
+  %30 = stablehlo.multiply %28, %arg2 : tensor<2xf32>
+  %31 = stablehlo.add %25, %30 : tensor<2xf32>
+  %32 = stablehlo.add %25, %31 : tensor<2xf32>
+  %33 = stablehlo.add %32, %31 : tensor<2xf32>
+  %34 = stablehlo.multiply %31, %4 : tensor<2xf32>
+  %35 = stablehlo.multiply %34, %2 : tensor<2xf32>
+  %36 = stablehlo.add %34, %35 : tensor<2xf32>
+  %37 = stablehlo.multiply %0, %36 : tensor<2xf32>
+  %38 = stablehlo.multiply %36, %arg1 : tensor<2xf32>
+  %39 = stablehlo.add %33, %38 : tensor<2xf32>
+  %cst_4 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %40 = stablehlo.broadcast_in_dim %cst_4, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %41 = stablehlo.multiply %40, %39 : tensor<2xf32>
+  %42 = stablehlo.subtract %arg0, %41 : tensor<2xf32>
+  %cst_5 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %43 = stablehlo.broadcast_in_dim %cst_5, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %44 = stablehlo.multiply %43, %37 : tensor<2xf32>
+  %45 = stablehlo.subtract %arg1, %44 : tensor<2xf32>
+  %cst_6 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %46 = stablehlo.broadcast_in_dim %cst_6, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %47 = stablehlo.multiply %46, %29 : tensor<2xf32>
+  %48 = stablehlo.subtract %arg2, %47 : tensor<2xf32>
+  %cst_7 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %49 = stablehlo.broadcast_in_dim %cst_7, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %50 = stablehlo.multiply %49, %23 : tensor<2xf32>
+  %51 = stablehlo.subtract %arg3, %50 : tensor<2xf32>
+  return %42, %45, %48, %51, %18 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<f32>
+}

@@ -7,6 +7,8 @@ given), the data an argument of the step.
   ``Block_0`` .. ``Block_{L-1}`` (dict keys carrying the index, not a list).
 * `eqx_mlp`: an equinox residual MLP, a list of modules; the first block reads the batch (its input
   has no gradient).
+* `tied_mlp`: a residual MLP whose every block also applies one matrix all blocks share (its gradient
+  is a sum over the layers).
 * `gpt_variant`: transformer.py's GPT with an unlike first block (a stem without its residual), an
   unlike last block (an MLP of another activation), a per-layer residual scale ``1 / sqrt(2 (i + 1))``
   (depth-scaled residuals), or its blocks held in other containers (a tuple, nested lists, a dict
@@ -100,6 +102,22 @@ def eqx_mlp(layers: int, width: int, hidden: int, batch: int, opt=None):
 
 
 # ---- transformer.py's GPT, varied ----------------------------------------------------------------
+def tied_mlp(layers: int, width: int, batch: int, opt=None):
+    """x + tanh(x w_l) tied per block, ``tied`` one matrix every block reads (ALBERT-style sharing)."""
+    rng = np.random.default_rng(0)
+    params = {"layers": [{"w": jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32)}
+                         for _ in range(layers)],
+              "tied": jnp.asarray(rng.normal(size=(width, width)) / width, jnp.float32)}
+
+    def loss(p, x):
+        for layer in p["layers"]:
+            x = x + jnp.tanh(x @ layer["w"]) @ p["tied"]
+        return jnp.mean(x ** 2)
+    opt = opt or optax.adamw(1e-3)
+    x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), x
+
+
 def _stem(p: dict, x, heads: int):
     """transformer.block without its residuals: an unlike first block."""
     b, s, w = x.shape

@@ -96,14 +96,18 @@ class RollLayers(ModulePass):
             tried: set = set()       # the leaf paths of the runs tried so far
             pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
             g = None                 # the block's Dataflow, read again after each rewrite
+            indexed = False          # an index in the paths proposed a run: no run by keys is tried then
             while True:
                 found = state_leaves(main)
-                if not self._candidates(found, tried):
+                candidates, by_index = self._candidates(found, tried, keyed=not indexed)
+                indexed |= by_index
+                if not candidates:
                     break
                 g = g or Dataflow.of(block, pure, outside=[v for v, _ in found])
                 leaves = [(g.id_of[v], path) for v, path in found]
-                candidates = self._candidates(found, tried, [min((op for op, _ in g.users[v]), default=None)
-                                                             for v, _ in leaves])
+                if not by_index:     # runs by keys, in the order the step first reads their layers
+                    candidates, _ = self._candidates(found, tried, [min((op for op, _ in g.users[v]), default=None)
+                                                                    for v, _ in leaves])
                 whole, names = candidates[0]
                 tried |= names
                 run, plan = self._plan(g, main, whole, leaves)
@@ -166,20 +170,25 @@ class RollLayers(ModulePass):
             most = max(most, *(t[2] for t in found))
         return best() or (whole[0], _declined(whole[1], [t[:2] for t in done.values() if t is not whole]))
 
-    def _candidates(self, found: list, tried: set, first_use: list | None = None) -> list:
-        """The runs of the state leaves `found` ((value, path)) not tried yet, with their leaves' paths: those
-        an index in the paths proposes (`layer_runs.runs`), or, where none does, the layers held under
-        keys that say nothing of their order, in the order the step first reads them (`keyed_runs`;
-        `first_use[leaf]`: the first op that reads it, or None; without it, as if every leaf were read
-        first at once: a superset of the runs, in no order, which tells whether any is left to try
-        before the dataflow that orders them is built)."""
+    def _candidates(self, found: list, tried: set, first_use: list | None = None,
+                    keyed: bool = True) -> tuple[list, bool]:
+        """(the runs of the state leaves `found` ((value, path)) not tried yet, with their leaves' paths;
+        whether an index in the paths proposes any run, tried or not): those an index proposes
+        (`layer_runs.runs`), or, where none does and `keyed`, the layers held under keys that say nothing
+        of their order, in the order the step first reads them (`keyed_runs`; `first_use[leaf]`: the
+        first op that reads it, or None; without it, as if every leaf were read first at once: a superset
+        of the runs, in no order, which tells whether any is left to try before the dataflow that orders
+        them is built)."""
         paths, types = [p for _, p in found], [str(v.type) for v, _ in found]
 
         def untried(runs_: list) -> list:
             return [(run, names) for run in runs_ if not (names := {paths[leaf] for per in run.families.values()
                                                                      for layer in per for leaf in layer.values()}) & tried]
-        return untried(runs(paths, types, self.min_layers)) or untried(keyed_runs(
-            paths, types, [0] * len(paths) if first_use is None else first_use, self.min_layers))
+        by_index = runs(paths, types, self.min_layers)
+        if by_index or not keyed:
+            return untried(by_index), bool(by_index)
+        return untried(keyed_runs(paths, types, [0] * len(paths) if first_use is None else first_use,
+                                  self.min_layers)), False
 
 
 def _declined(whole: "Plan", parts: list) -> "Plan":

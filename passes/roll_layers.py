@@ -530,8 +530,10 @@ class Plan:
         """The adds outside the run that sum backward role `r`'s result `j` over the layers in the
         backward loop's order, ``((v[L-1] + v[L-2]) + v[L-3]) + ... + v[0]`` (how jax sums the
         gradient of a leaf every layer reads), each add reading only the sum so far and one layer's
-        value, the only reader of each outside the run but for the whole sum's: [(add op id, the
-        operand index of the sum so far)] for layers L-2 .. 0, or None. The backward loop computes the
+        value (as the same operand of each), the only reader of each outside the run but for the whole
+        sum's: [(add op id, the operand index of the sum so far)] for layers L-2 .. 0, or None. (Where
+        a value from before the backward loop starts the sum, a layer left out after the run, its L adds
+        are a carry of the loops themselves: `layer_roles`.) The backward loop computes the
         same sum in its carry, add for add."""
         g, roles = self.g, self.roles
         if None in roles.ops[r]:             # a dead first position: its value is no layer's
@@ -549,7 +551,7 @@ class Plan:
                 return None
             chain.append((op, g.operands[op].index(total)))
             total = g.results[op][0]
-        return chain
+        return chain if len({k for _, k in chain}) == 1 else None     # the loop's one add: one operand order
 
     def _loops(self) -> None:
         """Which forward roles each loop runs, and what the forward loop saves (see `memory_budget`)."""

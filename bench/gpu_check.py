@@ -38,11 +38,12 @@ the route of each private jax API (`_jax_compat.status()`). Then the sections na
 - pack: issue 23's figure (bench/bench_pack.py): Adam over N small leaves, loop(10), `PACK_VARIANTS`
   against the donated `lax.scan`: compile seconds (after a warm-up, median of `PACK`'s compile rounds),
   steps/s, whether each final state equals the scan's bitwise (a report: it fails nothing).
-- layers: issue 31's rolled layers on the GPT problem (6x512; --quick: 3x16): jax.jit + donation
-  against `compile_step(..., memory_budget=0.0)` on the state kept stacked (`loopfuse.pack(state,
-  layers=True)`): compiled temporaries, steps/s (interleaved rounds of 3 steps), the loss after 3
-  steps and roll-layers' report. It fails when nothing rolled or the loss differs by more than
-  `LAYERS["rtol"]` relative; the rest is a report.
+- layers: issues 31 and 38's rolled layers on the GPT problem (6x512; --quick: 3x16) and on the flax
+  linen and nnx GPTs of issue 38 (8x256, 128 tokens, batch 16; --quick: tests/py's tiny size), each
+  jax.jit + donation against `compile_step(..., memory_budget=0.0)` on the state kept stacked
+  (`loopfuse.pack(state, layers=True)`): compiled temporaries, steps/s (interleaved rounds of 3
+  steps), the loss after 3 steps and roll-layers' report. It fails when a model rolled nothing or
+  its loss differs by more than `LAYERS["rtol"]` relative; the rest is a report.
 - shuffle: issue 23 item 4 (bench/bench_data.py's "1M x 16" at `SHUFFLE`'s rounds): `fit` steps/s on
   a shuffled Dataset against the unshuffled one (device and numpy arrays), the cost of one epoch's
   order, and the ceiling (loopfuse's epoch loop gathering a fixed order's rows against slicing). It
@@ -74,6 +75,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -85,6 +87,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests" / "py")]
 import bench_loop  # noqa: E402
 import harness  # noqa: E402
 from problems import assert_trees_equal, fresh as copied  # noqa: E402
+import layered  # noqa: E402
 import transformer  # noqa: E402
 from transformer import optax_step  # noqa: E402
 
@@ -118,7 +121,9 @@ VARIES = "jax.jit varies run to run"
 ANATOMY_CALLS = dict(full=200, quick=5)   # calls per variant and round of the anatomy section
 SHUFFLE = dict(size="1M x 16", full=dict(rounds=3), quick=dict(rounds=1))  # bench_data.measure's (--quick: a tenth)
 LAYERS = dict(full="GPT 6x512", quick=dict(kind="gpt", layers=3, width=16, heads=2, seq=8, vocab=32, batch=2),
-              steps=3, rtol=1e-4)
+              steps=3, rtol=1e-4,         # and issue 38's library-written GPTs, at its size (quick: transformer.TINY)
+              models={"flax linen GPT": lambda size: layered.linen_gpt(**size),
+                      "flax nnx GPT": lambda size: transformer.nnx_gpt(**size)})
 MEMLIMIT = dict(full=dict(spec=transformer.ISSUE, max_batch=2**14), quick=dict(spec=dict(transformer.TINY, seq=64),
                                                                                  max_batch=64), batch=16, steps=3)
 ENSEMBLE = dict(full=dict(members=65536, steps=4000, rounds=3), quick=dict(members=64, steps=300, rounds=1))
@@ -442,16 +447,15 @@ def packed_state(leaves: int, rounds: int, calls: int, compile_rounds: int, k: i
     return {"k": k, "rounds": rounds, "calls": calls, **result}
 
 
-def rolled_layers(spec: dict, rounds: int) -> dict:
-    """Issue 31 on this device: jax.jit + donation against the step rolled at memory_budget=0.0 on a
-    state kept stacked between calls (see the module docstring)."""
-    step, params, batch = problem(spec)
+def rolled_layers(step, new_state: Callable, batch, rounds: int) -> dict:
+    """Issues 31 and 38 on this device: jax.jit + donation against `step` rolled at memory_budget=0.0 on
+    a state kept stacked between calls (see the module docstring); `new_state()`: a state of its own."""
     n = LAYERS["steps"]
     jitted = jax.jit(step, donate_argnums=0)
     rolled = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
-    calls = {BASELINE: (jitted, lambda: fresh(params)),
-             "loopfuse memory_budget=0.0, packed": (rolled, lambda: loopfuse.pack(fresh(params), layers=True))}
-    temps = {BASELINE: jitted.lower(fresh(params), batch).compile().memory_analysis().temp_size_in_bytes,
+    calls = {BASELINE: (jitted, new_state),
+             "loopfuse memory_budget=0.0, packed": (rolled, lambda: loopfuse.pack(new_state(), layers=True))}
+    temps = {BASELINE: jitted.lower(new_state(), batch).compile().memory_analysis().temp_size_in_bytes,
              "loopfuse memory_budget=0.0, packed": rolled.memory_stats(calls["loopfuse memory_budget=0.0, packed"][1](),
                                                                     batch).temp}
     report = rolled.compiled(calls["loopfuse memory_budget=0.0, packed"][1](), batch).reports["roll-layers"]
@@ -470,7 +474,7 @@ def rolled_layers(spec: dict, rounds: int) -> dict:
         return lambda: n / harness.clocked(run)[0]
     rates = harness.interleave({name: steps(name) for name in calls}, rounds)
     diff = abs(losses["loopfuse memory_budget=0.0, packed"] - losses[BASELINE]) / abs(losses[BASELINE])
-    return {"spec": spec, "report": report, "rolled": report.startswith("rolled"), "loss_rel_diff": diff,
+    return {"report": report, "rolled": report.startswith("rolled"), "loss_rel_diff": diff,
             "ok": report.startswith("rolled") and diff <= LAYERS["rtol"],
             "rows": {name: {"temp": temps[name], "steps_per_s": statistics.median(rates[name]),
                             "vs_jit": harness.paired_ratio(rates[name], rates[BASELINE])["ratio"],
@@ -554,14 +558,14 @@ def markdown(section: str, data, k: int, quick: bool) -> str:
                           f"{data['rounds']} interleaved rounds of {data['calls']} calls (a report, no check)", "",
                           *bench_pack.table([data], [data["k"]])])
     if section == "layers":
-        s = data["spec"]
-        return "\n".join([f"## Rolled layers (issue 31): GPT {s['layers']}x{s['width']}, {s['batch']} x {s['seq']} tokens, "
-                          f"loss after {LAYERS['steps']} steps {'ok' if data['ok'] else '**FAILED**'} (relative "
-                          f"difference {data['loss_rel_diff']:.1e})", "",
-                          "| variant | temporaries MiB | vs jax.jit | steps/s | vs jax.jit |", "|---|---:|---:|---:|---:|"]
-                         + [f"| {name} | {harness.mib(r['temp'])} | {r['temp'] / data['rows'][BASELINE]['temp']:.2f}x | "
-                            f"{r['steps_per_s']:,.2f} | {r['vs_jit']:.2f}x |" for name, r in data["rows"].items()]
-                         + ["", f"roll-layers: {data['report']}"])
+        return "\n".join([f"## Rolled layers (issues 31 and 38): {'ok' if data['ok'] else '**FAILED**'}", "",
+                          "| model | variant | temporaries MiB | vs jax.jit | steps/s | vs jax.jit | loss rel. diff |",
+                          "|---|---|---:|---:|---:|---:|---:|"]
+                         + [f"| {model} ({m['size']}) | {name} | {harness.mib(r['temp'])} | "
+                            f"{r['temp'] / m['rows'][BASELINE]['temp']:.2f}x | {r['steps_per_s']:,.2f} | {r['vs_jit']:.2f}x | "
+                            f"{m['loss_rel_diff']:.1e}{'' if m['ok'] else ' **FAILED**'} |"
+                            for model, m in data["models"].items() for name, r in m["rows"].items()]
+                         + ["", *(f"roll-layers, {model}: {m['report']}" for model, m in data["models"].items())])
     if section == "memlimit":
         in_use = "not reported" if data["peak_bytes_in_use"] is None else harness.mib(data["peak_bytes_in_use"]) + " MiB"
         return "\n".join([f"## Memory limit (issue 39): {'ok' if data['ok'] else '**FAILED**'}", "",
@@ -658,7 +662,16 @@ class Check:
     def layers(self) -> None:
         quick = self.report["quick"]
         spec = LAYERS["quick"] if quick else self.cfg["problems"][LAYERS["full"]]
-        self.report["layers"] = rolled_layers(spec, self.rounds)
+        size = transformer.TINY if quick else transformer.ISSUE
+        step, params, batch = problem(spec)
+        models = {"GPT": (f"{spec['layers']}x{spec['width']}, {spec['batch']} x {spec['seq']} tokens",
+                          (step, lambda: fresh(params), batch))}
+        for name, build in LAYERS["models"].items():
+            step, state, batch = build(size)
+            models[name] = (f"{size['layers']}x{size['width']}, {size['batch']} x {size['seq']} tokens",
+                            (step, lambda state=state: jax.tree_util.tree_map(jnp.copy, state), batch))
+        rolled = {name: {"size": label, **rolled_layers(*built, self.rounds)} for name, (label, built) in models.items()}
+        self.report["layers"] = {"models": rolled, "ok": all(m["ok"] for m in rolled.values())}
 
     def shuffle(self) -> None:
         import bench_data

@@ -83,10 +83,15 @@ def test_quick_gpu_check_runs_on_cpu(tmp_path):
                                               for s in ("unshuffled", "shuffled")}
     assert all(r["steps_per_s"]["median"] > 0 for r in sh["results"]["variants"].values())
     assert sh["results"]["epoch_order_cpu_s"] > 0 and "## Shuffled Dataset (issue 23 item 4)" in proc.stdout
-    # layers: the GPT's blocks rolled, the loss after 3 steps within the check's tolerance of jax.jit's
+    # layers: the GPT's blocks and the flax linen and nnx GPTs' rolled, the loss after 3 steps within the
+    # check's tolerance of jax.jit's
     ly = report["layers"]
-    assert ly["rolled"] and ly["ok"] and ly["report"].startswith("rolled [0]['blocks']")
-    assert all(r["temp"] > 0 and r["steps_per_s"] > 0 for r in ly["rows"].values()) and "## Rolled layers" in proc.stdout
+    assert ly["ok"] and list(ly["models"]) == ["GPT", "flax linen GPT", "flax nnx GPT"]
+    assert ly["models"]["GPT"]["report"].startswith("rolled [0]['blocks']")
+    assert ly["models"]["flax linen GPT"]["report"].startswith("rolled [0]['params']['_LinenBlock_*']")
+    for m in ly["models"].values():
+        assert m["rolled"] and m["ok"] and all(r["temp"] > 0 and r["steps_per_s"] > 0 for r in m["rows"].values())
+    assert "## Rolled layers (issues 31 and 38): ok" in proc.stdout
 
 
 def test_sections_runs_only_those(tmp_path):

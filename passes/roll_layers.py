@@ -35,8 +35,9 @@ layer's own leaf, a value the same for all layers, another role's value at layer
 carried from the layer before or after). Recomputing a forward op reads the same operands as the
 original, so it computes the same value. A sum in the carry adds the same values in the same order and
 operand order as the unrolled adds (its first iteration selects layer L-1's value itself). Stacking,
-selecting, slicing and dynamic (update) slices only move elements. XLA may compile the loop bodies to other last bits than the unrolled ops, so the pass is
-opt-in (``compile_step(..., memory_budget=b)``), its tolerance tested.
+selecting, slicing and dynamic (update) slices only move elements. XLA may compile the loop bodies to
+other last bits than the unrolled ops, so the pass is opt-in (``compile_step(..., memory_budget=b)``),
+its tolerance tested.
 
 The pass reports what it did (and why a run did not roll) with `ModulePass.report`: in the dump
 (``roll-layers.txt``) and in ``Executable.reports``.
@@ -384,7 +385,7 @@ class Plan:
     bcarries: list = field(default_factory=list)    # backward carries (role, result, init value id)
     exports: dict = field(default_factory=dict)     # (role, result) -> layers whose value ops outside the run read
     state: dict = field(default_factory=dict)       # (role, result) of a backward role -> seed it writes in place
-    sums: dict = field(default_factory=dict)        # (role, result) of a backward role -> its sum over the layers (`_sums`)
+    sums: dict = field(default_factory=dict)        # (role, result) of a backward role -> the adds summing it (`_sum_chain`)
     outside: dict = field(default_factory=dict)     # op id -> PRE | MID | POST
 
     @classmethod

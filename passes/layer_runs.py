@@ -100,7 +100,8 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
 def keyed_runs(paths: list, types: list, first_use: list, min_length: int = 2) -> list[Run]:
     """Runs of layers held under keys that say nothing of their order (``['blocks']['cedar']``,
     ``['blocks']['alder']``, ...), where the paths propose none by an index: a family is the leaves
-    under one key of a dict or attribute, per key (a layer of two or more leaves), and the layers of
+    under one key of a dict, per key (a layer of two or more leaves; not an attribute, which names a
+    field of a class, such as an optimizer state's ``.mu`` and ``.nu``), and the layers of
     a run are the keys of alike layers (the same leaves, of the same types), in the order the step
     first reads them (`first_use[leaf]`: an op's position, or None); families with the same keys
     (an optimizer's moments mirror the parameters) are one run, in that order. Longest first.
@@ -118,7 +119,7 @@ def keyed_runs(paths: list, types: list, first_use: list, min_length: int = 2) -
             continue
         keys = tokens(path)
         for at, key in enumerate(keys):
-            if not _INDEX.fullmatch(key):
+            if key.startswith("['") and not _INDEX.fullmatch(key):
                 families.setdefault("".join(keys[:at]), {}).setdefault(key, {})["".join(keys[at + 1:])] = leaf
     found: dict = {}        # (keys, layer signature) -> {family name: {key: layer}}
     for prefix, layers in families.items():

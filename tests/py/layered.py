@@ -12,7 +12,8 @@ given), the data an argument of the step.
 * `gpt_variant`: transformer.py's GPT with an unlike first block (a stem without its residual), an
   unlike last block (an MLP of another activation), a per-layer residual scale ``1 / sqrt(2 (i + 1))``
   (depth-scaled residuals), or its blocks held in other containers (a tuple, nested lists, a dict
-  ``h_0`` .. , keys ``w1, w2 ..`` with no container, a dict of names that say nothing of the order).
+  ``h_0`` .. , keys ``w1, w2 ..`` with no container, a dict of names that say nothing of the order,
+  read in a list's order or iterated).
 """
 import equinox as eqx
 import flax.linen as nn
@@ -149,7 +150,7 @@ def gpt_variant(variant: str, layers: int, width: int, heads: int, seq: int, bat
         p["blocks"] = {f"h_{i}": b for i, b in enumerate(blocks)}
     elif variant == "numbered_keys":
         p.update({f"block{i + 1}": b for i, b in enumerate(blocks)})
-    elif variant == "named":         # no index anywhere: the leaves' uses propose the run
+    elif variant in ("named", "named_iterated"):   # no index anywhere: the leaves' uses propose the run
         p["blocks"] = {NAMES[i]: b for i, b in enumerate(blocks)}
     else:
         p["blocks"] = blocks
@@ -163,6 +164,8 @@ def gpt_variant(variant: str, layers: int, width: int, heads: int, seq: int, bat
             return [p[f"block{i + 1}"] for i in range(layers)]
         if variant == "named":
             return [p["blocks"][NAMES[i]] for i in range(layers)]
+        if variant == "named_iterated":      # the dict as jax gives it: its keys in sorted order
+            return list(p["blocks"].values())
         return list(p["blocks"])
 
     def loss(p, t):

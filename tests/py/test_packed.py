@@ -3,6 +3,8 @@ else; a `Step` called with a `PackedState` computes bitwise what `jax.jit` of th
 computes, passes only the buffers, and returns a packed state; against the unpacked program XLA's
 fusion of the slices and concatenates changes last bits of two programs (measured tolerances below),
 as it does for the pack-state pass."""
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -73,6 +75,23 @@ def test_pack_and_unpack_move_elements_only():
     assert not state["w"].is_deleted()
     with pytest.raises(TypeError, match="packed already"):
         loopfuse.pack(p)
+
+
+class _Moments(NamedTuple):
+    mu: dict
+    nu: dict
+
+
+def test_pack_layers_stacks_named_layers_in_key_order_and_no_fields_of_a_class():
+    """A dict of alike named layers (no index anywhere) is stacked leaf by leaf in its keys' order, the
+    order jax gives a step iterating it; a class's fields (an optimizer state's mu and nu) are no layers."""
+    def layer(v):
+        return {"w": jnp.full((2, 2), v, jnp.float32), "b": jnp.full(2, v, jnp.float32)}
+    p = loopfuse.pack({"blocks": {"elm": layer(1.0), "ash": layer(2.0)}}, layers=True)
+    assert [np.asarray(x).tolist() for x in p.buffers] == [[2.0, 2.0, 1.0, 1.0], [2.0] * 4 + [1.0] * 4]  # b, w
+    moments = _Moments(layer(1.0), layer(2.0))
+    assert [np.asarray(x).tolist() for x in loopfuse.pack(moments, layers=True).buffers] == \
+        [np.asarray(x).tolist() for x in loopfuse.pack(moments).buffers] == [[1.0] * 6 + [2.0] * 6]   # not stacked
 
 
 @pytest.mark.parametrize("name", NAMES)

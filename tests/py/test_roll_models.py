@@ -135,6 +135,26 @@ def test_blocks_held_in_other_containers_roll(variant):
 
 
 @pytest.mark.slow
+def test_named_layers_packed_in_key_order_roll_in_place():
+    """pack(layers=True) stacks a dict of named layers in its keys' order: a step iterating the dict
+    reads them so and rolls them in place; one reading them in another order does not roll the packed
+    state (stacking inside the call would cost more than it saves), and keeps jax.jit's results."""
+    step, state, tokens = layered.gpt_variant("named_iterated", **TINY, opt=optax.adamw(3e-4, eps=EPS))
+    packed = loopfuse.pack(fresh(state), layers=True)
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    text = call.compiled(packed, tokens).reports["roll-layers"]
+    assert text.startswith("rolled [0]['blocks'][*]") and "36 stacked leaves updated inside the backward loop" in text
+    jit_temp = jax.jit(step, donate_argnums=0).lower(state, tokens).compile().memory_analysis().temp_size_in_bytes
+    assert call.memory_stats(packed, tokens).temp < 0.6 * jit_temp
+    leaves_close(run(call, packed, tokens, 2)[0].unpack(), run(jax.jit(step), fresh(state), tokens, 2)[0])
+    step, state, tokens = layered.gpt_variant("named", **TINY, opt=optax.adamw(3e-4, eps=EPS))
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    assert call.compiled(loopfuse.pack(fresh(state), layers=True), tokens).reports["roll-layers"].startswith("did not roll")
+    leaves_close(run(call, loopfuse.pack(fresh(state), layers=True), tokens, 2)[0].unpack(),
+                 run(jax.jit(step), fresh(state), tokens, 2)[0])
+
+
+@pytest.mark.slow
 def test_an_nnx_gpt_rolls_as_a_pytree():
     step, state, tokens = transformer.nnx_gpt(**TINY, opt=optax.adamw(3e-4, eps=EPS))
     check_rolls(step, state, tokens, range(0, 4), packed=False, passes="roll-layers{force=true}")

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..passes.layer_runs import runs
+from ..passes.layer_runs import keyed_runs, runs
 from ..passes.pack_state import PackState
 from .leaves import check_same_state, is_key, is_weak, keyed, keyed_paths
 
@@ -134,9 +134,12 @@ def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS, layers: bool = Fa
     what it returns.
 
     layers: also stack each leaf of a run of alike layers (`passes.layer_runs`: a Python list of
-    layers, whatever their size) across the layers, one buffer per leaf, layer after layer: the
-    layout ``compile_step(..., memory_budget=b)`` rolls in place, so that a call neither stacks nor
-    unstacks the layers' leaves (see README, "Rolling repeated layers")."""
+    layers, whatever their size, or, where no index proposes a run, a dict of alike layers under
+    names, in key order, the order a step iterating the dict reads them) across the layers, one
+    buffer per leaf, layer after layer: the layout ``compile_step(..., memory_budget=b)`` rolls in
+    place, so that a call neither stacks nor unstacks the layers' leaves (see README, "Rolling
+    repeated layers"). A step reading named layers in another order rolls them stacked inside the
+    call instead (a copy), as it would without `layers`."""
     if isinstance(state, PackedState):
         raise TypeError("the state is packed already")
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(state)
@@ -170,10 +173,12 @@ def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS, layers: bool = Fa
 
 
 def _layer_groups(paths: list, leaves: list) -> dict:
-    """One group per leaf of each run of alike layers (`layer_runs.runs`), its layers in order."""
+    """One group per leaf of each run of alike layers (`layer_runs.runs`, or `keyed_runs` in leaf
+    order where no index proposes one), its layers in order."""
     types = [f"{x.dtype}{list(np.shape(x))}" if _packable(x, math.inf) else None for x in leaves]
     groups: dict = {}
-    for run in runs([p if t is not None else None for p, t in zip(paths, types)], types):
+    named = [p if t is not None else None for p, t in zip(paths, types)]
+    for run in runs(named, types) or keyed_runs(named, types, list(range(len(named)))):   # keys: in leaf order
         for prefix, per_layer in sorted(run.families.items()):
             for suffix in sorted(per_layer[0]):
                 group = [layer[suffix] for layer in per_layer]

@@ -669,7 +669,7 @@ class Check:
         for name, build in LAYERS["models"].items():
             step, state, batch = build(size)
             models[name] = (f"{size['layers']}x{size['width']}, {size['batch']} x {size['seq']} tokens",
-                            (step, lambda state=state: jax.tree_util.tree_map(jnp.copy, state), batch))
+                            (step, lambda state=state: copied(state), batch))
         rolled = {name: {"size": label, **rolled_layers(*built, self.rounds)} for name, (label, built) in models.items()}
         self.report["layers"] = {"models": rolled, "ok": all(m["ok"] for m in rolled.values())}
 

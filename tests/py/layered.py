@@ -102,7 +102,7 @@ def eqx_mlp(layers: int, width: int, hidden: int, batch: int, opt=None):
     return transformer.optax_step(loss, opt), (params, opt.init(params)), data
 
 
-# ---- transformer.py's GPT, varied ----------------------------------------------------------------
+# ---- a leaf every block reads ------------------------------------------------------------------
 def tied_mlp(layers: int, width: int, batch: int, opt=None):
     """x + tanh(x w_l) tied per block, ``tied`` one matrix every block reads (ALBERT-style sharing)."""
     rng = np.random.default_rng(0)
@@ -119,6 +119,7 @@ def tied_mlp(layers: int, width: int, batch: int, opt=None):
     return transformer.optax_step(loss, opt), (params, opt.init(params)), x
 
 
+# ---- transformer.py's GPT, varied ----------------------------------------------------------------
 def _stem(p: dict, x, heads: int):
     """transformer.block without its residuals: an unlike first block."""
     b, s, w = x.shape

@@ -92,8 +92,9 @@ LIT = Path(__file__).resolve().parents[1] / "lit"
 @pytest.mark.parametrize("name", ["roll-layers", "roll-layers-parts"])
 def test_the_lit_cases_rolled_equal_their_input_in_the_reference_interpreter(name):
     """Each case of the roll-layers lit tests (forced to roll; the one that does not roll too) computes,
-    under the reference interpreter, bitwise what the traced step it rolls computes: the sum of a leaf every layer reads
-    kept in the backward loop's carry (case d), one layer's value kept in a carry (case e), ..."""
+    under the reference interpreter, bitwise what the traced step it rolls computes: the sum of a leaf
+    every layer reads kept in the backward loop's carry (case d), one layer's value kept in a carry
+    (case e), ..."""
     rng = np.random.default_rng(0)
     for case in (LIT / f"{name}.mlir").read_text().split("// -----"):
         text = "\n".join(line for line in case.splitlines() if not line.startswith("//"))
@@ -218,11 +219,12 @@ def test_a_leaf_every_layer_reads_has_its_gradient_summed_in_the_backward_loop()
     value per layer is saved for a sum after the loop: the temporaries fall below jax.jit's (they were
     1.35x of them, 2.65 MB against 1.97 MB, with that sum after the loop)."""
     step, state, x = layered.tied_mlp(6, 8, 32, optax.adam(1e-3, eps=EPS))
+    packed = loopfuse.pack(state, layers=True)
     forced = loopfuse.compile_step(step, keep_aux=("loss",), donate=False, passes="roll-layers{force=true}")
-    stages = forced.lower(loopfuse.pack(state, layers=True), x)
+    stages = forced.lower(packed, x)
     assert "sums 1 over the layers" in reports(parse_module(stages["final"]).operation)["roll-layers"]
-    plain = loopfuse.compile_step(step, keep_aux=("loss",), donate=False).lower(loopfuse.pack(state, layers=True), x)
-    args = [np.asarray(a) for a in jax.tree_util.tree_leaves((loopfuse.pack(state, layers=True), x))]
+    plain = loopfuse.compile_step(step, keep_aux=("loss",), donate=False).lower(packed, x)
+    args = [np.asarray(a) for a in jax.tree_util.tree_leaves((packed, x))]
     for got, expected in zip(interpret(parse_module(stages["final"]), args),
                              interpret(parse_module(plain["final"]), args), strict=True):
         assert got.tobytes() == expected.tobytes()

@@ -8,7 +8,9 @@ step as written (donated) and fit's program on the stacked layout (``compile_ste
 process with XLA's own timers logged (``TF_CPP_MAX_VLOG_LEVEL=1``), which this script reads back: the HLO
 passes' time, the code generation's ("for CPU using JIT"), and the kernels LLVM compiled, each once: XLA:CPU
 compiles a fusion whose computation another fusion already has once, so the count is the program's distinct
-kernels. The counts are exact; the times are one compile each on a shared machine, sizes only.
+kernels, and of them the row reads and writes (the kernels XLA names after a dynamic-slice or a
+dynamic-update-slice, by the name XLA gives it). The counts are exact; the times are one compile each on
+a shared machine, sizes only.
 """
 import json
 import os
@@ -42,6 +44,7 @@ print("LOOPFUSE_COMPILE_SECONDS", time.perf_counter() - t0, file=sys.stderr)
 UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 LLVM = "kernels' LLVM"
 TIMER = re.compile(r"\] (.*?) time: ([0-9.]+) (us|ms|s) ")
+MODULE = re.compile(r"Compiled LLVM module: (\S+) time")
 
 
 def programs(name: str, size: dict) -> dict:
@@ -66,6 +69,9 @@ def xla_parts(text: str, values: dict) -> dict:
         os.unlink(f.name)
     parts = {"hlo passes": 0.0, "codegen": 0.0, LLVM: 0.0}
     kernels = 0
+    names = MODULE.findall(log)
+    rows = {"row reads": sum("dynamic-slice" in n for n in names),
+            "row writes": sum("dynamic-update-slice" in n for n in names)}
     for m in TIMER.finditer(log):
         what, seconds = m.group(1), float(m.group(2)) * UNITS[m.group(3)]
         if what.startswith("HLO pass: "):
@@ -75,7 +81,7 @@ def xla_parts(text: str, values: dict) -> dict:
         elif what.startswith("Compiled LLVM module"):
             parts[LLVM] += seconds
             kernels += 1
-    return dict(total=total, kernels=kernels, **parts)
+    return dict(total=total, kernels=kernels, **rows, **parts)
 
 
 def _child(path: str, values: dict, env: dict) -> str:
@@ -96,10 +102,11 @@ def main() -> None:
                              **xla_parts(text, values)))
             print(rows[-1], flush=True)
             out.save()
-    lines = ["| model | program | StableHLO ops | kernels | XLA compile s | logged: HLO passes s | codegen s | kernels' LLVM s (summed over threads) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['model']} | {r['side']} | {r['ops']:,} | {r['kernels']} | {r['total']:.2f} | {r['hlo passes']:.2f} | "
-              f"{r['codegen']:.2f} | {r[LLVM]:.2f} |" for r in rows]
+    lines = ["| model | program | StableHLO ops | kernels | of which row reads, writes | XLA compile s | logged: HLO passes s | "
+             "codegen s | kernels' LLVM s (summed over threads) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['model']} | {r['side']} | {r['ops']:,} | {r['kernels']} | {r['row reads']}, {r['row writes']} | "
+              f"{r['total']:.2f} | {r['hlo passes']:.2f} | {r['codegen']:.2f} | {r[LLVM]:.2f} |" for r in rows]
     out.section("\n".join(lines) + "\n", rows=rows)
     out.write()
 

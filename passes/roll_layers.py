@@ -448,8 +448,10 @@ class Plan:
         than = f", more than the ~{_kib(max(saves, 0))} of activations rolling saves"
         if not stack:
             return f"reading the packed rows of the layers left out of the run would cost {_kib(left_out)} of temporaries{than}"
-        return (f"stacking the layers' leaves inside each call would cost {_kib(stack + left_out)} of temporaries{than}; "
-                "loopfuse.pack(state, layers=True) keeps them stacked between calls")
+        hint = ("the packed state holds them in another order than the step reads them (loopfuse.pack stacks "
+                "layers held under names in their keys' order)" if any(_out_of_order(g, roles.seeds[s]) for s in seeds)
+                else "loopfuse.pack(state, layers=True) keeps them stacked between calls")
+        return f"stacking the layers' leaves inside each call would cost {_kib(stack + left_out)} of temporaries{than}; {hint}"
 
     def _classify(self) -> None:
         g, roles = self.g, self.roles
@@ -938,19 +940,33 @@ def _packed_buffer(g: Dataflow, values: list) -> tuple[int, int] | None:
     size = math.prod(ir.RankedTensorType(g.values[values[0]].type).shape)
     source, first = None, 0
     for l, v in enumerate(values):
-        op = g.owner[v]
-        if op != ARG and g.ops[op].name == "stablehlo.reshape":
-            op = g.owner[g.operands[op][0]]
-        bounds = None if op == ARG else rows(g.ops[op])
-        if bounds is None or source not in (None, g.operands[op][0]):
+        piece = _piece(g, v)
+        if piece is None or source not in (None, piece[0]):
             return None
-        source, first = g.operands[op][0], first if l else bounds[0] // size
+        (source, bounds), first = piece, first if l else piece[1][0] // size
         if bounds != ((first + l) * size, (first + l + 1) * size):
             return None
     if source is None:
         return None
     shape = ir.RankedTensorType(g.values[source].type).shape
     return (source, first) if len(shape) == 1 and shape[0] % size == 0 else None
+
+
+def _piece(g: Dataflow, v: int) -> tuple[int, tuple[int, int]] | None:
+    """(buffer, (first, last element)) where value `v` is a slice of a 1-D buffer, reshaped or not."""
+    op = g.owner[v]
+    if op != ARG and g.ops[op].name == "stablehlo.reshape":
+        op = g.owner[g.operands[op][0]]
+    bounds = None if op == ARG else rows(g.ops[op])
+    return None if bounds is None else (g.operands[op][0], bounds)
+
+
+def _out_of_order(g: Dataflow, values: list) -> bool:
+    """Whether the layers' values of one leaf are the rows of one packed buffer in another order than
+    the layers' (`_packed_buffer` finds them once sorted by their rows)."""
+    pieces = [_piece(g, v) for v in values]
+    return (_packed_buffer(g, values) is None and all(pieces)
+            and _packed_buffer(g, [v for _, v in sorted(zip([p[1] for p in pieces if p], values))]) is not None)
 
 
 def _rows(g: Dataflow, buffer: int, values: list) -> int:

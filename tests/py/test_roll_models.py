@@ -138,7 +138,7 @@ def test_blocks_held_in_other_containers_roll(variant):
 def test_named_layers_packed_in_key_order_roll_in_place():
     """pack(layers=True) stacks a dict of named layers in its keys' order: a step iterating the dict
     reads them so and rolls them in place; one reading them in another order does not roll the packed
-    state (stacking inside the call would cost more than it saves), and keeps jax.jit's results."""
+    state (stacking inside the call would cost more than it saves), says so, and keeps jax.jit's results."""
     step, state, tokens = layered.gpt_variant("named_iterated", **TINY, opt=optax.adamw(3e-4, eps=EPS))
     packed = loopfuse.pack(fresh(state), layers=True)
     call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
@@ -149,7 +149,10 @@ def test_named_layers_packed_in_key_order_roll_in_place():
     leaves_close(run(call, packed, tokens, 2)[0].unpack(), run(jax.jit(step), fresh(state), tokens, 2)[0])
     step, state, tokens = layered.gpt_variant("named", **TINY, opt=optax.adamw(3e-4, eps=EPS))
     call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
-    assert call.compiled(loopfuse.pack(fresh(state), layers=True), tokens).reports["roll-layers"].startswith("did not roll")
+    text = call.compiled(loopfuse.pack(fresh(state), layers=True), tokens).reports["roll-layers"]
+    assert text.startswith("did not roll") and text.endswith("the packed state holds them in another order than the "
+                                                             "step reads them (loopfuse.pack stacks layers held under "
+                                                             "names in their keys' order)"), text
     leaves_close(run(call, loopfuse.pack(fresh(state), layers=True), tokens, 2)[0].unpack(),
                  run(jax.jit(step), fresh(state), tokens, 2)[0])
 

@@ -9,7 +9,7 @@ process with XLA's own timers logged (``TF_CPP_MAX_VLOG_LEVEL=1``), which this s
 passes' time, the code generation's ("for CPU using JIT"), and the kernels LLVM compiled, each once: XLA:CPU
 compiles a fusion whose computation another fusion already has once, so the count is the program's distinct
 kernels, and of them the row reads and writes (the kernels XLA names after a dynamic-slice or a
-dynamic-update-slice, by the name XLA gives it). The counts are exact; the times are one compile each on
+dynamic-update-slice). The counts are exact; the times are one compile each on
 a shared machine, sizes only.
 """
 import json
@@ -68,8 +68,7 @@ def xla_parts(text: str, values: dict) -> dict:
     finally:
         os.unlink(f.name)
     parts = {"hlo passes": 0.0, "codegen": 0.0, LLVM: 0.0}
-    kernels = 0
-    names = MODULE.findall(log)
+    names = MODULE.findall(log)       # the kernels, one line each
     rows = {"row reads": sum("dynamic-slice" in n for n in names),
             "row writes": sum("dynamic-update-slice" in n for n in names)}
     for m in TIMER.finditer(log):
@@ -80,8 +79,7 @@ def xla_parts(text: str, values: dict) -> dict:
             parts["codegen"] += seconds
         elif what.startswith("Compiled LLVM module"):
             parts[LLVM] += seconds
-            kernels += 1
-    return dict(total=total, kernels=kernels, **rows, **parts)
+    return dict(total=total, kernels=len(names), **rows, **parts)
 
 
 def _child(path: str, values: dict, env: dict) -> str:

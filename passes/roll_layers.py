@@ -705,7 +705,7 @@ class _Rewrite:
         with self.outer:
             loop = rw.Loop.counted(self.length, carry=[g.values[v] for _, _, v in plan.carries],
                                    inputs=[self._history(g.values[v].type) for _, _, v in plan.carries],
-                                   saved=[self._history(self._template(r).results[j].type) for r, j in saved],
+                                   saved=[self._history(self._type(key)) for key in saved],
                                    stacks=stacked)
         i = loop.counter
         carry_in = dict(zip(plan.carries, loop.arg("carry")))
@@ -756,9 +756,9 @@ class _Rewrite:
             loop = rw.Loop.counted(L, carry=[g.values[v] for _, _, v in plan.bcarries],
                                    stacks=[self.stacked[s] for s in state],
                                    pending=[rw.row(self.stacked[s], self._at(s, last)) for s in state],  # layer L-1
-                                   sums=[rw.zeros(ir.RankedTensorType(self._template(r).results[j].type)) for r, j in sums],
-                                   picked=[rw.zeros(ir.RankedTensorType(self._template(r).results[j].type)) for r, j in picked],
-                                   exported=[self._history(self._template(r).results[j].type) for r, j in exported])
+                                   sums=[rw.zeros(self._type(key)) for key in sums],
+                                   picked=[rw.zeros(self._type(key)) for key in picked],
+                                   exported=[self._history(self._type(key)) for key in exported])
         carry_in = dict(zip(plan.bcarries, loop.arg("carry")))
         env: dict = {}
         inputs: dict = {}
@@ -792,7 +792,8 @@ class _Rewrite:
                       exported=[rw.write_row(h, env[key], layer) for h, key in zip(loop.arg("exported"), exported)],
                       sums=[_summed(loop.counter, total, env[key], plan.sums[key][0][1])
                             for total, key in zip(loop.arg("sums"), sums)],
-                      picked=[_picked(layer, kept, env[key], at) for kept, (key, at) in zip(loop.arg("picked"), picked.items())])
+                      picked=[stablehlo.SelectOp(_is(layer, at), env[key], kept).result     # one layer's value, kept
+                              for kept, (key, at) in zip(loop.arg("picked"), picked.items())])
         final = {(r, j): v for (r, j, _), v in zip(plan.bcarries, loop.result("carry"))}
         for key, total in zip(sums, loop.result("sums")):
             chain = [g.ops[op] for op, _ in plan.sums[key]]
@@ -858,6 +859,10 @@ class _Rewrite:
     def _template(self, r: int) -> ir.Operation:
         """Role `r`'s op at layer 0, which a loop body clones."""
         return self.g.ops[self.roles.template(r)]
+
+    def _type(self, key: tuple) -> ir.RankedTensorType:
+        """The type of role `key[0]`'s result `key[1]`."""
+        return ir.RankedTensorType(self._template(key[0]).results[key[1]].type)
 
     def _history(self, t: ir.Type) -> ir.Value:
         """Zeros of one value per layer (``[L, ...]``), for a loop to write row by row."""
@@ -979,16 +984,14 @@ def _summed(counter: ir.Value, total: ir.Value, value: ir.Value, k: int) -> ir.V
     """The sum so far `total` with this layer's `value` added as operand `k` of the add it replaces (the
     original's operand order), or `value` itself at the first iteration (layer L-1, where the program
     sums nothing yet): the unrolled program's additions, one for one."""
-    first = stablehlo.CompareOp(counter, rw.scalar(0), stablehlo.ComparisonDirectionAttr.get("EQ")).result
+    first = _is(counter, 0)
     added = stablehlo.AddOp(*((total, value) if k == 0 else (value, total))).result
     return stablehlo.SelectOp(first, value, added).result
 
 
-def _picked(layer: ir.Value, kept: ir.Value, value: ir.Value, at: int) -> ir.Value:
-    """`value` at layer `at`, else `kept`: a carry that keeps one layer's value for a reader after the
-    loop (in place of a row per layer)."""
-    here = stablehlo.CompareOp(layer, rw.scalar(at), stablehlo.ComparisonDirectionAttr.get("EQ")).result
-    return stablehlo.SelectOp(here, value, kept).result
+def _is(index: ir.Value, at: int) -> ir.Value:
+    """Whether the 0-d i32 `index` is `at` (a 0-d i1)."""
+    return stablehlo.CompareOp(index, rw.scalar(at), stablehlo.ComparisonDirectionAttr.get("EQ")).result
 
 
 def _shifted(index: ir.Value, first: int) -> ir.Value:

@@ -133,6 +133,7 @@ def test_packed_gpt_rolls_and_matches_jit(tmp_path):
     assert "region_analysis: off, roll-layers adds control flow of its own" in str(compiled.program)
     assert text.startswith("rolled [0]['blocks'], [1][0].mu['blocks'], [1][0].nu['blocks'] [0:4]: 4 layers")
     assert "36 stacked leaves updated inside the backward loop" in text
+    assert len(text.splitlines()) == 1, text     # no other run tried: not Adam's mu and nu as two "layers"
     new, aux = run(call, loopfuse.pack(state, layers=True), tokens, 3)
     leaves_close(new.unpack(), run(jax.jit(step), fresh(state), tokens, 3)[0])
 

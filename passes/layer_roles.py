@@ -90,7 +90,7 @@ class Roles:
     length: int
     seeds: list                          # per seed leaf: its value id at each position (a block argument)
     ops: list = field(default_factory=list)          # role -> op id at each position (None: a dead first position)
-    operands: list = field(default_factory=list)     # role -> [Operand] per operand index
+    operands: list = field(default_factory=list)     # role -> [Operand] per operand index (None: not classified yet)
     role_of: dict = field(default_factory=dict)      # op id -> (role, position)
     dropped: list = field(default_factory=list)      # why chains and roles were dropped (for the report)
     odd: Counter = field(default_factory=Counter)    # position -> operands that fit no class for want of it
@@ -118,8 +118,19 @@ class Roles:
     def remove(self, g: Dataflow, bad: set, why: str) -> None:
         """Remove the roles `bad`, saying `why` in `dropped`."""
         self.dropped += [f"{_describe(g, self.template(r))}: {why}" for r in sorted(bad)]
-        self.ops = [ops for r, ops in enumerate(self.ops) if r not in bad]
+        self._without(bad)
+
+    def _without(self, bad: set) -> None:
+        """The roles less `bad`, renumbered; the operand classes of a role that read one of them are
+        unknown again (None: `_validate` classifies them), the others' stay. A class names the one role
+        its values come from and is found from where the values' ops are placed, which removing other
+        roles does not change."""
+        keep = [r for r in range(len(self.ops)) if r not in bad]
+        new = {r: n for n, r in enumerate(keep)}
+        self.ops = [self.ops[r] for r in keep]
         self.role_of = _placed(self.ops)
+        self.operands = [None if found is None or any(isinstance(c, (Internal, Carry)) and c.role in bad for c in found)
+                         else [_renumbered(c, new) for c in found] for found in map(self.operands.__getitem__, keep)]
 
 
 def analyze(g: Dataflow, run: Run, arg_of_leaf) -> "Layout":
@@ -164,6 +175,7 @@ class Layout:
                 roles.dropped.append(f"{_describe(g, next(o for o in part if o is not None))} has its like in "
                                      f"{max(have)} of the {n} layers")
         roles.role_of = _placed(roles.ops)
+        roles.operands = [None] * len(roles.ops)
         _validate(g, roles)
         return roles
 
@@ -446,9 +458,10 @@ def _describe(g: Dataflow, op: int) -> str:
 
 # ---- 3. validation ---------------------------------------------------------------------------
 def _validate(g: Dataflow, roles: Roles) -> None:
-    """Classify every role operand; drop roles with an operand that fits no class, until none is left.
-    A class names the one role its values come from, so after a drop only the roles reading a dropped
-    role are classified again; the others' classes stay, renumbered."""
+    """Classify the role operands not classified yet (`Roles.operands`' None: every role's at first, after
+    a drop those of the roles that read a dropped one); drop roles with an operand that fits no class,
+    until none is left. A class names the one role its values come from, so after a drop only the roles
+    reading a dropped role are classified again; the others' classes stay, renumbered."""
     seed_at = {v: (s, l) for s, per in enumerate(roles.seeds) for l, v in enumerate(per)}
 
     def classes(ops: list) -> list:
@@ -456,12 +469,17 @@ def _validate(g: Dataflow, roles: Roles) -> None:
         return [_classify(g, roles, seed_at, [None if o is None else g.operands[o][k] for o in ops])
                 for k in range(len(g.operands[template]))]
 
+    def classify() -> list:
+        stale = [r for r, found in enumerate(roles.operands) if found is None]
+        for r in stale:
+            roles.operands[r] = classes(roles.ops[r])
+        return stale
+
     shared = _read_everywhere(g, roles)
     if shared:
         roles.remove(g, shared, "one of its values is read at every layer")
-    roles.operands = [classes(ops) for ops in roles.ops]
-    for r, found in enumerate(roles.operands):      # where the first failures point (not their knock-on drops)
-        for k, c in enumerate(found):
+    for r in classify():      # where the first failures point (not their knock-on drops)
+        for k, c in enumerate(roles.operands[r]):
             if c is None:
                 roles.odd.update(_odd_positions(g, roles, seed_at, [None if o is None else g.operands[o][k]
                                                                      for o in roles.ops[r]]))
@@ -475,12 +493,8 @@ def _validate(g: Dataflow, roles: Roles) -> None:
                                  f"{roles.length} layers" if roles.ops[r][0] is None else
                                  f"{_describe(g, roles.template(r))}: its operand {k} is not the same kind of value at "
                                  "every layer")
-        keep = [r for r in range(len(roles.ops)) if r not in bad]
-        new = {r: n for n, r in enumerate(keep)}
-        roles.ops = [roles.ops[r] for r in keep]
-        roles.role_of = _placed(roles.ops)
-        roles.operands = [classes(roles.ops[new[r]]) if any(isinstance(c, (Internal, Carry)) and c.role in bad for c in found)
-                          else [_renumbered(c, new) for c in found] for r, found in enumerate(roles.operands) if r in new]
+        roles._without(bad)
+        classify()
 
 
 def _read_everywhere(g: Dataflow, roles: Roles) -> set:

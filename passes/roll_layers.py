@@ -406,6 +406,7 @@ class Plan:
             if not bad:
                 break
             roles.drop(g, bad, "it reads a value computed after its loop")
+        plan._place_outside()
         if not plan.backward:
             plan.why_not = "no backward op is the same at every layer" + (
                 f" ({roles.dropped[0]}" + (f", and {len(roles.dropped) - 1} more" if len(roles.dropped) > 1 else "")
@@ -465,18 +466,40 @@ class Plan:
                     backward.add(r)
                     changed = True
         self.backward = backward
-        self.outside = {}
-        for n in range(len(g.ops)):
-            if n in roles.role_of:
+        self.outside = {}       # placed as `_misplaced` asks, every op by `_place_outside` once no role is dropped
+
+    def _where(self, n: int) -> int:
+        """Where op `n`, outside the run, runs (PRE, MID, POST): after every role and outside op whose
+        value it reads (memoized in `outside`; its operands' ops placed first, as far as it takes)."""
+        g, role_of, outside = self.g, self.roles.role_of, self.outside
+        todo = [n]
+        while todo:
+            m = todo[-1]
+            if m in outside:
+                todo.pop()
                 continue
-            where = PRE
-            for v in g.operands[n]:
+            top, where = len(todo), PRE
+            for v in g.operands[m]:
                 p = g.owner[v]
                 if p == ARG:
                     continue
-                placed = roles.role_of.get(p)
-                where = max(where, (POST if placed[0] in backward else MID) if placed else self.outside[p])
-            self.outside[n] = where
+                placed = role_of.get(p)
+                at = (POST if placed[0] in self.backward else MID) if placed is not None else outside.get(p)
+                if at is None:
+                    todo.append(p)
+                elif at > where:
+                    where = at
+                    if where == POST:      # the latest: the other operands cannot move it
+                        break
+            if where == POST or len(todo) == top:
+                outside[m] = where
+                del todo[top - 1:]
+        return outside[n]
+
+    def _place_outside(self) -> None:
+        for n in range(len(self.g.ops)):      # program order: each op's operands' ops are placed before it
+            if n not in self.roles.role_of:
+                self._where(n)
 
     def _misplaced(self) -> set:
         """Roles that read a value not ready when their loop runs: an outside value computed after
@@ -488,7 +511,7 @@ class Plan:
                 latest = MID if isinstance(c, PerLayer) or r not in self.backward else POST   # stacked before both loops
                 values = [c.value] if isinstance(c, Invariant) else [c.init] if isinstance(c, Carry) else \
                     c.values if isinstance(c, PerLayer) else []
-                if any(self.g.owner[v] != ARG and self.outside[self.g.owner[v]] >= latest for v in values):
+                if any(self.g.owner[v] != ARG and self._where(self.g.owner[v]) >= latest for v in values):
                     bad.add(r)
                 if isinstance(c, Carry) and c.backward != (c.role in self.backward):    # a carry runs in its own loop
                     bad.add(r)

@@ -253,6 +253,30 @@ def test_a_block_unlike_the_others_is_not_rolled():
     leaves_close(run(rolled(fn), fresh(state), tokens, 2), run(jax.jit(fn), fresh(state), tokens, 2))
 
 
+def test_a_drop_keeps_the_classes_a_fresh_validation_finds(monkeypatch):
+    """`Roles.drop` classifies again only the roles that read a dropped one: on the GPT with an unlike stem
+    and last block (whose tries drop roles that read values computed after their loop), each drop leaves
+    the roles, their operand classes and the odd positions that validating the remaining roles from
+    nothing finds."""
+    from copy import deepcopy
+
+    from loopfuse.passes import layer_roles
+    drops, drop = [], layer_roles.Roles.drop
+
+    def checked(self, g, bad, why):
+        fresh = deepcopy(self)
+        fresh.remove(g, bad, why)
+        fresh.operands = [None] * len(fresh.ops)
+        layer_roles._validate(g, fresh)
+        drop(self, g, bad, why)
+        assert (self.ops, self.operands, self.odd, self.dropped) == (fresh.ops, fresh.operands, fresh.odd, fresh.dropped)
+        drops.append(len(bad))
+    monkeypatch.setattr(layer_roles.Roles, "drop", checked)
+    step, state, tokens = layered.gpt_variant("stem_and_last", **transformer.TINY)
+    report(rolled(step), loopfuse.pack(fresh(state), layers=True), tokens)
+    assert len(drops) > 3, drops
+
+
 @pytest.mark.slow
 def test_a_partial_run_rolls_and_the_rest_stays():
     params = transformer.params(layers=4, width=16, heads=2, seq=8, vocab=32)

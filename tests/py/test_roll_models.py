@@ -20,7 +20,7 @@ from loopfuse.compile.mlir_context import parse_module
 from loopfuse.memory import xla_dump
 from loopfuse.passes.layer_runs import runs
 from problems import fresh
-from test_roll_layers import EPS, leaves_close, run
+from test_roll_layers import EPS, leaves_close, report as roll_report, run
 
 TINY = dict(layers=4, width=16, heads=2, seq=8, batch=2, vocab=32)
 FUZZ_DEFAULT, FUZZ_SLOW = range(3), range(3, 80)
@@ -104,8 +104,8 @@ def test_a_part_whose_layers_are_alike_but_do_not_pay_says_so():
     run's reason: one sequence of 4 tokens has too few activations to repay reading the left-out rows."""
     step, state, tokens = layered.gpt_variant("stem_and_last", **dict(TINY, layers=5, batch=1, seq=4),
                                               opt=optax.adamw(3e-4, eps=EPS))
-    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
-    report = call.compiled(loopfuse.pack(fresh(state), layers=True), tokens).reports["roll-layers"]
+    report = roll_report(loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0),
+                         loopfuse.pack(fresh(state), layers=True), tokens)
     assert rolled_runs(report) == []
     assert re.search(r"did not roll .*\[0:5\]: no backward op is the same at every layer .*; layers 1-3 are alike "
                      r"but did not roll: reading the packed rows of the layers left out of the run would cost", report)

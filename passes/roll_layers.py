@@ -104,7 +104,8 @@ class RollLayers(ModulePass):
                 indexed |= by_index
                 if not candidates:
                     break
-                g = g or Dataflow.of(block, pure, outside=[v for v, _ in found])
+                g = g or Dataflow.of(block, pure, outside=[v for v, _ in found] + (
+                    [] if block == main.body.blocks[0] else _sources([v for v, _ in found])))
                 leaves = [(g.id_of[v], path) for v, path in found]
                 if not by_index:     # runs by keys, in the order the step first reads their layers
                     candidates, _ = self._candidates(found, tried, [min((op for op, _ in g.users[v]), default=None)
@@ -981,12 +982,35 @@ def _packed_buffer(g: Dataflow, values: list) -> tuple[int, int] | None:
 
 
 def _piece(g: Dataflow, v: int) -> tuple[int, tuple[int, int]] | None:
-    """(buffer, (first, last element)) where value `v` is a slice of a 1-D buffer, reshaped or not."""
+    """(buffer, (first, last element)) where value `v` is a slice of a 1-D buffer, reshaped or not: in the
+    block, or where a value the block reads from outside it (a micro-batch body's state leaf) is made, of a
+    buffer the block also reads from outside (`_sources`)."""
     op = g.owner[v]
-    if op != ARG and g.ops[op].name == "stablehlo.reshape":
+    if op == ARG:
+        outer = _sliced(g.values[v]) if g.arg_number(v) is None else None
+        return None if outer is None or (b := g.id_of.get(outer[0])) is None else (b, outer[1])
+    if g.ops[op].name == "stablehlo.reshape":
         op = g.owner[g.operands[op][0]]
     bounds = None if op == ARG else rows(g.ops[op])
     return None if bounds is None else (g.operands[op][0], bounds)
+
+
+def _sliced(value: ir.Value) -> tuple[ir.Value, tuple[int, int]] | None:
+    """(buffer, (first, last element)) where `value` is made by a slice of a 1-D buffer, reshaped or not."""
+    if isinstance(value, ir.OpResult) and value.owner.name == "stablehlo.reshape":
+        value = value.owner.operands[0]
+    if not isinstance(value, ir.OpResult):
+        return None
+    op = value.owner.operation
+    bounds = rows(op)
+    return None if bounds is None else (op.operands[0], bounds)
+
+
+def _sources(leaves: list) -> list:
+    """The buffers the state leaves `leaves` (`state_leaves`' values) are pieces of, each once: what a
+    micro-batch body, which reads the leaves from ``@main``, reads of them to roll a packed state's layers
+    over their rows (`_stacked`)."""
+    return list(dict.fromkeys(found[0] for v in leaves if (found := _sliced(v)) is not None))
 
 
 def _out_of_order(g: Dataflow, values: list) -> bool:

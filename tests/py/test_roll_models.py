@@ -234,3 +234,18 @@ def test_one_slice_at_a_time_runs_through_the_rolled_loops():
               and ir.RankedTensorType(op.results[0].type).shape[0] == TINY["layers"]]
     assert any(op.name == "stablehlo.while" for op in inside) and not stacks      # stacked before it, once
     leaves_close(run(call, fresh(state), tokens, 2)[0], run(jax.jit(step), fresh(state), tokens, 2)[0])
+
+
+def test_a_packed_state_rolls_over_its_rows_inside_a_micro_batch_loop():
+    """A micro-batch loop's body reads a packed state's pieces from ``@main``: roll-layers finds them there as
+    rows of their buffers, so rolling them stacks nothing. The tied model (its activations smaller than its
+    stacked leaves) rolls packed with micro-batches, below the temporaries of its unrolled micro-batch program,
+    within the tolerance of jax.jit; given leaf by leaf it does not (stacking would cost more than it saves)."""
+    step, state, batch = layered.tied_mlp(layers=8, width=64, batch=64, opt=optax.adam(1e-2, eps=EPS))
+    packed = loopfuse.pack(fresh(state), layers=True)
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, micro_batches=4)
+    assert rolled_runs(call.compiled(packed, batch).reports["roll-layers"]) == [range(0, 8)]
+    assert rolled_runs(roll_report(call, fresh(state), batch)) == []
+    unrolled = loopfuse.compile_step(step, keep_aux=("loss",), micro_batches=4)
+    assert call.memory_stats(packed, batch).temp < 0.95 * unrolled.memory_stats(packed, batch).temp
+    leaves_close(run(call, packed, batch, 2)[0].unpack(), run(jax.jit(step), fresh(state), batch, 2)[0])

@@ -11,7 +11,9 @@ chain, with the features users write around such a loop, and says which layers m
   unlike last block; the first block always reads the data (its input has no gradient);
 * a *must-not* layer: one middle block with an extra op (the others lack it), which no rolled run
   may contain (the alike layers on either side of it may roll);
-* a random optax optimizer, a memory budget of 0 or 0.5, the state as a pytree or packed.
+* a random optax optimizer, a memory budget of 0 or 0.5, the state as a pytree or packed; in 70%
+  of the models whose blocks have no ``lax.cond`` or loop (which micro-batch does not cut), the batch cut
+  into micro-batches (`Model.slices`), the layers rolled inside the micro-batch loop's body.
 
 `Model.alike` lists the longest ranges of alike layers (a rolled run should cover one of them, but
 for its first layer where that is the network's first: the data it reads needs no gradient, so jax
@@ -49,6 +51,7 @@ class Model:
     forbidden: set = field(default_factory=set)     # layers no rolled run may contain
     budget: float = 0.0
     packed: bool = False
+    slices: int = 1                  # micro-batches: the layers roll inside the micro-batch loop's body
     about: str = ""
 
 
@@ -127,10 +130,13 @@ def model(seed: int) -> Model:
     alike = [range(a, b) for a, b in ranges if b - a == longest and longest >= 2]
     data = {"x": rng.normal(size=(batch, width)).astype(np.float32),
             "y": rng.normal(size=(batch, 1)).astype(np.float32)}
+    budget, packed = float(rng.choice([0.0, 0.5])), bool(rng.integers(2))
+    cuttable = not {"cond", "loop"} & set(steps)         # micro-batch does not cut a branch or loop on the batch
+    slices = batch if cuttable and rng.random() < 0.7 else 1
     about = (f"seed {seed}: {layers} layers of {steps} ({act}, residual {residual}), shared {shared}, scaled "
-             f"{scaled}, stem {stem}, head {head}, odd layer {odd}, {opt_name}")
+             f"{scaled}, stem {stem}, head {head}, odd layer {odd}, {opt_name}, {slices} slice(s)")
     return Model(seed, step, (params, opt.init(params)), data, layers, alike, {odd} - {None},
-                 budget=float(rng.choice([0.0, 0.5])), packed=bool(rng.integers(2)), about=about)
+                 budget=budget, packed=packed, slices=slices, about=about)
 
 
 def covers(rolled: range, m: Model) -> bool:

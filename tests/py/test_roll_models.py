@@ -23,7 +23,8 @@ from problems import fresh
 from test_roll_layers import EPS, leaves_close, report as roll_report, run
 
 TINY = dict(layers=4, width=16, heads=2, seq=8, batch=2, vocab=32)
-FUZZ_DEFAULT, FUZZ_SLOW = range(3), range(3, 80)
+FUZZ_DEFAULT = (0, 1, 43)                                      # seed 43: packed, micro-batches
+FUZZ_SLOW = [s for s in range(80) if s not in FUZZ_DEFAULT]
 
 
 def rolled_runs(report: str) -> list[range]:
@@ -167,7 +168,8 @@ def fuzz_case(seed: int):
     """(rolled runs, whether the model rolls what it should) of fuzz model `seed`, after checking it
     against jax.jit within the tolerance and that no run holds a layer unlike the others."""
     m = layer_fuzz.model(seed)
-    call = loopfuse.compile_step(m.step, passes=f"roll-layers{{memory-budget={m.budget} force=true}}",
+    cut = f"micro-batch{{slices={m.slices}}}," if m.slices > 1 else ""
+    call = loopfuse.compile_step(m.step, passes=f"{cut}roll-layers{{memory-budget={m.budget} force=true}}",
                                  keep_aux=("loss",))
     s = loopfuse.pack(fresh(m.state), layers=True) if m.packed else fresh(m.state)
     report = call.compiled(s, m.batch).reports["roll-layers"]
@@ -187,13 +189,17 @@ def test_generated_layered_models_roll_within_the_tolerance(seed):
 @pytest.mark.slow
 def test_most_generated_models_worth_rolling_roll():
     """Over the slow seeds: every model within the tolerance, no unlike layer in a rolled run, and at
-    least 90% of the models with two or more alike layers roll them (96% at 80 seeds today)."""
-    worth = rolled = 0
+    least 90% of the models with two or more alike layers roll them (59 of 62 today); of those whose batch
+    is cut into micro-batches, at least 40% (6 of 13 today: inside the micro-batch loop's body, the ops
+    micro-batch computed once before it from a layer's leaves alone, a gate's sigmoid or a norm's broadcast
+    scale, leave the body's layers with no op that reads their leaves, so nothing is found to roll)."""
+    worth, rolled = [0, 0], [0, 0]          # [whole batch, micro-batches]
     for seed in FUZZ_SLOW:
         m, rolls = fuzz_case(seed)
-        worth += bool(m.alike)
-        rolled += bool(m.alike) and rolls
-    assert rolled >= 0.9 * worth, (rolled, worth)
+        cut = m.slices > 1
+        worth[cut] += bool(m.alike)
+        rolled[cut] += bool(m.alike) and rolls
+    assert rolled[0] >= 0.9 * worth[0] and rolled[1] >= 0.4 * worth[1], (rolled, worth)
 
 
 def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monkeypatch):

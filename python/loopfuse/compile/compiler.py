@@ -145,7 +145,8 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
                              plan.options.donate, plan.xla, plan.passes, seconds)
     refused = built.reports.get("micro-batch", "")
     if refused.startswith("did not"):
-        warnings.warn(f"loopfuse: micro_batches={plan.options.micro_batches} not applied, the step runs on the "
+        asked = "the micro-batch pass" if plan.options.micro_batches is None else f"micro_batches={plan.options.micro_batches}"
+        warnings.warn(f"loopfuse: {asked} not applied, the step runs on the "
                       f"whole batch: {refused}", stacklevel=2)
     return built
 

@@ -498,6 +498,7 @@ class Plan:
         return outside[n]
 
     def _place_outside(self) -> None:
+        """Place every op outside the run (`outside`: what the rewrite moves), once no role is dropped."""
         for n in range(len(self.g.ops)):      # program order: each op's operands' ops are placed before it
             if n not in self.roles.role_of:
                 self._where(n)

@@ -986,14 +986,8 @@ def _piece(g: Dataflow, v: int) -> tuple[int, tuple[int, int]] | None:
     """(buffer, (first, last element)) where value `v` is a slice of a 1-D buffer, reshaped or not: in the
     block, or where a value the block reads from outside it (a micro-batch body's state leaf) is made, of a
     buffer the block also reads from outside (`_sources`)."""
-    op = g.owner[v]
-    if op == ARG:
-        outer = _sliced(g.values[v]) if g.arg_number(v) is None else None
-        return None if outer is None or (b := g.id_of.get(outer[0])) is None else (b, outer[1])
-    if g.ops[op].name == "stablehlo.reshape":
-        op = g.owner[g.operands[op][0]]
-    bounds = None if op == ARG else rows(g.ops[op])
-    return None if bounds is None else (g.operands[op][0], bounds)
+    found = _sliced(g.values[v])
+    return None if found is None or (b := g.id_of.get(found[0])) is None else (b, found[1])
 
 
 def _sliced(value: ir.Value) -> tuple[ir.Value, tuple[int, int]] | None:

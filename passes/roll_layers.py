@@ -104,8 +104,7 @@ class RollLayers(ModulePass):
                 indexed |= by_index
                 if not candidates:
                     break
-                g = g or Dataflow.of(block, pure, outside=[v for v, _ in found] + (
-                    [] if block == main.body.blocks[0] else _sources([v for v, _ in found])))
+                g = g or Dataflow.of(block, pure, outside=[v for v, _ in found] + _sources([v for v, _ in found]))
                 leaves = [(g.id_of[v], path) for v, path in found]
                 if not by_index:     # runs by keys, in the order the step first reads their layers
                     candidates, _ = self._candidates(found, tried, [min((op for op, _ in g.users[v]), default=None)
@@ -1004,7 +1003,7 @@ def _sliced(value: ir.Value) -> tuple[ir.Value, tuple[int, int]] | None:
 def _sources(leaves: list) -> list:
     """The buffers the state leaves `leaves` (`state_leaves`' values) are pieces of, each once: what a
     micro-batch body, which reads the leaves from ``@main``, reads of them to roll a packed state's layers
-    over their rows (`_stacked`)."""
+    over their rows (`_stacked`); in ``@main`` its arguments, numbered already."""
     return list(dict.fromkeys(found[0] for v in leaves if (found := _sliced(v)) is not None))
 
 

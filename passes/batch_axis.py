@@ -37,7 +37,7 @@ from .dataflow import ARG, Dataflow
 from .dead_code import first_effect, has_side_effects
 from .functions import arg_attrs, enclosing_module
 from .locations import described
-from .matchers import slice_attrs, splat, splat_value
+from .matchers import ELEMENTWISE, slice_attrs, splat, splat_value
 from .module_pass import PassError
 from .vocabulary import SDY_SHARDING, SHARDINGS, STATE, STEP_INDEX, STOPPED
 
@@ -228,14 +228,6 @@ def _hoist(plan: Plan, pure: frozenset) -> list[int]:
 
 
 # ---- the rules ---------------------------------------------------------------------------------------
-_ELEMENTWISE = frozenset([f"stablehlo.{n}" for n in (
-    "abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros divide exponential "
-    "exponential_minus_one floor imag is_finite log log_plus_one logistic maximum minimum multiply negate not or "
-    "popcnt power real reduce_precision remainder round_nearest_afz round_nearest_even rsqrt select shift_left "
-    "shift_right_arithmetic shift_right_logical sign sine sqrt subtract tan tanh xor").split()]
-    + [f"chlo.{n}" for n in ("acos acosh asin asinh atan atanh bessel_i1e conj cosh digamma erf erf_inv erfc "
-                             "is_inf is_neg_inf is_pos_inf lgamma next_after polygamma sinh square tan zeta").split()]
-    + ["sdy.sharding_constraint"])
 COMBINE = {"stablehlo.add": stablehlo.AddOp, "stablehlo.maximum": stablehlo.MaxOp,   # a reduction's op -> its class
            "stablehlo.minimum": stablehlo.MinOp, "stablehlo.and": stablehlo.AndOp, "stablehlo.or": stablehlo.OrOp}
 
@@ -244,7 +236,7 @@ def _rule(op: ir.Operation, split: dict) -> Cut:
     """Where `op`'s results are split given its split operands (`split`: operand index -> dim), and
     which operands a slice reads cut; `Refusal` where no rule holds."""
     name = op.name
-    if name in _ELEMENTWISE or name == "stablehlo.bitcast_convert" and _shape(op.operands[0]) == _shape(op.result):
+    if name in ELEMENTWISE or name == "stablehlo.bitcast_convert" and _shape(op.operands[0]) == _shape(op.result):
         d = next(iter(split.values()))
         rank = len(_shape(op.results[0]))
         return Cut((d,) * len(op.results), tuple(d if len(_shape(v)) == rank else None for v in op.operands))

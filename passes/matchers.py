@@ -3,6 +3,15 @@ a splat, the rows a slice takes)."""
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+# the ops that compute each element of their result from their operands' elements at its index
+ELEMENTWISE = frozenset([f"stablehlo.{n}" for n in (
+    "abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros divide exponential "
+    "exponential_minus_one floor imag is_finite log log_plus_one logistic maximum minimum multiply negate not or "
+    "popcnt power real reduce_precision remainder round_nearest_afz round_nearest_even rsqrt select shift_left "
+    "shift_right_arithmetic shift_right_logical sign sine sqrt subtract tan tanh xor").split()]
+    + [f"chlo.{n}" for n in ("acos acosh asin asinh atan atanh bessel_i1e conj cosh digamma erf erf_inv erfc "
+                             "is_inf is_neg_inf is_pos_inf lgamma next_after polygamma sinh square tan zeta").split()]
+    + ["sdy.sharding_constraint"])
 
 def producer(value: ir.Value, op_class: type | None = None) -> ir.Operation | None:
     """The op that defines `value` (None for a block argument), if it is an `op_class` when given."""

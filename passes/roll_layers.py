@@ -46,7 +46,6 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import cmp_to_key
-from typing import ClassVar
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
@@ -59,6 +58,7 @@ from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
 from .layer_runs import keyed_runs, runs
 from .module_pass import ModulePass, option
+from .sink_leaf_ops import sink
 from . import rewriter as rw
 from . import xla_cpu
 from .rewriter import Builder
@@ -82,8 +82,6 @@ class RollLayers(ModulePass):
     force: bool = option(False, "roll a state given leaf by leaf also where stacking its layers' leaves inside "
                                 "the call costs more temporaries than the activations rolling saves")
 
-    after_cse: ClassVar[bool] = True     # per-layer copies of a constant must be one value
-
     def adds_control_flow(self) -> bool:
         return self.memory_budget < 1.0
 
@@ -94,6 +92,8 @@ class RollLayers(ModulePass):
         else:
             main = main_func(module_op)
             block = layers_block(main)
+            sunk = sink(main, block, [v for v, _ in state_leaves(main)])   # each layer's ops read its leaves
+            rolled = False
             tried: set = set()       # the leaf paths of the runs tried so far
             pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
             g = None                 # the block's Dataflow, read again after each rewrite
@@ -122,12 +122,17 @@ class RollLayers(ModulePass):
                                 "ops differ from the others'" if left else ""))
                 g.merge()
                 written = _rewrite(g, plan)
+                rolled = True
                 fold_slices(main.operation)
                 if written is not None:
                     write_in_place(main.body.blocks[0], written)
                 g, pure = None, None
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one index or key")
+            if sunk is not None and rolled:
+                sunk.finish([v for v, _ in state_leaves(main)])
+            elif sunk is not None:
+                sunk.undo()
         self.report(module_op, "\n".join(lines))
 
     def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list):
@@ -210,8 +215,9 @@ def _all_alike(plan: "Plan") -> bool:
 
 def layers_block(main: func.FuncOp) -> ir.Block:
     """The block that holds the layers' ops: ``@main``'s, or the body of its micro-batch loop (one
-    slice's loss and gradient, `micro_batch`), which reads the state leaves from ``@main``; there the
-    gradients leave the loops for the slices' sums, and the update runs after the micro-batch loop."""
+    slice's loss and gradient, `micro_batch`), which reads the state leaves from ``@main`` (and what
+    micro-batch computed from them alone before its loop, sunk back into it first: `sink_leaf_ops`); there
+    the gradients leave the loops for the slices' sums, and the update runs after the micro-batch loop."""
     entry = main.body.blocks[0]
     for op in entry.operations:
         if MICRO_BATCH in op.operation.attributes:

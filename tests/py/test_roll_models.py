@@ -189,17 +189,15 @@ def test_generated_layered_models_roll_within_the_tolerance(seed):
 @pytest.mark.slow
 def test_most_generated_models_worth_rolling_roll():
     """Over the slow seeds: every model within the tolerance, no unlike layer in a rolled run, and at
-    least 90% of the models with two or more alike layers roll them (59 of 62 today); of those whose batch
-    is cut into micro-batches, at least 40% (6 of 13 today: inside the micro-batch loop's body, the ops
-    micro-batch computed once before it from a layer's leaves alone, a gate's sigmoid or a norm's broadcast
-    scale, leave the body's layers with no op that reads their leaves, so nothing is found to roll)."""
+    least 90% of the models with two or more alike layers roll them, with the whole batch (59 of 62 today)
+    and with micro-batches (13 of 13 today)."""
     worth, rolled = [0, 0], [0, 0]          # [whole batch, micro-batches]
     for seed in FUZZ_SLOW:
         m, rolls = fuzz_case(seed)
         cut = m.slices > 1
         worth[cut] += bool(m.alike)
         rolled[cut] += bool(m.alike) and rolls
-    assert rolled[0] >= 0.9 * worth[0] and rolled[1] >= 0.4 * worth[1], (rolled, worth)
+    assert rolled[0] >= 0.9 * worth[0] and rolled[1] >= 0.9 * worth[1], (rolled, worth)
 
 
 def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monkeypatch):
@@ -240,6 +238,45 @@ def test_one_slice_at_a_time_runs_through_the_rolled_loops():
               and ir.RankedTensorType(op.results[0].type).shape[0] == TINY["layers"]]
     assert any(op.name == "stablehlo.while" for op in inside) and not stacks      # stacked before it, once
     leaves_close(run(call, fresh(state), tokens, 2)[0], run(jax.jit(step), fresh(state), tokens, 2)[0])
+
+
+def _gated(layers: int, odd: int | None = None):
+    """x0 = x * v; x_{l+1} = x_l + tanh(x_l * sigmoid(g_l)) (cos of it at layer `odd`); loss sum(x_L); SGD.
+    Nothing but a sigmoid reads g_l, and micro-batch computes it before its loop (it does not read the batch)."""
+    def loss(p, x):
+        x = x * p["v"]
+        for l, g in enumerate(p["g"]):
+            h = jax.numpy.tanh(x * jax.nn.sigmoid(g))
+            x = x + (jax.numpy.cos(h) if l == odd else h)
+        return jax.numpy.sum(x)
+
+    def step(p, x):
+        value, grads = jax.value_and_grad(loss)(p, x)
+        return jax.tree.map(lambda a, b: a - 0.1 * b, p, grads), {"loss": value}
+    state = {"v": jax.numpy.full((2,), 0.7), "g": [jax.numpy.full((2,), 0.5 * (l + 1)) for l in range(layers)]}
+    return step, state, jax.numpy.linspace(-1.0, 1.0, 8).reshape(4, 2)
+
+
+def test_layers_whose_leaves_micro_batch_reads_before_its_loop_roll_inside_it():
+    """micro-batch computes a layer's sigmoid(g_l) once, before its loop; roll-layers sinks it back into the
+    body (`sink_leaf_ops`), so the layers roll there, within the tolerance of jax.jit."""
+    step, state, x = _gated(3)
+    call = loopfuse.compile_step(step, keep_aux=("loss",), passes="micro-batch{slices=2},roll-layers{force=true}")
+    assert rolled_runs(call.compiled(fresh(state), x).reports["roll-layers"]) == [range(0, 3)]
+    leaves_close(run(call, fresh(state), x, 2)[0], run(jax.jit(step), fresh(state), x, 2)[0])
+
+
+def test_where_nothing_rolls_the_micro_batch_body_is_put_back():
+    """The sunk ops go back where micro-batch put them when no run rolls: the program is micro-batch's."""
+    step, state, x = _gated(3, odd=1)
+
+    def program(passes):
+        call = loopfuse.compile_step(step, keep_aux=("loss",), passes=passes)
+        return call.lower(fresh(state), x)["final"].split("\n", 1)[1], call.compiled(fresh(state), x).reports
+
+    rolled, reports = program("micro-batch{slices=2},roll-layers{force=true}")
+    assert rolled_runs(reports["roll-layers"]) == [] and "did not roll" in reports["roll-layers"]
+    assert rolled == program("micro-batch{slices=2}")[0]
 
 
 def test_a_packed_state_rolls_over_its_rows_inside_a_micro_batch_loop():

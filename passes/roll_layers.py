@@ -92,7 +92,9 @@ class RollLayers(ModulePass):
         else:
             main = main_func(module_op)
             block = layers_block(main)
-            sunk = sink(main, block, [v for v, _ in state_leaves(main)])   # each layer's ops read its leaves
+            # in a micro-batch body, the ops micro-batch moved before its loop back in it: each layer's
+            # ops read its leaves (`sink_leaf_ops`)
+            sunk = sink(main, block, [v for v, _ in state_leaves(main)])
             rolled = False
             tried: set = set()       # the leaf paths of the runs tried so far
             pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
@@ -130,7 +132,7 @@ class RollLayers(ModulePass):
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one index or key")
             if sunk is not None and rolled:
-                sunk.finish([v for v, _ in state_leaves(main)])
+                sunk.finish()
             elif sunk is not None:
                 sunk.undo()
         self.report(module_op, "\n".join(lines))
@@ -215,9 +217,8 @@ def _all_alike(plan: "Plan") -> bool:
 
 def layers_block(main: func.FuncOp) -> ir.Block:
     """The block that holds the layers' ops: ``@main``'s, or the body of its micro-batch loop (one
-    slice's loss and gradient, `micro_batch`), which reads the state leaves from ``@main`` (and what
-    micro-batch computed from them alone before its loop, sunk back into it first: `sink_leaf_ops`); there
-    the gradients leave the loops for the slices' sums, and the update runs after the micro-batch loop."""
+    slice's loss and gradient, `micro_batch`), which reads the state leaves from ``@main``; there the
+    gradients leave the loops for the slices' sums, and the update runs after the micro-batch loop."""
     entry = main.body.blocks[0]
     for op in entry.operations:
         if MICRO_BATCH in op.operation.attributes:

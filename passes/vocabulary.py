@@ -22,6 +22,7 @@ SHARDINGS = (SDY_SHARDING, "mhlo.sharding")  # arg/result: a leaf's sharding, Sh
 
 # ---- attributes on ops ----------------------------------------------------------------------------
 MICRO_BATCH = "loopfuse.micro_batch"  # stablehlo.while, i32: the loop micro-batch builds, over that many slices
+SUNK = "loopfuse.sunk"                # unit, only while roll-layers runs: an op `sink_leaf_ops` cloned into a loop body
 
 # ---- values of attributes -------------------------------------------------------------------------
 TOKEN_PATH = "<effect token {}>"    # the STATE of the N-th ordered-effect token argument and result

@@ -1,4 +1,5 @@
 // RUN: loopfuse-opt %s --split-input-file --pass-pipeline='builtin.module(micro-batch{slices=2},roll-layers{force=true})' | filecheck %s
+// RUN: loopfuse-opt %s --split-input-file --pass-pipeline='builtin.module(micro-batch{slices=2},roll-layers{force=true})' | not grep loopfuse.sunk
 
 // Each case is a traced SGD step of x0 = x * v; x_{l+1} = x_l + f_l(tanh(x_l * sigmoid(g_l))); loss = sum(x_L)
 // over three layers ['g'][l] (jax's own lowering, cut to @main), cut into two micro-batches, then rolled.
@@ -8,12 +9,16 @@
 // (a) f_l = identity at every layer: the sunk sigmoids roll with their layers. Inside the micro-batch
 // loop, the rolled loops compute sigmoid from each layer's row of the stacked leaves. The constants
 // sink with them (the layers' copies of 1.0 are one value in the body): the leaves are the one stack.
+// What sank but rolled with no layer (v's broadcast) goes back before the loop, as micro-batch had it.
 // CHECK-LABEL: module
 // CHECK-SAME: "loopfuse.report.roll-layers" = "rolled ['g'] [0:3]: 3 layers of 17 ops each (10 forward, 7 backward)
 // CHECK: stablehlo.concatenate {{.*}} -> tensor<3x2xf32>
 // CHECK-NOT: stablehlo.concatenate
+// CHECK: %[[V:[0-9]+]] = stablehlo.broadcast_in_dim %arg3, dims = [1]
 // CHECK: stablehlo.while{{.*}}attributes {loopfuse.micro_batch = 2 : i32}
 // CHECK: } do {
+// CHECK-NOT: %arg3
+// CHECK: stablehlo.broadcast_in_dim %[[V]], dims = [0, 1] : (tensor<1x2xf32>) -> tensor<2x2xf32>
 // CHECK-NOT: stablehlo.negate %{{[a-z0-9_]+}} : tensor<2xf32>
 // CHECK: stablehlo.while
 // CHECK: } do {

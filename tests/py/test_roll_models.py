@@ -257,13 +257,17 @@ def _gated(layers: int, odd: int | None = None):
     return step, state, jax.numpy.linspace(-1.0, 1.0, 8).reshape(4, 2)
 
 
-def test_layers_whose_leaves_micro_batch_reads_before_its_loop_roll_inside_it():
+@pytest.mark.parametrize("packed", [False, True])
+def test_layers_whose_leaves_micro_batch_reads_before_its_loop_roll_inside_it(packed):
     """micro-batch computes a layer's sigmoid(g_l) once, before its loop; roll-layers sinks it back into the
-    body (`sink_leaf_ops`), so the layers roll there, within the tolerance of jax.jit."""
+    body (`sink_leaf_ops`), so the layers roll there, within the tolerance of jax.jit, given leaf by leaf
+    or packed."""
     step, state, x = _gated(3)
     call = loopfuse.compile_step(step, keep_aux=("loss",), passes="micro-batch{slices=2},roll-layers{force=true}")
-    assert rolled_runs(call.compiled(fresh(state), x).reports["roll-layers"]) == [range(0, 3)]
-    leaves_close(run(call, fresh(state), x, 2)[0], run(jax.jit(step), fresh(state), x, 2)[0])
+    s = loopfuse.pack(fresh(state), layers=True) if packed else fresh(state)
+    assert rolled_runs(call.compiled(s, x).reports["roll-layers"]) == [range(0, 3)]
+    got = run(call, s, x, 2)[0]
+    leaves_close(got.unpack() if packed else got, run(jax.jit(step), fresh(state), x, 2)[0])
 
 
 def test_where_nothing_rolls_the_micro_batch_body_is_put_back():

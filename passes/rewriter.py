@@ -330,13 +330,15 @@ class Loop:
 
 def recarried(loop: ir.Operation, kept: Sequence[int], added: Sequence[ir.Value]) -> ir.Operation:
     """A new ``stablehlo.while`` before `loop` over its carried values at positions `kept` and then
-    `added`, `loop`'s condition and body blocks moved into it with one new argument per added value
-    (appended). The caller rewires the blocks (their arguments at the other positions are still
-    there, to be replaced and erased), the body's return and the uses of `loop`'s results, then
-    erases `loop`."""
+    `added`, with `loop`'s attributes, `loop`'s condition and body blocks moved into it with one new
+    argument per added value (appended). The caller rewires the blocks (their arguments at the other
+    positions are still there, to be replaced and erased), the body's return and the uses of `loop`'s
+    results, then erases `loop`."""
     init = [loop.operands[k] for k in kept] + list(added)
     with ir.InsertionPoint(loop), loop.location:
         new = stablehlo.WhileOp([v.type for v in init], init).operation
+    for named in [loop.attributes[i] for i in range(len(loop.attributes))]:
+        new.attributes[named.name] = named.attr
     for r in range(2):
         block = loop.regions[r].blocks[0]
         block.append_to(new.regions[r])

@@ -17,7 +17,10 @@ same at every layer) and rewrites the step as
   the stacked leaves, so no stacked gradient exists; the gradient of a value every layer reads (a
   leaf shared by the blocks), which jax sums over the layers in the backward order, summed in the
   loop's carry, add for add (`Plan._sum_chain`), its update after the loop; a value the ops after
-  the loops read at one layer only kept in a carry of its own, not in a row per layer;
+  the loops read at one layer only kept in a carry of its own, not in a row per layer; inside a
+  micro-batch loop's body, a gradient the body adds to its slices' sum layer by layer (one carry of
+  the micro-batch loop per layer) added to its row of one stacked carry instead, in the backward loop,
+  in place (`Plan._accumulated`): the rows and the sums are one buffer;
 * the new state leaves sliced out of the stacked ones.
 
 ``memory-budget`` chooses what the forward loop saves besides the layer inputs: 0.0 saves nothing
@@ -52,7 +55,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 
 from .canonicalize import fold_slices
 from .functions import arg_attrs, main_func, result_attrs, string_attr
-from .matchers import rows, sliced_rows
+from .matchers import rows, sliced_rows, splat_value
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
@@ -129,10 +132,11 @@ class RollLayers(ModulePass):
                 if written is not None:
                     write_in_place(main.body.blocks[0], written)
                 g, pure = None, None
+                block = layers_block(main)     # its loop may be a new one (`_Rewrite.accumulate_in_place`)
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one index or key")
             if sunk is not None and rolled:
-                sunk.finish()
+                sunk.finish(block)
             elif sunk is not None:
                 sunk.undo()
         self.report(module_op, "\n".join(lines))
@@ -393,6 +397,7 @@ class Plan:
     exports: dict = field(default_factory=dict)     # (role, result) -> layers whose value ops outside the run read
     state: dict = field(default_factory=dict)       # (role, result) of a backward role -> seed it writes in place
     sums: dict = field(default_factory=dict)        # (role, result) of a backward role -> the adds summing it (`_sum_chain`)
+    accumulated: dict = field(default_factory=dict)  # (role, result) of a backward role -> the adds of its slices' sums
     outside: dict = field(default_factory=dict)     # op id -> PRE | MID | POST
 
     @classmethod
@@ -556,7 +561,9 @@ class Plan:
                 self.state[key] = seeds.pop()
         self.sums = {key: chain for key in self.exports if key[0] in self.backward and key not in self.state
                      and (chain := self._sum_chain(*key)) is not None}
-        for chain in self.sums.values():
+        self.accumulated = {key: adds for key in self.exports if key[0] in self.backward and key not in self.state
+                            and key not in self.sums and (adds := self._accumulated(*key)) is not None}
+        for chain in [*self.sums.values(), *self.accumulated.values()]:
             for op, _ in chain:
                 del self.outside[op]
 
@@ -586,6 +593,30 @@ class Plan:
             chain.append((op, g.operands[op].index(total)))
             total = g.results[op][0]
         return chain if len({k for _, k in chain}) == 1 else None     # the loop's one add: one operand order
+
+    def _accumulated(self, r: int, j: int) -> list | None:
+        """In a micro-batch loop's body, the adds that sum backward role `r`'s result `j` over the slices,
+        layer by layer (`micro_batch`'s partial sums): at every layer, the value's one reader an add of it
+        and a carried value of the body that only that add reads, the add's result that carried value's
+        next one, as the same operand of each: [(add op id, the operand index of the carried value)] for
+        layers 0 .. L-1, or None. The backward loop adds each layer's value to its row of one stacked
+        carry of the micro-batch loop instead (`_Rewrite.accumulate_in_place`)."""
+        g, roles = self.g, self.roles
+        if MICRO_BATCH not in g.block.owner.operation.attributes or None in roles.ops[r]:
+            return None
+        ret = len(g.ops) - 1
+        adds = []
+        for o in roles.ops[r]:
+            v = g.results[o][j]
+            if len(g.users[v]) != 1 or g.ops[op := g.users[v][0][0]].name != "stablehlo.add":
+                return None
+            k = 1 - g.users[v][0][1]
+            carried = g.operands[op][k]
+            n = g.arg_number(carried)
+            if not n or g.users[carried] != [(op, k)] or g.users[g.results[op][0]] != [(ret, n)]:
+                return None
+            adds.append((op, k))
+        return adds if len({k for _, k in adds}) == 1 else None
 
     def _loops(self) -> None:
         """Which forward roles each loop runs, and what the forward loop saves (see `memory_budget`)."""
@@ -645,6 +676,8 @@ class Plan:
                 f"op(s), carries {len(self.bcarries)} value(s)")
         if self.sums:
             text += f" and sums {len(self.sums)} over the layers (the gradient of a value every layer reads)"
+        if self.accumulated:
+            text += f"; adds {len(self.accumulated)} per layer to the slices' sums, in place in stacks the micro-batch loop carries"
         if self.saved:
             text += f"; also saved per layer: {len(self.saved)} value(s) of {_kib(saved)} (memory budget {self.budget:g})"
         text += (f"; {updated} stacked leaves updated inside the backward loop" if updated else
@@ -696,6 +729,7 @@ def _rewrite(g: Dataflow, plan: Plan) -> ir.Operation | None:
     rewrite.move(POST)
     for o in sorted((o for ops in plan.roles.ops for o in ops if o is not None), reverse=True):
         g.ops[o].erase()
+    rewrite.accumulate_in_place()
     return rewrite.written
 
 
@@ -718,6 +752,8 @@ class _Rewrite:
         self.written: ir.Operation | None = None     # the loop whose results are the stacks' new values
         self.inputs: dict = {}       # forward carry (role, result, init) -> its value at every layer, stacked
         self.saved: dict = {}        # (role, result) of a forward role -> its value at every layer, stacked
+        self.accumulators: dict = {}  # `Plan.accumulated` key -> (its zeros, its stack after the backward loop,
+                                      # the micro-batch loop's carries it stands for, by layer)
 
     # -- the forward loop: layer 0 .. L-1, carrying the block's input and saving it per layer
     def forward_loop(self) -> rw.Loop:
@@ -784,12 +820,13 @@ class _Rewrite:
         sums = sorted(plan.sums)
         with self.outer:
             last = xla_cpu.after(forward.op, L - 1)   # L, clamped back to L - 1 (`_at`)
+            histories = [self._history(self._type(key)) for key in exported]
             loop = rw.Loop.counted(L, carry=[g.values[v] for _, _, v in plan.bcarries],
                                    stacks=[self.stacked[s] for s in state],
                                    pending=[rw.row(self.stacked[s], self._at(s, last)) for s in state],  # layer L-1
                                    sums=[rw.zeros(self._type(key)) for key in sums],
                                    picked=[rw.zeros(self._type(key)) for key in picked],
-                                   exported=[self._history(self._type(key)) for key in exported])
+                                   exported=histories)
         carry_in = dict(zip(plan.bcarries, loop.arg("carry")))
         env: dict = {}
         inputs: dict = {}
@@ -820,7 +857,9 @@ class _Rewrite:
                       stacks=[current[s] for s in state],
                       pending=[rw.reshape(env[row_of[s]], list(ir.RankedTensorType(self.stacked[s].type).shape[1:]))
                                for s in state],
-                      exported=[rw.write_row(h, env[key], layer) for h, key in zip(loop.arg("exported"), exported)],
+                      exported=[rw.write_row(h, env[key] if key not in plan.accumulated else
+                                             _added(rw.row(h, layer), env[key], plan.accumulated[key][0][1]), layer)
+                                for h, key in zip(loop.arg("exported"), exported)],
                       sums=[_summed(loop.counter, total, env[key], plan.sums[key][0][1])
                             for total, key in zip(loop.arg("sums"), sums)],
                       picked=[stablehlo.SelectOp(_is(layer, at), env[key], kept).result     # one layer's value, kept
@@ -833,17 +872,45 @@ class _Rewrite:
                 op.erase()
         rows = dict(zip(exported, loop.result("exported")))
         kept = dict(zip(picked, loop.result("picked")))
+        for key, adds in plan.accumulated.items():         # the body returns each carried sum as it came in
+            self.accumulators[key] = (histories[exported.index(key)], rows[key],
+                                      [g.arg_number(g.operands[op][k]) for op, k in adds])
+            for op, k in adds:
+                g.ops[op].result.replace_all_uses_with(g.values[g.operands[op][k]])
+                g.ops[op].erase()
         with self.outer:
             new_state = dict(zip(state, xla_cpu.write_first_rows(loop.op, loop.result("stacks"), loop.result("pending"),
                                                                  [self.first[s] for s in state])))
             self.written = new_state[state[0]].owner.operation if state else None
             for key, layers in plan.exports.items():
-                if key[0] in plan.backward and key not in plan.sums:
+                if key[0] in plan.backward and key not in plan.sums and key not in plan.accumulated:
                     for l in layers:
                         seed = plan.state.get(key)
                         self._replace(key, l, rw.static_row(new_state[seed], self.first[seed] + l) if key in plan.state else
                                       final[key] if l == 0 and key in final else kept[key] if key in kept else
                                       rw.static_row(rows[key], l))
+
+    def accumulate_in_place(self) -> None:
+        """The micro-batch loop's carries of the slices' sums the backward loop adds to (`Plan._accumulated`),
+        one per layer, become one stacked carry per sum, which the backward loop starts from instead of
+        zeros: its row of layer l is then the sum so far plus the layer's value, the add the body ran after
+        the loops, on the same operands, in the same order; after the micro-batch loop each layer's sum is
+        its row of the stack. The sums' stack and the rows the loop wrote are one buffer, not two."""
+        if not self.accumulators:
+            return
+        mb = self.g.block.owner.operation
+        with Builder.before(mb):
+            inits = [_stacked_start([mb.operands[n] for n in carries]) for _, _, carries in self.accumulators.values()]
+        dropped = {n for _, _, carries in self.accumulators.values() for n in carries}
+        new = rw.Recarry(mb, [n for n in range(len(mb.operands)) if n not in dropped], inits)
+        for (zeros, _, _), arg in zip(self.accumulators.values(), new.added_args(new.body)):
+            zeros.replace_all_uses_with(arg)
+        new.next([stack for _, stack, _ in self.accumulators.values()])
+        with Builder.before(mb):         # after the new loop
+            for (_, _, carries), total in zip(self.accumulators.values(), new.added_results):
+                for l, n in enumerate(carries):
+                    mb.results[n].replace_all_uses_with(rw.static_row(total, l))
+        new.finish()
 
     def _at(self, s: int, index: ir.Value) -> ir.Value:
         """The row of seed `s`'s stack that holds layer `index` (a 0-d i32, 0 .. L, where L means L - 1,
@@ -1035,6 +1102,19 @@ def _summed(counter: ir.Value, total: ir.Value, value: ir.Value, k: int) -> ir.V
     first = _is(counter, 0)
     added = stablehlo.AddOp(*((total, value) if k == 0 else (value, total))).result
     return stablehlo.SelectOp(first, value, added).result
+
+
+def _stacked_start(values: list) -> ir.Value:
+    """`values` (one type) stacked: zeros where all are zeros (a sum's start), else their stack."""
+    t = ir.RankedTensorType(values[0].type)
+    if all(splat_value(v) == 0 for v in values):
+        return rw.zeros(ir.RankedTensorType.get([len(values), *t.shape], t.element_type))
+    return rw.stack(values)
+
+
+def _added(total: ir.Value, value: ir.Value, k: int) -> ir.Value:
+    """``total + value`` with `total` as operand `k` of the add."""
+    return stablehlo.AddOp(*((total, value) if k == 0 else (value, total))).result
 
 
 def _is(index: ir.Value, at: int) -> ir.Value:

@@ -39,7 +39,6 @@ MOVES = frozenset(f"stablehlo.{n}" for n in ("broadcast_in_dim", "reshape", "tra
 class Sunk:
     """The clones `sink` made at the top of a micro-batch loop's body (each marked `SUNK`), and their originals."""
 
-    loop: ir.Operation         # the micro-batch loop
     pairs: list                # (original, clone), in program order
 
     def undo(self) -> None:
@@ -50,15 +49,16 @@ class Sunk:
                 c.replace_all_uses_with(r)
             new.erase()
 
-    def finish(self) -> None:
-        """After a rewrite: the clones still at the top of the body that read only values made outside the
+    def finish(self, body: ir.Block) -> None:
+        """After a rewrite: the clones still at the top of `body`, the micro-batch loop's body as found
+        again (roll-layers may have rebuilt the loop around it), that read only values made outside the
         loop moved back before it, in order; the marks removed from every op (the rolled loops copied some)."""
-        body = self.loop.regions[1].blocks[0]
-        inside = set(body.arguments)
+        loop = body.owner.operation
+        inside: set[ir.Value] = set(body.arguments)
         for view in list(body.operations):
             op = view.operation
             if SUNK in op.attributes and not any(v in inside for v in op.operands):
-                op.move_before(self.loop)
+                op.move_before(loop)
                 del op.attributes[SUNK]
             else:
                 inside.update(op.results)
@@ -67,7 +67,7 @@ class Sunk:
             if SUNK in op.attributes:
                 del op.attributes[SUNK]
             return ir.WalkResult.ADVANCE
-        self.loop.walk(unmark)
+        loop.walk(unmark)
 
 
 def sink(main: func.FuncOp, body: ir.Block, leaves: list) -> Sunk | None:
@@ -108,7 +108,7 @@ def sink(main: func.FuncOp, body: ir.Block, leaves: list) -> Sunk | None:
                 pairs.append((op, new))
     for op, k, v in uses:
         op.operands[k] = copies[v]
-    return Sunk(loop, pairs)
+    return Sunk(pairs)
 
 
 def _candidates(entry: ir.Block, loop: ir.Operation, leaves: list) -> tuple[dict, set]:

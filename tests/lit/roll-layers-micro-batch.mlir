@@ -10,12 +10,16 @@
 // loop, the rolled loops compute sigmoid from each layer's row of the stacked leaves. The constants
 // sink with them (the layers' copies of 1.0 are one value in the body): the leaves are the one stack.
 // What sank but rolled with no layer (v's broadcast) goes back before the loop, as micro-batch had it.
+// The slices' sums of the layers' gradients, three carries of the micro-batch loop, are one stacked carry
+// (zeros at first) that the backward loop starts from, adding each layer's gradient to its row in place:
 // CHECK-LABEL: module
 // CHECK-SAME: "loopfuse.report.roll-layers" = "rolled ['g'] [0:3]: 3 layers of 17 ops each (10 forward, 7 backward)
+// CHECK-SAME: adds 1 per layer to the slices' sums, in place in stacks the micro-batch loop carries
 // CHECK: stablehlo.concatenate {{.*}} -> tensor<3x2xf32>
 // CHECK-NOT: stablehlo.concatenate
+// CHECK: %[[ZEROS:[0-9]+]] = stablehlo.broadcast_in_dim %{{[a-z0-9_]+}}, dims = [] : (tensor<f32>) -> tensor<3x2xf32>
 // CHECK: %[[V:[0-9]+]] = stablehlo.broadcast_in_dim %arg3, dims = [1]
-// CHECK: stablehlo.while{{.*}}attributes {loopfuse.micro_batch = 2 : i32}
+// CHECK: stablehlo.while({{.*}}, %[[SUMS:iterArg_[0-9]+]] = %[[ZEROS]]) : tensor<i32>, tensor<f32>, tensor<2xf32>, tensor<3x2xf32> attributes {loopfuse.micro_batch = 2 : i32}
 // CHECK: } do {
 // CHECK-NOT: %arg3
 // CHECK: stablehlo.broadcast_in_dim %[[V]], dims = [0, 1] : (tensor<1x2xf32>) -> tensor<2x2xf32>
@@ -28,6 +32,15 @@
 // CHECK: stablehlo.exponential
 // CHECK: stablehlo.divide
 // CHECK: stablehlo.tanh
+// CHECK: %[[BWD:[0-9]+]]:3 = stablehlo.while({{.*}}, %[[ROWS:iterArg_[0-9]+]] = %[[SUMS]])
+// CHECK: } do {
+// CHECK: %[[GRAD:[0-9]+]] = stablehlo.reduce
+// CHECK: %[[OLD:[0-9]+]] = stablehlo.dynamic_slice %[[ROWS]], %[[LAYER:[0-9]+]],
+// CHECK: %[[SUM:[0-9]+]] = stablehlo.reshape %[[OLD]]
+// CHECK: %[[NEW:[0-9]+]] = stablehlo.add %[[SUM]], %[[GRAD]] : tensor<2xf32>
+// CHECK: %[[ROW:[0-9]+]] = stablehlo.reshape %[[NEW]]
+// CHECK: stablehlo.dynamic_update_slice %[[ROWS]], %[[ROW]], %[[LAYER]],
+// CHECK: stablehlo.return %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[BWD]]#2 : tensor<i32>, tensor<f32>, tensor<2xf32>, tensor<3x2xf32>
 func.func public @main(%arg0: tensor<2xf32> {loopfuse.state = "['g'][0]"}, %arg1: tensor<2xf32> {loopfuse.state = "['g'][1]"}, %arg2: tensor<2xf32> {loopfuse.state = "['g'][2]"}, %arg3: tensor<2xf32> {loopfuse.state = "['v']"}, %arg4: tensor<4x2xf32>) -> (tensor<2xf32> {loopfuse.result = 0 : i32, loopfuse.state = "['g'][0]"}, tensor<2xf32> {loopfuse.result = 1 : i32, loopfuse.state = "['g'][1]"}, tensor<2xf32> {loopfuse.result = 2 : i32, loopfuse.state = "['g'][2]"}, tensor<2xf32> {loopfuse.result = 3 : i32, loopfuse.state = "['v']"}, tensor<f32> {loopfuse.result = 4 : i32}) {
   %0 = stablehlo.broadcast_in_dim %arg3, dims = [1] : (tensor<2xf32>) -> tensor<1x2xf32>
   %1 = stablehlo.broadcast_in_dim %0, dims = [0, 1] : (tensor<1x2xf32>) -> tensor<4x2xf32>

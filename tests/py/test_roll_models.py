@@ -223,7 +223,9 @@ def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monk
 
 def test_one_slice_at_a_time_runs_through_the_rolled_loops():
     """micro_batches with a budget: roll-layers rolls the layers inside the micro-batch loop's body (one
-    slice's loss and gradient), the stacks built once before it; within the tolerance of jax.jit."""
+    slice's loss and gradient), the stacks built once before it; the slices' sums of the layers' gradients
+    carried stacked by the micro-batch loop (one carry per leaf, not per layer), which the backward loop adds
+    to in place; within the tolerance of jax.jit."""
     step, state, tokens = transformer.gpt(**dict(TINY, batch=4), opt=optax.adamw(3e-4, eps=EPS))
     call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, micro_batches=2)
     reports = call.compiled(fresh(state), tokens).reports
@@ -237,6 +239,10 @@ def test_one_slice_at_a_time_runs_through_the_rolled_loops():
     stacks = [op for op in inside if op.name == "stablehlo.concatenate" and ir.IntegerAttr(op.attributes["dimension"]).value == 0
               and ir.RankedTensorType(op.results[0].type).shape[0] == TINY["layers"]]
     assert any(op.name == "stablehlo.while" for op in inside) and not stacks      # stacked before it, once
+    assert "in place in stacks the micro-batch loop carries" in reports["roll-layers"], reports["roll-layers"]
+    carried = [ir.RankedTensorType(v.type).shape for v in loop.operands]
+    per_leaf = len(jax.tree_util.tree_leaves(state[0]["blocks"][0]))
+    assert sum(shape[:1] == [TINY["layers"]] for shape in carried) == per_leaf, carried
     leaves_close(run(call, fresh(state), tokens, 2)[0], run(jax.jit(step), fresh(state), tokens, 2)[0])
 
 

@@ -820,13 +820,12 @@ class _Rewrite:
         sums = sorted(plan.sums)
         with self.outer:
             last = xla_cpu.after(forward.op, L - 1)   # L, clamped back to L - 1 (`_at`)
-            histories = [self._history(self._type(key)) for key in exported]
             loop = rw.Loop.counted(L, carry=[g.values[v] for _, _, v in plan.bcarries],
                                    stacks=[self.stacked[s] for s in state],
                                    pending=[rw.row(self.stacked[s], self._at(s, last)) for s in state],  # layer L-1
                                    sums=[rw.zeros(self._type(key)) for key in sums],
                                    picked=[rw.zeros(self._type(key)) for key in picked],
-                                   exported=histories)
+                                   exported=(histories := [self._history(self._type(key)) for key in exported]))
         carry_in = dict(zip(plan.bcarries, loop.arg("carry")))
         env: dict = {}
         inputs: dict = {}

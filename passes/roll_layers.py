@@ -37,8 +37,11 @@ operands its classification names, which are the values the original op at layer
 layer's own leaf, a value the same for all layers, another role's value at layer l, or the value
 carried from the layer before or after). Recomputing a forward op reads the same operands as the
 original, so it computes the same value. A sum in the carry adds the same values in the same order and
-operand order as the unrolled adds (its first iteration selects layer L-1's value itself). Stacking,
-selecting, slicing and dynamic (update) slices only move elements. XLA may compile the loop bodies to
+operand order as the unrolled adds (its first iteration selects layer L-1's value itself). A slices'
+sum added to in the backward loop is the same add on the same operands, in the same operand order, its
+row read before the loop writes it; the stacked sums start from the micro-batch loop's starts (stacked,
+or +0.0 where every one is +0.0). Stacking, selecting, slicing and dynamic (update) slices only move
+elements. XLA may compile the loop bodies to
 other last bits than the unrolled ops, so the pass is opt-in (``compile_step(..., memory_budget=b)``),
 its tolerance tested.
 
@@ -222,7 +225,8 @@ def _all_alike(plan: "Plan") -> bool:
 def layers_block(main: func.FuncOp) -> ir.Block:
     """The block that holds the layers' ops: ``@main``'s, or the body of its micro-batch loop (one
     slice's loss and gradient, `micro_batch`), which reads the state leaves from ``@main``; there the
-    gradients leave the loops for the slices' sums, and the update runs after the micro-batch loop."""
+    gradients go to the slices' sums (added to in the backward loop where it can: `Plan._accumulated`),
+    and the update runs after the micro-batch loop."""
     entry = main.body.blocks[0]
     for op in entry.operations:
         if MICRO_BATCH in op.operation.attributes:
@@ -397,7 +401,8 @@ class Plan:
     exports: dict = field(default_factory=dict)     # (role, result) -> layers whose value ops outside the run read
     state: dict = field(default_factory=dict)       # (role, result) of a backward role -> seed it writes in place
     sums: dict = field(default_factory=dict)        # (role, result) of a backward role -> the adds summing it (`_sum_chain`)
-    accumulated: dict = field(default_factory=dict)  # (role, result) of a backward role -> the adds of its slices' sums
+    accumulated: dict = field(default_factory=dict)  # (role, result) of a backward role -> [(add op id, operand index
+                                                     # of the slices' sum)] by layer (`_accumulated`)
     outside: dict = field(default_factory=dict)     # op id -> PRE | MID | POST
 
     @classmethod
@@ -598,12 +603,14 @@ class Plan:
         """In a micro-batch loop's body, the adds that sum backward role `r`'s result `j` over the slices,
         layer by layer (`micro_batch`'s partial sums): at every layer, the value's one reader an add of it
         and a carried value of the body that only that add reads, the add's result that carried value's
-        next one, as the same operand of each: [(add op id, the operand index of the carried value)] for
-        layers 0 .. L-1, or None. The backward loop adds each layer's value to its row of one stacked
+        next one, which the loop's condition does not read, as the same operand of each: [(add op id,
+        the operand index of the carried value)] for layers 0 .. L-1, or None. The backward loop adds each layer's value to its row of one stacked
         carry of the micro-batch loop instead (`_Rewrite.accumulate_in_place`)."""
         g, roles = self.g, self.roles
-        if MICRO_BATCH not in g.block.owner.operation.attributes or None in roles.ops[r]:
+        loop = g.block.owner.operation
+        if MICRO_BATCH not in loop.attributes or None in roles.ops[r]:
             return None
+        cond = loop.regions[0].blocks[0]
         ret = len(g.ops) - 1
         adds = []
         for o in roles.ops[r]:
@@ -613,7 +620,8 @@ class Plan:
             k = 1 - g.users[v][0][1]
             carried = g.operands[op][k]
             n = g.arg_number(carried)
-            if not n or g.users[carried] != [(op, k)] or g.users[g.results[op][0]] != [(ret, n)]:
+            if (n is None or g.users[carried] != [(op, k)] or g.users[g.results[op][0]] != [(ret, n)]
+                    or any(True for _ in cond.arguments[n].uses)):
                 return None
             adds.append((op, k))
         return adds if len({k for _, k in adds}) == 1 else None
@@ -734,9 +742,11 @@ def _rewrite(g: Dataflow, plan: Plan) -> ir.Operation | None:
 
 
 class _Rewrite:
-    """One run's rewrite. Everything is built before ``@main``'s return, in order: the stacked seeds
-    and the forward loop, the ops between the loops (moved), the backward loop, the ops after both
-    (moved); the ops before the run stay where they are."""
+    """One run's rewrite. Everything is built before the block's return (``@main``'s, or the micro-batch
+    loop body's), in order: the stacked seeds and the forward loop, the ops between the loops (moved), the
+    backward loop, the ops after both (moved); the ops before the run stay where they are. In a micro-batch
+    body, the stacks of the state's leaves are built before the micro-batch loop, and that loop is rebuilt
+    to carry the slices' sums the backward loop adds to (`accumulate_in_place`)."""
 
     def __init__(self, g: Dataflow, plan: Plan):
         self.g, self.plan, self.roles, self.length = g, plan, plan.roles, plan.roles.length
@@ -1104,9 +1114,9 @@ def _summed(counter: ir.Value, total: ir.Value, value: ir.Value, k: int) -> ir.V
 
 
 def _stacked_start(values: list) -> ir.Value:
-    """`values` (one type) stacked: zeros where all are zeros (a sum's start), else their stack."""
+    """`values` (one type) stacked: zeros where all are +0.0 (a sum's start), else their stack."""
     t = ir.RankedTensorType(values[0].type)
-    if all(splat_value(v) == 0 for v in values):
+    if all((x := splat_value(v)) == 0 and math.copysign(1.0, x) > 0 for v in values):
         return rw.zeros(ir.RankedTensorType.get([len(values), *t.shape], t.element_type))
     return rw.stack(values)
 

@@ -41,9 +41,8 @@ operand order as the unrolled adds (its first iteration selects layer L-1's valu
 sum added to in the backward loop is the same add on the same operands, in the same operand order, its
 row read before the loop writes it; the stacked sums start from the micro-batch loop's starts (stacked,
 or +0.0 where every one is +0.0). Stacking, selecting, slicing and dynamic (update) slices only move
-elements. XLA may compile the loop bodies to
-other last bits than the unrolled ops, so the pass is opt-in (``compile_step(..., memory_budget=b)``),
-its tolerance tested.
+elements. XLA may compile the loop bodies to other last bits than the unrolled ops, so the pass is
+opt-in (``compile_step(..., memory_budget=b)``), its tolerance tested.
 
 The pass reports what it did (and why a run did not roll) with `ModulePass.report`: in the dump
 (``roll-layers.txt``) and in ``Executable.reports``.
@@ -604,8 +603,9 @@ class Plan:
         layer by layer (`micro_batch`'s partial sums): at every layer, the value's one reader an add of it
         and a carried value of the body that only that add reads, the add's result that carried value's
         next one, which the loop's condition does not read, as the same operand of each: [(add op id,
-        the operand index of the carried value)] for layers 0 .. L-1, or None. The backward loop adds each layer's value to its row of one stacked
-        carry of the micro-batch loop instead (`_Rewrite.accumulate_in_place`)."""
+        the operand index of the carried value)] for layers 0 .. L-1, or None. The backward loop adds
+        each layer's value to its row of one stacked carry of the micro-batch loop instead
+        (`_Rewrite.accumulate_in_place`)."""
         g, roles = self.g, self.roles
         loop = g.block.owner.operation
         if MICRO_BATCH not in loop.attributes or None in roles.ops[r]:
@@ -1105,12 +1105,10 @@ def _rows(g: Dataflow, buffer: int, values: list) -> int:
 
 
 def _summed(counter: ir.Value, total: ir.Value, value: ir.Value, k: int) -> ir.Value:
-    """The sum so far `total` with this layer's `value` added as operand `k` of the add it replaces (the
-    original's operand order), or `value` itself at the first iteration (layer L-1, where the program
-    sums nothing yet): the unrolled program's additions, one for one."""
-    first = _is(counter, 0)
-    added = stablehlo.AddOp(*((total, value) if k == 0 else (value, total))).result
-    return stablehlo.SelectOp(first, value, added).result
+    """The sum so far `total` plus this layer's `value`, `total` as operand `k` of the add (the original's
+    operand order), or `value` itself at the first iteration (layer L-1, where the program sums nothing
+    yet): the unrolled program's additions, one for one."""
+    return stablehlo.SelectOp(_is(counter, 0), value, _added(total, value, k)).result
 
 
 def _stacked_start(values: list) -> ir.Value:

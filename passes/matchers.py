@@ -13,6 +13,7 @@ ELEMENTWISE = frozenset([f"stablehlo.{n}" for n in (
                              "is_inf is_neg_inf is_pos_inf lgamma next_after polygamma sinh square tan zeta").split()]
     + ["sdy.sharding_constraint"])
 
+
 def producer(value: ir.Value, op_class: type | None = None) -> ir.Operation | None:
     """The op that defines `value` (None for a block argument), if it is an `op_class` when given."""
     if not isinstance(value, ir.OpResult):

@@ -40,6 +40,7 @@ run layers_gpt_24 bench_layers.py --layers 24 --compile-rounds 1 --rounds 3 "$@"
 run layers_nnx_12 bench_layers.py --model nnx --rounds 15 --calls 5 --compile-rounds 5 "$@"
 run roll_models bench_roll_models.py --devices "$@"
 run micro_batch bench_micro_batch.py "$@"
+run roll_micro_batch bench_roll_micro_batch.py "$@"
 run memory_limit bench_memory_limit.py "$@"
 run ensemble bench_ensemble.py "$@"
 echo "all figures in $((SECONDS - start)) s" >&2

@@ -1068,26 +1068,15 @@ def _piece(g: Dataflow, v: int) -> tuple[int, tuple[int, int]] | None:
     """(buffer, (first, last element)) where value `v` is a slice of a 1-D buffer, reshaped or not: in the
     block, or where a value the block reads from outside it (a micro-batch body's state leaf) is made, of a
     buffer the block also reads from outside (`_sources`)."""
-    found = _sliced(g.values[v])
-    return None if found is None or (b := g.id_of.get(found[0])) is None else (b, found[1])
-
-
-def _sliced(value: ir.Value) -> tuple[ir.Value, tuple[int, int]] | None:
-    """(buffer, (first, last element)) where `value` is made by a slice of a 1-D buffer, reshaped or not."""
-    if isinstance(value, ir.OpResult) and value.owner.name == "stablehlo.reshape":
-        value = value.owner.operands[0]
-    if not isinstance(value, ir.OpResult):
-        return None
-    op = value.owner.operation
-    bounds = rows(op)
-    return None if bounds is None else (op.operands[0], bounds)
+    found = sliced_rows(g.values[v])
+    return None if found is None or (b := g.id_of.get(found[0])) is None else (b, found[1:])
 
 
 def _sources(leaves: list) -> list:
     """The buffers the state leaves `leaves` (`state_leaves`' values) are pieces of, each once: what a
     micro-batch body, which reads the leaves from ``@main``, reads of them to roll a packed state's layers
     over their rows (`_stacked`); in ``@main`` its arguments, numbered already."""
-    return list(dict.fromkeys(found[0] for v in leaves if (found := _sliced(v)) is not None))
+    return list(dict.fromkeys(found[0] for v in leaves if (found := sliced_rows(v)) is not None))
 
 
 def _out_of_order(g: Dataflow, values: list) -> bool:

@@ -23,6 +23,12 @@ same at every layer) and rewrites the step as
   in place (`Plan._accumulated`): the rows and the sums are one buffer;
 * the new state leaves sliced out of the stacked ones.
 
+After a micro-batch loop, a packed state's update runs once in ``@main``, the same ops at every layer
+with nothing passed between layers; it rolls too, as an *update run* (`Plan.of`): one loop over the
+layers' rows (the backward loop's form, with no carry) that writes each layer's new rows in place,
+where the unrolled update restacks each packed buffer with a concatenate, which XLA:CPU compiles to a
+copy of the donated buffer.
+
 ``memory-budget`` chooses what the forward loop saves besides the layer inputs: 0.0 saves nothing
 else (the least memory; every forward op runs twice); b in (0, 1) also saves the matrix products the
 backward ops read that cost the most work per byte to recompute, until their bytes reach b of all
@@ -40,7 +46,8 @@ original, so it computes the same value. A sum in the carry adds the same values
 operand order as the unrolled adds (its first iteration selects layer L-1's value itself). A slices'
 sum added to in the backward loop is the same add on the same operands, in the same operand order, its
 row read before the loop writes it; the stacked sums start from the micro-batch loop's starts (stacked,
-or +0.0 where every one is +0.0). Stacking, selecting, slicing and dynamic (update) slices only move
+or +0.0 where every one is +0.0). An update run's layers read nothing another layer computes, so the
+loop's order of layers computes each the same. Stacking, selecting, slicing and dynamic (update) slices only move
 elements. XLA may compile the loop bodies to other last bits than the unrolled ops, so the pass is
 opt-in (``compile_step(..., memory_budget=b)``), its tolerance tested.
 
@@ -100,50 +107,62 @@ class RollLayers(ModulePass):
             # in a micro-batch body, the ops micro-batch moved before its loop back in it: each layer's
             # ops read its leaves (`sink_leaf_ops`)
             sunk = sink(main, block, [v for v, _ in state_leaves(main)])
-            rolled = False
-            tried: set = set()       # the leaf paths of the runs tried so far
-            pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
-            g = None                 # the block's Dataflow, read again after each rewrite
-            indexed = False          # an index in the paths proposed a run: no run by keys is tried then
-            while True:
-                found = state_leaves(main)
-                candidates, by_index = self._candidates(found, tried, keyed=not indexed)
-                indexed |= by_index
-                if not candidates:
-                    break
-                g = g or Dataflow.of(block, pure, outside=[v for v, _ in found] + _sources([v for v, _ in found]))
-                leaves = [(g.id_of[v], path) for v, path in found]
-                if not by_index:     # runs by keys, in the order the step first reads their layers
-                    candidates, _ = self._candidates(found, tried, [min((op for op, _ in g.users[v]), default=None)
-                                                                    for v, _ in leaves])
-                whole, names = candidates[0]
-                tried |= names
-                run, plan = self._plan(g, main, whole, leaves)
-                where = f"{', '.join(sorted(run.families))} [{run.start}:{run.stop}]"
-                if plan.why_not:
-                    lines.append(f"did not roll {where}: {plan.why_not}")
-                    continue
-                left = [l for l in range(whole.start, whole.stop) if not run.start <= l < run.stop]
-                lines.append(f"rolled {where}: {plan.describe()}"     # before the rewrite erases ops it reads
-                             + (f"; {_layers(left)} left as {'it is: its' if len(left) == 1 else 'they are: their'} "
-                                "ops differ from the others'" if left else ""))
-                g.merge()
-                written = _rewrite(g, plan)
-                rolled = True
-                fold_slices(main.operation)
-                if written is not None:
-                    write_in_place(main.body.blocks[0], written)
-                g, pure = None, None
-                block = layers_block(main)     # its loop may be a new one (`_Rewrite.accumulate_in_place`)
+            rolled, tried = self._roll(module_op, main, lines, update=False)
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one index or key")
             if sunk is not None and rolled:
-                sunk.finish(block)
+                sunk.finish(layers_block(main))
             elif sunk is not None:
                 sunk.undo()
+            if block != main.body.blocks[0] and _sources([v for v, _ in state_leaves(main)]):
+                self._roll(module_op, main, lines, update=True)     # a packed state's update, after the loop
         self.report(module_op, "\n".join(lines))
 
-    def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list):
+    def _roll(self, module_op: ir.Operation, main: func.FuncOp, lines: list, update: bool) -> tuple[bool, set]:
+        """Roll the runs of alike layers in `layers_block` (with `update`: the update runs in ``@main``,
+        `Plan.of`), saying what rolled and what did not in `lines`: (whether any rolled, the leaf paths
+        of the runs tried)."""
+        rolled = False
+        tried: set = set()       # the leaf paths of the runs tried so far
+        pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
+        g = None                 # the block's Dataflow, read again after each rewrite
+        indexed = False          # an index in the paths proposed a run: no run by keys is tried then
+        block = main.body.blocks[0] if update else layers_block(main)
+        what = "the update of " if update else ""
+        while True:
+            found = state_leaves(main)
+            candidates, by_index = self._candidates(found, tried, keyed=not indexed)
+            indexed |= by_index
+            if not candidates:
+                break
+            g = g or Dataflow.of(block, pure, outside=[v for v, _ in found] + _sources([v for v, _ in found]))
+            leaves = [(g.id_of[v], path) for v, path in found]
+            if not by_index:     # runs by keys, in the order the step first reads their layers
+                candidates, _ = self._candidates(found, tried, [min((op for op, _ in g.users[v]), default=None)
+                                                                for v, _ in leaves])
+            whole, names = candidates[0]
+            tried |= names
+            run, plan = self._plan(g, main, whole, leaves, update)
+            where = f"{what}{', '.join(sorted(run.families))} [{run.start}:{run.stop}]"
+            if plan.why_not:
+                lines.append(f"did not roll {where}: {plan.why_not}")
+                continue
+            left = [l for l in range(whole.start, whole.stop) if not run.start <= l < run.stop]
+            lines.append(f"rolled {where}: {plan.describe()}"     # before the rewrite erases ops it reads
+                         + (f"; {_layers(left)} left as {'it is: its' if len(left) == 1 else 'they are: their'} "
+                            "ops differ from the others'" if left else ""))
+            g.merge()
+            written = _rewrite(g, plan)
+            rolled = True
+            fold_slices(main.operation)
+            if written is not None:
+                write_in_place(main.body.blocks[0], written)
+            g, pure = None, None
+            if not update:
+                block = layers_block(main)     # its loop may be a new one (`_Rewrite.accumulate_in_place`)
+        return rolled, tried
+
+    def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list, update: bool = False):
         """(part, plan) for the part of `run` that rolls best: the whole run; or the run less layers at
         either end whose ops differ from the others' (a stem, a head block), tried by the number of
         layers left out, fewest first, until a part rolls with every op or leaving out more layers
@@ -159,7 +178,7 @@ class RollLayers(ModulePass):
             if (first, last) not in done:
                 roles = layout.roles(g, first, last)
                 alike = len(roles.ops)
-                plan = Plan.of(g, roles, self.memory_budget, paths, written, self.force)
+                plan = Plan.of(g, roles, self.memory_budget, paths, written, self.force, update)
                 done[first, last] = (run.trimmed(first, last), plan, alike, not plan.why_not and _all_alike(plan))
             return done[first, last]
 
@@ -403,13 +422,23 @@ class Plan:
     accumulated: dict = field(default_factory=dict)  # (role, result) of a backward role -> [(add op id, operand index
                                                      # of the slices' sum)] by layer (`_accumulated`)
     outside: dict = field(default_factory=dict)     # op id -> PRE | MID | POST
+    update: bool = False      # an update run: one loop, no carry, writing the stacked leaves (`Plan.of`)
 
     @classmethod
     def of(cls, g: Dataflow, roles: Roles, budget: float, leaf_paths: dict, written: dict,
-           force: bool = False) -> "Plan":
+           force: bool = False, update: bool = False) -> "Plan":
         """The plan, dropping roles the loops cannot hold (a forward op reading a value computed after
         the forward loop, a backward op reading one computed after the backward loop: the update after a
-        global-norm clip, which then runs after the loop as it did) until none is left to drop."""
+        global-norm clip, which then runs after the loop as it did) until none is left to drop.
+
+        With `update`, the plan of an *update run*: the optimizer's update of a packed state's layers that
+        runs after a micro-batch loop (which sums the slices' gradients), the same ops at every layer with
+        nothing passed from layer to layer. The roles that compute the stacked leaves' new rows become one
+        loop (the backward loop's form, every role in it, no forward loop) that writes the rows in place,
+        where the unrolled update restacks each packed buffer with a concatenate, which XLA:CPU compiles
+        to a copy of the donated buffer."""
+        if update:
+            return cls._update_plan(g, roles, budget, leaf_paths, written)
         plan = cls(g, roles, budget)
         while True:
             if not roles.ops:
@@ -437,6 +466,45 @@ class Plan:
         plan.why_not = "" if force else plan._not_worth_stacking()
         return plan
 
+    @classmethod
+    def _update_plan(cls, g: Dataflow, roles: Roles, budget: float, leaf_paths: dict, written: dict) -> "Plan":
+        """`of`'s plan of an update run: the roles that compute the stacked leaves' new rows (`_update_roles`),
+        where the leaves are packed (`force` does not apply: a leaf given on its own is written in place)."""
+        while True:
+            plan = cls(g, roles, budget, update=True)
+            if not roles.ops:
+                plan.why_not = "no op of the update is the same at every layer"
+                return plan
+            plan._classify()
+            bad = plan._misplaced()
+            if bad:
+                roles.drop(g, bad, "it reads a value another layer computes, or one computed after the update")
+                continue
+            plan._place_outside()
+            plan._carries_and_exports(leaf_paths, written)
+            unneeded = set(range(len(roles.ops))) - plan._update_roles()
+            if not unneeded:
+                break
+            roles.remove(g, unneeded, "no new row of a stacked leaf reads it")
+        if not plan.state:
+            plan.why_not = "no stacked leaf's new value is computed alike at every layer"
+        elif any(_packed_buffer(g, roles.seeds[s]) is None for s in set(plan.state.values())):
+            plan.why_not = "its leaves are given leaf by leaf, and the update writes each in place as it is"
+        else:
+            plan.why_not = plan._not_worth_stacking()
+        return plan
+
+    def _update_roles(self) -> set:
+        """The roles that compute a stacked leaf's new rows (`state`), and those they read."""
+        needs = {r: {c.role for c in classes if isinstance(c, Internal)} for r, classes in enumerate(self.roles.operands)}
+        out, todo = set(), [r for r, _ in self.state]
+        while todo:
+            r = todo.pop()
+            if r not in out:
+                out.add(r)
+                todo += needs[r]
+        return out
+
     def _not_worth_stacking(self) -> str:
         """Why stacking the leaves inside the call would cost more than rolling saves ("" if it would
         not): the stack is a copy of the rolled state in temporaries, where the unrolled program keeps
@@ -444,6 +512,26 @@ class Plan:
         (which keeps each layer's carried input and saved values). A packed buffer is stacked already;
         the rows it holds of layers left out of the run, where the loops write it in place, are read
         into buffers of their own (`_Rewrite.read_left_out`), a copy of those layers' state."""
+        g, roles = self.g, self.roles
+        n = roles.length
+        saves = self._update_saves() if self.update else self._activations_saved()
+        seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
+        stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
+        stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles) if not _rows_of_one(g, c.values))
+        left_out = sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)
+                       for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))
+        if stack + left_out == 0 or stack + left_out <= saves:
+            return ""
+        than = f", more than the ~{_kib(max(saves, 0))} of {'copies' if self.update else 'activations'} rolling saves"
+        if not stack:
+            return f"reading the packed rows of the layers left out of the run would cost {_kib(left_out)} of temporaries{than}"
+        hint = ("the packed state holds them in another order than the step reads them (loopfuse.pack stacks "
+                "layers held under names in their keys' order)" if any(_out_of_order(g, roles.seeds[s]) for s in seeds)
+                else "loopfuse.pack(state, layers=True) keeps them stacked between calls")
+        return f"stacking the layers' leaves inside each call would cost {_kib(stack + left_out)} of temporaries{than}; {hint}"
+
+    def _activations_saved(self) -> int:
+        """About how many bytes of activations the loops keep fewer than the unrolled program."""
         g, roles = self.g, self.roles
         n = roles.length
         activations: set = set()        # forward roles computed from the layer's input (not only its leaves)
@@ -454,25 +542,17 @@ class Plan:
                  if isinstance(c, Internal) and c.role in activations}
         per_layer = sum(g.nbytes(roles.value(g, r, j)) for r, j in reads)
         kept = sum(g.nbytes(roles.value(g, r, j)) for r, j in {*((r, j) for r, j, _ in self.carries), *self.saved})
-        saves = (n - 1) * per_layer - n * kept
-        seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
-        stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
-        stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles))
-        left_out = sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)
-                       for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))
-        if stack + left_out == 0 or stack + left_out <= saves:
-            return ""
-        than = f", more than the ~{_kib(max(saves, 0))} of activations rolling saves"
-        if not stack:
-            return f"reading the packed rows of the layers left out of the run would cost {_kib(left_out)} of temporaries{than}"
-        hint = ("the packed state holds them in another order than the step reads them (loopfuse.pack stacks "
-                "layers held under names in their keys' order)" if any(_out_of_order(g, roles.seeds[s]) for s in seeds)
-                else "loopfuse.pack(state, layers=True) keeps them stacked between calls")
-        return f"stacking the layers' leaves inside each call would cost {_kib(stack + left_out)} of temporaries{than}; {hint}"
+        return (n - 1) * per_layer - n * kept
+
+    def _update_saves(self) -> int:
+        """The bytes of the packed buffers an update run writes in place: XLA:CPU copies each one the
+        unrolled update restacks (`write_in_place`)."""
+        found = {b for s in self.state.values() if (b := _packed_buffer(self.g, self.roles.seeds[s])) is not None}
+        return sum(self.g.nbytes(b) for b, _ in found)
 
     def _classify(self) -> None:
         g, roles = self.g, self.roles
-        backward = set()
+        backward = set(range(len(roles.ops))) if self.update else set()    # an update run: one loop
         changed = True
         while changed:
             changed = False
@@ -530,8 +610,10 @@ class Plan:
                     c.values if isinstance(c, PerLayer) else []
                 if any(self.g.owner[v] != ARG and self._where(self.g.owner[v]) >= latest for v in values):
                     bad.add(r)
-                if isinstance(c, Carry) and c.backward != (c.role in self.backward):    # a carry runs in its own loop
-                    bad.add(r)
+                if isinstance(c, Carry) and (self.update or c.backward != (c.role in self.backward)):
+                    bad.add(r)           # a carry runs in its own loop; an update run carries nothing
+            if self.update and None in self.roles.ops[r]:
+                bad.add(r)
         return bad
 
     def _carries_and_exports(self, leaf_paths: dict, written: dict) -> None:
@@ -675,6 +757,9 @@ class Plan:
     def describe(self) -> str:
         g, roles = self.g, self.roles
         n = roles.length
+        if self.update:
+            return (f"{n} layers of {len(roles.ops)} ops each, one loop writing {len(set(self.state.values()))} "
+                    "stacked leaves' rows in place")
         carried = sum(g.nbytes(roles.value(g, r, j)) for r, j, _ in self.carries)
         saved = sum(g.nbytes(roles.value(g, r, j)) for r, j in self.saved)
         updated = len(set(self.state.values()))
@@ -731,9 +816,13 @@ def _rewrite(g: Dataflow, plan: Plan) -> ir.Operation | None:
     The loop whose results are the stacked leaves' new values (None if the loops update none)."""
     rewrite = _Rewrite(g, plan)
     rewrite.read_left_out()
-    forward = rewrite.forward_loop()
-    rewrite.move(MID)
-    rewrite.backward_loop(forward)
+    rewrite.stack_inputs()
+    if plan.update:
+        rewrite.backward_loop(rewrite.last_input())
+    else:
+        forward = rewrite.forward_loop()
+        rewrite.move(MID)
+        rewrite.backward_loop(forward.op)
     rewrite.move(POST)
     for o in sorted((o for ops in plan.roles.ops for o in ops if o is not None), reverse=True):
         g.ops[o].erase()
@@ -765,25 +854,40 @@ class _Rewrite:
         self.accumulators: dict = {}  # `Plan.accumulated` key -> (its zeros, its stack after the backward loop,
                                       # the micro-batch loop's carries it stands for, by layer)
 
+    # -- the stacked seeds and per-layer values both loops read
+    def stack_inputs(self) -> None:
+        g, roles = self.g, self.roles
+        with self.before:
+            pairs = [_stacked(g, roles.seeds[s]) for s in self.seeds]
+        self.first = {s: first for s, (_, first) in zip(self.seeds, pairs)}
+        self.stacked = {s: v for s, (v, _) in zip(self.seeds, pairs)}
+        for c in _per_layer(roles):          # values from outside the block: stacked once, before it
+            with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in c.values) else self.outer:
+                found = _rows_of_one(g, c.values)
+                self.per_layer[c] = rw.stack([g.values[v] for v in c.values]) if found is None else rw.reshape(
+                    rw.static_rows(g.values[found[0]], found[1], found[1] + self.length),
+                    [self.length, *ir.RankedTensorType(g.values[c.values[0]].type).shape])
+
+    def last_input(self) -> ir.Operation | None:
+        """The op, latest in the block, that computes the per-layer values the roles read (an update run's
+        gradients: the stack they are rows of, where they are), or None."""
+        g = self.g
+        values = [found[0] if (found := _rows_of_one(g, c.values)) else v for c in _per_layer(self.roles) for v in c.values]
+        owners = [g.owner[v] for v in values if g.owner[v] != ARG]
+        return g.ops[max(owners)] if owners else None
+
     # -- the forward loop: layer 0 .. L-1, carrying the block's input and saving it per layer
     def forward_loop(self) -> rw.Loop:
-        g, plan, roles = self.g, self.plan, self.roles
+        g, plan = self.g, self.plan
         carried_out = {(r, j) for r, j, _ in plan.carries}
         exported = [key for key, layers in plan.exports.items()        # a value read outside only at the
                     if key[0] not in plan.backward and not (key in carried_out and layers == {self.length - 1})]
         saved = sorted(set(exported) | set(plan.saved))               # last layer, carried out, needs no row
-        with self.before:
-            pairs = [_stacked(g, roles.seeds[s]) for s in self.seeds]
-        self.first = {s: first for s, (_, first) in zip(self.seeds, pairs)}
-        stacked = [v for v, _ in pairs]
-        for c in _per_layer(roles):          # values from outside the block: stacked once, before it
-            with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in c.values) else self.outer:
-                self.per_layer[c] = rw.stack([g.values[v] for v in c.values])
         with self.outer:
             loop = rw.Loop.counted(self.length, carry=[g.values[v] for _, _, v in plan.carries],
                                    inputs=[self._history(g.values[v].type) for _, _, v in plan.carries],
                                    saved=[self._history(self._type(key)) for key in saved],
-                                   stacks=stacked)
+                                   stacks=[self.stacked[s] for s in self.seeds])
         i = loop.counter
         carry_in = dict(zip(plan.carries, loop.arg("carry")))
         env: dict = {}
@@ -816,9 +920,11 @@ class _Rewrite:
         return loop
 
     # -- the backward loop: layer L-1 .. 0; recompute, backward ops, the update of the stacked state
-    def backward_loop(self, forward: rw.Loop) -> None:
+    def backward_loop(self, after: ir.Operation | None) -> None:
         """Layer l's new rows are carried to the next iteration (``pending``) and written there first,
-        before anything reads the stack (`xla_cpu`, 4); layer 0's after the loop (`xla_cpu`, 2)."""
+        before anything reads the stack (`xla_cpu`, 4); layer 0's after the loop (`xla_cpu`, 2). Layer
+        L-1's rows are read after the op `after` (the forward loop; an update run's last input), `xla_cpu`, 1.
+        An update run's loop is this loop with no carry: its layers need not run in any order."""
         g, plan, roles, L = self.g, self.plan, self.roles, self.length
         state = sorted(set(plan.state.values()))
         row_of = {s: key for key, s in plan.state.items()}
@@ -829,7 +935,7 @@ class _Rewrite:
         picked = {key: at for key, (at,) in ((k, tuple(ls)) for k, ls in rows_read.items() if len(ls) == 1)}
         sums = sorted(plan.sums)
         with self.outer:
-            last = xla_cpu.after(forward.op, L - 1)   # L, clamped back to L - 1 (`_at`)
+            last = rw.scalar(L - 1) if after is None else xla_cpu.after(after, L - 1)   # L: clamped back (`_at`)
             loop = rw.Loop.counted(L, carry=[g.values[v] for _, _, v in plan.bcarries],
                                    stacks=[self.stacked[s] for s in state],
                                    pending=[rw.row(self.stacked[s], self._at(s, last)) for s in state],  # layer L-1
@@ -1032,6 +1138,21 @@ class _Body:
 def _per_layer(roles: Roles) -> list[PerLayer]:
     """The per-layer values the roles read, each once, in the order first read."""
     return list(dict.fromkeys(c for classes in roles.operands for c in classes if isinstance(c, PerLayer)))
+
+
+def _rows_of_one(g: Dataflow, values) -> tuple[int, int] | None:
+    """(x, first) where `values` (value ids) are rows first, first + 1, .. of one value x of the block (each
+    a slice of one row, reshaped or not: an update run's gradients, rows of the stack a loop summed them
+    in), else None."""
+    found = [f for v in values if (f := sliced_rows(g.values[v])) is not None]
+    if len(found) != len(values) or len({f[0] for f in found}) != 1 or (x := g.id_of.get(found[0][0])) is None:
+        return None
+    first = found[0][1]
+    size = math.prod(ir.RankedTensorType(g.values[values[0]].type).shape)
+    if math.prod(ir.RankedTensorType(g.values[x].type).shape[1:]) != size or any(
+            (lo, hi) != (first + l, first + l + 1) for l, (_, lo, hi) in enumerate(found)):
+        return None
+    return x, first
 
 
 def _stacked(g: Dataflow, values: list) -> tuple[ir.Value, int]:

@@ -35,10 +35,10 @@ from . import rewriter as rw
 from .dataflow import tensor_bytes
 
 
-def after(loop: ir.Operation, value: int) -> ir.Value:
-    """The 0-d i32 `value`, computed from `loop`'s carried values so that what reads it is scheduled
-    after the loop (`unfolded`)."""
-    return unfolded(value, list(loop.results)[1:])
+def after(op: ir.Operation, value: int) -> ir.Value:
+    """The 0-d i32 `value`, computed from `op`'s results (a loop's carried values) so that what reads
+    it is scheduled after `op` (`unfolded`)."""
+    return unfolded(value, list(op.results))
 
 
 def unfolded(value: int, of: list) -> ir.Value:

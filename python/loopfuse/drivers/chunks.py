@@ -115,18 +115,20 @@ class LoopChunks:
 
 def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = None):
     """``(state, checkpoints, back)``: how a driver carries `state` through the calls of `step` (its
-    first chunk's, `Chunks.program`; None: nothing compiled). Where it rolls
-    layers (``memory_budget``) and its program on the state with its layers stacked
-    (``pack(state, layers=True)``) rolls a run (roll-layers' report; that compile is the first chunk's
-    own), the stacked state: the loops then update the layers in place, with no stack built or taken
-    apart per call (the packed figure of README "Rolling repeated layers"). Else `state` as it is.
+    first chunk's, `Chunks.program`; None: nothing compiled). Where it rolls layers (``memory_budget``)
+    and its program on the state with its layers stacked (``pack(state, layers=True)``) rolls a run of
+    layers (roll-layers' report; that compile is the first chunk's own; an update run alone, after a
+    micro-batch loop, saves nothing a pytree does not lack), the stacked state: the loops then update the
+    layers in place, with no stack built or taken apart per call (the packed figure of README "Rolling
+    repeated layers"). Else `state` as it is.
     `checkpoints` keep the caller's layout (`checkpoint.CarriedAs`); ``back(result)`` gives a
     `FitResult` the caller's layout back."""
     if step is None or step.options.memory_budget is None or isinstance(state, packed.PackedState):
         return state, checkpoints, lambda result: result
     stacked = packed.pack(state, layers=True)
     reports = step.compiled(stacked, batch).reports
-    if not any(line.startswith("rolled") for line in reports.get("roll-layers", "").splitlines()):
+    if not any(line.startswith("rolled") and not line.startswith("rolled the update of")    # a run of layers
+               for line in reports.get("roll-layers", "").splitlines()):
         return state, checkpoints, lambda result: result
     views = CarriedAs(checkpoints, packed.PackedState.unpack, stacked.layout.pack) if checkpoints else None
     return stacked, views, lambda result: replace(result, state=result.state.unpack())

@@ -11,6 +11,9 @@ micro-batch loop and the all-reduce is an accumulation. Every value of ``@main``
 * `Partial` ``(combine)``: the op combines chunks of the batch axis (a reduce-add over it, a
   dot_general contracting it, a scatter-add of per-example rows into zeros): each slice computes its
   own part and the parts are combined in slice order, a sum where ``combine`` is ``stablehlo.add``;
+  also an op on partial sums alone that nothing else reads, which adds, subtracts or negates sums (the
+  terms of a gradient jax sums over a leaf's uses), or moves their elements on the way to such an op
+  (`_partial_of_partials`, `_unabsorbed`), run on each slice's parts;
 * `AFTER`: computed from partial sums and replicated values only: once, after the loop, on the
   combined values (the loss, the optimizer update).
 
@@ -88,8 +91,11 @@ class Plan:
 
     @property
     def roots(self) -> list[int]:
-        """The ops whose results are partial sums, in program order."""
-        return [n for n, c in self.cuts.items() if c.combine is not None]
+        """The ops whose results are partial sums read after the loop, in program order (a partial sum the
+        loop combines further, `_partial_of_partials`, is not accumulated itself)."""
+        g = self.g
+        return [n for n, c in self.cuts.items() if c.combine is not None
+                and any(u not in self.cuts for u, _ in g.users[g.results[n][0]])]
 
 
 def is_batch(attrs: dict) -> bool:
@@ -134,6 +140,11 @@ def analyze(main: func.FuncOp, slices: int, pure: frozenset = frozenset()) -> Pl
             raise Refusal(op, f"reads a per-example value and a sum over the batch (from "
                               f"{described(g.ops[origin[later[0]]])}): the step does not decompose over its examples")
         if later:
+            combine = _partial_of_partials(g, n, fs)
+            if combine is not None:      # run in the loop on the slices' parts: its result is their sum
+                plan.cuts[n] = Cut((None,), (None,) * len(fs), combine=combine)
+                facts[g.results[n][0]], origin[g.results[n][0]] = Partial(combine), origin[later[0]]
+                continue
             at = n if at is None else at
             for r in g.results[n]:
                 facts[r], origin[r] = AFTER, origin[later[0]]
@@ -161,6 +172,7 @@ def analyze(main: func.FuncOp, slices: int, pure: frozenset = frozenset()) -> Pl
             facts[r] = Split(d) if d is not None else Partial(cut.combine or "")
             if d is None:
                 origin[r] = n
+    at = _unabsorbed(plan, at)
     runs -= {1}
     if len(runs) > 1:
         raise Refusal(None, f"the batch is spread over different device counts ({sorted(runs)})")
@@ -225,6 +237,44 @@ def _hoist(plan: Plan, pure: frozenset) -> list[int]:
         if first_effect(g.ops[p], pure) is not None:
             raise Refusal(g.ops[p], "has effects and comes after the loss, but the slices read it before")
     return sorted(need)
+
+
+# ops whose result, on the sums of their operands' parts, is the sum of their results on the parts: those
+# that only move elements (for any combine), and for a sum, add, subtract and negate
+MOVES = frozenset(f"stablehlo.{n}" for n in ("transpose", "reshape", "slice", "concatenate"))
+LINEAR = frozenset(f"stablehlo.{n}" for n in ("add", "subtract", "negate"))
+
+
+def _partial_of_partials(g: Dataflow, n: int, facts: list) -> str | None:
+    """The combine of op `n`'s result computed in the loop, on the slices' parts of its operands, where
+    that is a partial sum no larger than what it reads: every operand a partial sum of one combine that
+    only op `n` reads, and the op one that moves elements (a gradient transposed or reshaped), or, for
+    sums, adds, subtracts or negates them (the terms of a gradient jax sums over a leaf's uses, a leaf
+    every layer reads). The loop then accumulates the one result instead of each operand: the same sums,
+    reassociated (each slice's terms added first, then the slices), one accumulator instead of several.
+    Else None."""
+    if not all(isinstance(f, Partial) for f in facts) or len(g.results[n]) != 1 \
+            or any(len(g.users[v]) != 1 for v in g.operands[n]):
+        return None
+    combines = {f.combine for f in facts}
+    combine = combines.pop()
+    name = g.ops[n].name
+    return combine if not combines and (name in MOVES or name in LINEAR and combine == "stablehlo.add") else None
+
+
+def _unabsorbed(plan: Plan, at: int | None) -> int | None:
+    """Give back to after the loop each op `_partial_of_partials` put in it that reads one partial sum and
+    whose result the loop would accumulate (a gradient transposed, and nothing added to it): in the loop it
+    saves no accumulator, and it would change how XLA computes the sum it reads. Later ops first, so a chain
+    of them goes back whole. The first op after the loop (`at`), earlier where one goes back."""
+    g = plan.g
+    for n in reversed([n for n, c in plan.cuts.items() if c.combine is not None and len(g.operands[n]) == 1
+                       and isinstance(plan.facts[g.operands[n][0]], Partial)]):
+        if any(u not in plan.cuts for u, _ in g.users[g.results[n][0]]):
+            del plan.cuts[n]
+            plan.facts[g.results[n][0]] = AFTER
+            at = n if at is None else min(at, n)
+    return at
 
 
 # ---- the rules ---------------------------------------------------------------------------------------

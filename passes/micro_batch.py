@@ -8,8 +8,11 @@ Rewrites ``@main``'s step as
   aligned with them cut alike: a broadcast built at slice size, another value sliced) and carries
   one accumulator per partial sum that leaves it: each reduce-add over the batch axis, dot_general
   contracting it (a weight's gradient) or scatter-add of per-example rows (an embedding's gradient),
-  added slice 0, 1, ..., m-1 in order (max, min, and, or where the reduction is one of those); a
-  per-example value the step returns is written back chunk by chunk;
+  added slice 0, 1, ..., m-1 in order (max, min, and, or where the reduction is one of those); where
+  the step adds such sums that nothing else reads (the terms of a gradient jax sums over a leaf's uses:
+  a leaf every layer reads, a tied embedding), transposed or reshaped on the way or not, the body adds
+  its slice's parts and the loop accumulates the one sum; a per-example value the step returns is
+  written back chunk by chunk;
 * the ops that read the sums (the loss value, its normalisation, the optimizer update), once after
   the loop, on the accumulated sums.
 
@@ -32,7 +35,9 @@ stays 1/B of the whole batch. A batch whose rows do not divide into m slices (on
 error naming the argument.
 
 Floating point: each accumulated sum adds m partial sums where the step summed the whole batch axis
-at once, so it is reassociated and the results differ from jax.jit's in the last bits. The stated
+at once (and a leaf's terms are added within each slice, then over the slices, where the step added
+the terms' whole-batch sums), so it is reassociated and the results differ from jax.jit's in the last
+bits. The stated
 tolerance (tests/py/test_micro_batch.py): each gradient within 1e-5 of its leaf's largest value
 (measured 6e-6 on an MLP, 6e-7 on a small transformer), the state after a few Adam or SGD steps
 within 1e-5 of each leaf's largest value plus 1e-6, the loss within 1e-5 relative; a step whose sums

@@ -179,3 +179,58 @@ func.func @main(%w: tensor<24xf32> {loopfuse.state = "['w']"}, %x: tensor<8x3xf3
   %w2 = stablehlo.subtract %w, %f : tensor<24xf32>
   return %w2 : tensor<24xf32>
 }
+
+// -----
+
+// (h) A weight the step reads twice, z = tanh(x w) w: jax sums its gradient's two terms, each a
+// product contracting the batch, transposed. The transposes and their add run in the loop, on each
+// slice's terms, and the loop accumulates their sum: one accumulator for the weight, not one per term
+// (the same sums, each slice's terms added first).
+// CHECK: module attributes
+// CHECK-SAME: accumulated 2 partial sums over the slices, in slice order:\0A  stablehlo.reduce
+// CHECK-SAME: stablehlo.add ({{.*}}) -> tensor<3x3xf32>
+// CHECK: stablehlo.while({{.*}}) : tensor<i32>, tensor<f32>, tensor<3x3xf32> attributes {loopfuse.micro_batch = 4 : i32}
+// CHECK: } do {
+// CHECK: %[[T1:[0-9]+]] = stablehlo.transpose
+// CHECK: %[[T2:[0-9]+]] = stablehlo.transpose
+// CHECK: %[[G:[0-9]+]] = stablehlo.add %[[T1]], %[[T2]] : tensor<3x3xf32>
+// CHECK: stablehlo.add %{{[a-zA-Z0-9_]+}}, %[[G]] : tensor<3x3xf32>
+// CHECK: stablehlo.return
+// CHECK: }
+// CHECK-NOT: stablehlo.transpose
+// CHECK: stablehlo.multiply %{{[0-9]+}}, %{{[0-9]+}}#2 : tensor<3x3xf32>
+func.func public @main(%arg0: tensor<3x3xf32> {loopfuse.state = ""}, %arg1: tensor<8x3xf32>) -> (tensor<3x3xf32> {loopfuse.result = 0 : i32, loopfuse.state = ""}, tensor<f32> {loopfuse.result = 1 : i32}) {
+  %0 = stablehlo.dot_general %arg1, %arg0, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<8x3xf32>, tensor<3x3xf32>) -> tensor<8x3xf32>
+  %1 = stablehlo.tanh %0 : tensor<8x3xf32>
+  %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %2 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<8x3xf32>
+  %3 = stablehlo.subtract %2, %1 : tensor<8x3xf32>
+  %4 = stablehlo.dot_general %1, %arg0, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<8x3xf32>, tensor<3x3xf32>) -> tensor<8x3xf32>
+  %5 = stablehlo.multiply %4, %4 : tensor<8x3xf32>
+  %cst_0 = stablehlo.constant dense<2.000000e+00> : tensor<f32>
+  %6 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<8x3xf32>
+  %7 = stablehlo.multiply %6, %4 : tensor<8x3xf32>
+  %cst_1 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %8 = stablehlo.reduce(%5 init: %cst_1) applies stablehlo.add across dimensions = [0, 1] : (tensor<8x3xf32>, tensor<f32>) -> tensor<f32>
+  %cst_2 = stablehlo.constant dense<2.400000e+01> : tensor<f32>
+  %9 = stablehlo.divide %8, %cst_2 : tensor<f32>
+  %cst_3 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %cst_4 = stablehlo.constant dense<2.400000e+01> : tensor<f32>
+  %10 = stablehlo.divide %cst_3, %cst_4 : tensor<f32>
+  %11 = stablehlo.broadcast_in_dim %10, dims = [] : (tensor<f32>) -> tensor<8x3xf32>
+  %12 = stablehlo.multiply %11, %7 : tensor<8x3xf32>
+  %13 = stablehlo.dot_general %12, %1, contracting_dims = [0] x [0], precision = [DEFAULT, DEFAULT] : (tensor<8x3xf32>, tensor<8x3xf32>) -> tensor<3x3xf32>
+  %14 = stablehlo.transpose %13, dims = [1, 0] : (tensor<3x3xf32>) -> tensor<3x3xf32>
+  %15 = stablehlo.dot_general %12, %arg0, contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<8x3xf32>, tensor<3x3xf32>) -> tensor<8x3xf32>
+  %16 = stablehlo.multiply %15, %3 : tensor<8x3xf32>
+  %17 = stablehlo.multiply %16, %1 : tensor<8x3xf32>
+  %18 = stablehlo.add %16, %17 : tensor<8x3xf32>
+  %19 = stablehlo.dot_general %18, %arg1, contracting_dims = [0] x [0], precision = [DEFAULT, DEFAULT] : (tensor<8x3xf32>, tensor<8x3xf32>) -> tensor<3x3xf32>
+  %20 = stablehlo.transpose %19, dims = [1, 0] : (tensor<3x3xf32>) -> tensor<3x3xf32>
+  %21 = stablehlo.add %14, %20 : tensor<3x3xf32>
+  %cst_5 = stablehlo.constant dense<5.000000e-01> : tensor<f32>
+  %22 = stablehlo.broadcast_in_dim %cst_5, dims = [] : (tensor<f32>) -> tensor<3x3xf32>
+  %23 = stablehlo.multiply %22, %21 : tensor<3x3xf32>
+  %24 = stablehlo.subtract %arg0, %23 : tensor<3x3xf32>
+  return %24, %9 : tensor<3x3xf32>, tensor<f32>
+}

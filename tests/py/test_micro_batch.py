@@ -17,6 +17,7 @@ import pytest
 
 import loopfuse
 import corpus
+import layered
 import transformer
 from ir_helpers import interpret
 from loopfuse.compile.mlir_context import parse_module
@@ -77,6 +78,39 @@ def test_exact_sums_are_bitwise_equal_in_the_reference_interpreter():
         assert f"loopfuse.micro_batch = {m}" in final
         got = interpret(parse_module(final), args)
         assert [x.tobytes() for x in got] == [x.tobytes() for x in expected]
+
+
+def twice_step(w, batch):
+    """A least-squares SGD step reading its weight twice, exact in float32 on small integers: jax sums the
+    weight's gradient over the two products' terms, each a sum over the batch."""
+    def loss(w):
+        r = batch["x"] @ w + (2 * batch["x"]) @ w - batch["y"]
+        return jnp.mean(r ** 2)
+    value, g = jax.value_and_grad(loss)(w)
+    return w - g / 64, {"loss": value}
+
+
+def test_a_leaf_read_more_than_once_is_accumulated_once():
+    """The terms of a gradient jax sums over a leaf's uses (a leaf every layer reads, a tied embedding) are
+    added in the loop, on each slice's terms, and the loop accumulates that one sum, not each term: exact
+    sums stay bitwise under the reference interpreter; the tied MLP (8 layers, one matrix every layer reads)
+    accumulates 10 partial sums (the loss, the 8 layers' matrices, the shared one), not 17, within the
+    tolerance of jax.jit."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(-3, 4, size=3).astype(np.float32)
+    batch = {"x": rng.integers(-3, 4, size=(8, 3)).astype(np.float32),
+             "y": rng.integers(-5, 6, size=8).astype(np.float32)}
+    args = [w, batch["x"], batch["y"]]
+    expected = interpret(parse_module(loopfuse.compile_step(twice_step, donate=False).lower(w, batch)["final"]), args)
+    call = loopfuse.compile_step(twice_step, donate=False, micro_batches=4)
+    assert "accumulated 2 partial sums" in call.compiled(w, batch).reports["micro-batch"]
+    got = interpret(parse_module(call.lower(w, batch)["final"]), args)
+    assert [x.tobytes() for x in got] == [x.tobytes() for x in expected]
+
+    step, state, x = layered.tied_mlp(layers=8, width=16, batch=16, opt=optax.adam(1e-2, eps=EPS))
+    call = loopfuse.compile_step(step, keep_aux=("loss",), micro_batches=4)
+    assert "accumulated 10 partial sums" in call.compiled(fresh(state), x).reports["micro-batch"]
+    leaves_close(steps(call, fresh(state), x, 2)[0], steps(jax.jit(step), fresh(state), x, 2)[0])
 
 
 def test_transformer_gradients_in_the_reference_interpreter():

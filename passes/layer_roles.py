@@ -115,6 +115,11 @@ class Roles:
         self.remove(g, bad, why)
         _validate(g, self)
 
+    def prune(self, unneeded: set) -> None:
+        """Remove the roles `unneeded`, which no role kept reads (their ops stay as they are: not a failure
+        to match, so not in `dropped`)."""
+        self._without(unneeded)
+
     def remove(self, g: Dataflow, bad: set, why: str) -> None:
         """Remove the roles `bad`, saying `why` in `dropped`."""
         self.dropped += [f"{_describe(g, self.template(r))}: {why}" for r in sorted(bad)]

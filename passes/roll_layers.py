@@ -56,6 +56,7 @@ The pass reports what it did (and why a run did not roll) with `ModulePass.repor
 """
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cmp_to_key
 
@@ -104,6 +105,7 @@ class RollLayers(ModulePass):
         else:
             main = main_func(module_op)
             block = layers_block(main)
+            micro = block != main.body.blocks[0]      # rolling may rebuild that loop: asked once, here
             # in a micro-batch body, the ops micro-batch moved before its loop back in it: each layer's
             # ops read its leaves (`sink_leaf_ops`)
             sunk = sink(main, block, [v for v, _ in state_leaves(main)])
@@ -114,7 +116,7 @@ class RollLayers(ModulePass):
                 sunk.finish(layers_block(main))
             elif sunk is not None:
                 sunk.undo()
-            if block != main.body.blocks[0] and _sources([v for v, _ in state_leaves(main)]):
+            if micro and _sources([v for v, _ in state_leaves(main)]):
                 self._roll(module_op, main, lines, update=True)     # a packed state's update, after the loop
         self.report(module_op, "\n".join(lines))
 
@@ -128,7 +130,7 @@ class RollLayers(ModulePass):
         g = None                 # the block's Dataflow, read again after each rewrite
         indexed = False          # an index in the paths proposed a run: no run by keys is tried then
         block = main.body.blocks[0] if update else layers_block(main)
-        what = "the update of " if update else ""
+        what = UPDATE_RUN if update else ""
         while True:
             found = state_leaves(main)
             candidates, by_index = self._candidates(found, tried, keyed=not indexed)
@@ -140,6 +142,8 @@ class RollLayers(ModulePass):
             if not by_index:     # runs by keys, in the order the step first reads their layers
                 candidates, _ = self._candidates(found, tried, [min((op for op, _ in g.users[v]), default=None)
                                                                 for v, _ in leaves])
+                if not candidates:       # the superset had some: none is left once ordered
+                    break
             whole, names = candidates[0]
             tried |= names
             run, plan = self._plan(g, main, whole, leaves, update)
@@ -162,7 +166,7 @@ class RollLayers(ModulePass):
                 block = layers_block(main)     # its loop may be a new one (`_Rewrite.accumulate_in_place`)
         return rolled, tried
 
-    def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list, update: bool = False):
+    def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list, update: bool):
         """(part, plan) for the part of `run` that rolls best: the whole run; or the run less layers at
         either end whose ops differ from the others' (a stem, a head block), tried by the number of
         layers left out, fewest first, until a part rolls with every op or leaving out more layers
@@ -398,13 +402,21 @@ def _pieces(g: Dataflow, v: int) -> list[tuple[int, int]]:
 
 
 # ---- the plan ----------------------------------------------------------------------------------
+UPDATE_RUN = "the update of "  # how the report names an update run: "rolled the update of <leaves> [a:b]: ..."
+
+
+def rolled_layers(report: str) -> bool:
+    """Whether roll-layers' `report` says a run of layers rolled (an update run alone does not count)."""
+    return any(line.startswith("rolled ") and not line.startswith("rolled " + UPDATE_RUN) for line in report.splitlines())
+
+
 PRE, MID, POST = 0, 1, 2       # ops outside the run: before the forward loop, between the loops, after both
 MATRIX_PRODUCTS = ("stablehlo.dot_general", "stablehlo.convolution")     # what a budget above 0 may save
 
 
 @dataclass
 class Plan:
-    """How the valid roles of one run become two loops (see the module docstring)."""
+    """How the valid roles of one run become two loops, or an update run's one (see the module docstring)."""
 
     g: Dataflow
     roles: Roles
@@ -426,7 +438,7 @@ class Plan:
 
     @classmethod
     def of(cls, g: Dataflow, roles: Roles, budget: float, leaf_paths: dict, written: dict,
-           force: bool = False, update: bool = False) -> "Plan":
+           force: bool, update: bool) -> "Plan":
         """The plan, dropping roles the loops cannot hold (a forward op reading a value computed after
         the forward loop, a backward op reading one computed after the backward loop: the update after a
         global-norm clip, which then runs after the loop as it did) until none is left to drop.
@@ -468,27 +480,30 @@ class Plan:
 
     @classmethod
     def _update_plan(cls, g: Dataflow, roles: Roles, budget: float, leaf_paths: dict, written: dict) -> "Plan":
-        """`of`'s plan of an update run: the roles that compute the stacked leaves' new rows (`_update_roles`),
-        where the leaves are packed (`force` does not apply: a leaf given on its own is written in place)."""
+        """`of`'s plan of an update run: the roles that compute the stacked leaves' new rows (`_update_roles`;
+        the others, such as each layer's share of a global norm, run as they are), where the leaves are
+        packed (`force` does not apply: a leaf given on its own is written in place already)."""
         while True:
             plan = cls(g, roles, budget, update=True)
             if not roles.ops:
-                plan.why_not = "no op of the update is the same at every layer"
+                plan.why_not = "no op of the update is the same at every layer" + (
+                    f" ({roles.dropped[0]})" if roles.dropped else "")
                 return plan
             plan._classify()
-            bad = plan._misplaced()
-            if bad:
-                roles.drop(g, bad, "it reads a value another layer computes, or one computed after the update")
-                continue
             plan._place_outside()
             plan._carries_and_exports(leaf_paths, written)
+            if not plan.state:
+                plan.why_not = "no stacked leaf's new value is computed alike at every layer"
+                return plan
             unneeded = set(range(len(roles.ops))) - plan._update_roles()
-            if not unneeded:
+            bad = plan._misplaced() if not unneeded else set()
+            if not unneeded and not bad:
                 break
-            roles.remove(g, unneeded, "no new row of a stacked leaf reads it")
-        if not plan.state:
-            plan.why_not = "no stacked leaf's new value is computed alike at every layer"
-        elif any(_packed_buffer(g, roles.seeds[s]) is None for s in set(plan.state.values())):
+            if unneeded:
+                roles.prune(unneeded)
+            else:
+                roles.drop(g, bad, "it reads a value another layer computes, or one computed after the update")
+        if any(_packed_buffer(g, roles.seeds[s]) is None for s in set(plan.state.values())):
             plan.why_not = "its leaves are given leaf by leaf, and the update writes each in place as it is"
         else:
             plan.why_not = plan._not_worth_stacking()
@@ -511,16 +526,18 @@ class Plan:
         the activations the backward ops read, about L - 1 layers of them more than the rolled one
         (which keeps each layer's carried input and saved values). A packed buffer is stacked already;
         the rows it holds of layers left out of the run, where the loops write it in place, are read
-        into buffers of their own (`_Rewrite.read_left_out`), a copy of those layers' state."""
+        into buffers of their own (`_Rewrite.read_left_out`), a copy of those layers' state. An update run
+        saves no activations but the copies XLA:CPU makes of the packed buffers the unrolled update
+        restacks (`_update_saves`), and rolls only where that is strictly more than what it stacks."""
         g, roles = self.g, self.roles
         n = roles.length
         saves = self._update_saves() if self.update else self._activations_saved()
         seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
         stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
-        stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles) if not _rows_of_one(g, c.values))
+        stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles) if _stack_rows(g, c.values) is None)
         left_out = sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)
                        for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))
-        if stack + left_out == 0 or stack + left_out <= saves:
+        if stack + left_out == 0 or stack + left_out < saves or stack + left_out == saves and not self.update:
             return ""
         than = f", more than the ~{_kib(max(saves, 0))} of {'copies' if self.update else 'activations'} rolling saves"
         if not stack:
@@ -547,8 +564,8 @@ class Plan:
     def _update_saves(self) -> int:
         """The bytes of the packed buffers an update run writes in place: XLA:CPU copies each one the
         unrolled update restacks (`write_in_place`)."""
-        found = {b for s in self.state.values() if (b := _packed_buffer(self.g, self.roles.seeds[s])) is not None}
-        return sum(self.g.nbytes(b) for b, _ in found)
+        buffers = {found[0] for s in self.state.values() if (found := _packed_buffer(self.g, self.roles.seeds[s]))}
+        return sum(self.g.nbytes(b) for b in buffers)
 
     def _classify(self) -> None:
         g, roles = self.g, self.roles
@@ -758,8 +775,9 @@ class Plan:
         g, roles = self.g, self.roles
         n = roles.length
         if self.update:
-            return (f"{n} layers of {len(roles.ops)} ops each, one loop writing {len(set(self.state.values()))} "
-                    "stacked leaves' rows in place")
+            k = len(set(self.state.values()))
+            return f"{n} layers of {len(roles.ops)} ops each, one loop writing the rows of {k} stacked " \
+                   f"lea{'f' if k == 1 else 'ves'} in place"
         carried = sum(g.nbytes(roles.value(g, r, j)) for r, j, _ in self.carries)
         saved = sum(g.nbytes(roles.value(g, r, j)) for r, j in self.saved)
         updated = len(set(self.state.values()))
@@ -812,8 +830,8 @@ def _flops(g: Dataflow, op: int) -> int:
 
 # ---- the rewrite -------------------------------------------------------------------------------
 def _rewrite(g: Dataflow, plan: Plan) -> ir.Operation | None:
-    """Replace the run's ops by the plan's two loops; the ops between and after them move after each.
-    The loop whose results are the stacked leaves' new values (None if the loops update none)."""
+    """Replace the run's ops by the plan's loops (two; an update run's one); the ops between and after them
+    move after each. The loop whose results are the stacked leaves' new values (None if the loops update none)."""
     rewrite = _Rewrite(g, plan)
     rewrite.read_left_out()
     rewrite.stack_inputs()
@@ -845,7 +863,7 @@ class _Rewrite:
         enclosing = g.block.owner.operation    # a micro-batch loop's body: stack the state's leaves once, before it
         self.before = Builder.before(enclosing) if enclosing.name == "stablehlo.while" else self.outer
         self.seeds = sorted({c.leaf for classes in self.roles.operands for c in classes if isinstance(c, Seed)})
-        self.per_layer: dict = {}    # PerLayer class -> its values stacked, before both loops
+        self.per_layer: dict = {}    # PerLayer class -> (its values stacked, before both loops; the row of layer 0)
         self.stacked: dict = {}      # seed -> its stack, as the forward loop passes it through
         self.first: dict = {}        # seed -> the row of its layer 0 in its stack (`_stacked`)
         self.written: ir.Operation | None = None     # the loop whose results are the stacks' new values
@@ -856,24 +874,29 @@ class _Rewrite:
 
     # -- the stacked seeds and per-layer values both loops read
     def stack_inputs(self) -> None:
+        """The seeds' stacks (`_stacked`: a packed buffer's rows, or stacked here, before the block's loop
+        where it is one's body) and the per-layer values' (rows of one stack already, `_stack_rows`, or
+        stacked here), each with the row of layer 0."""
         g, roles = self.g, self.roles
         with self.before:
             pairs = [_stacked(g, roles.seeds[s]) for s in self.seeds]
         self.first = {s: first for s, (_, first) in zip(self.seeds, pairs)}
         self.stacked = {s: v for s, (v, _) in zip(self.seeds, pairs)}
         for c in _per_layer(roles):          # values from outside the block: stacked once, before it
+            found = _stack_rows(g, c.values)
             with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in c.values) else self.outer:
-                found = _rows_of_one(g, c.values)
-                self.per_layer[c] = rw.stack([g.values[v] for v in c.values]) if found is None else rw.reshape(
-                    rw.static_rows(g.values[found[0]], found[1], found[1] + self.length),
-                    [self.length, *ir.RankedTensorType(g.values[c.values[0]].type).shape])
+                self.per_layer[c] = (g.values[found[0]], found[1]) if found else \
+                    (rw.stack([g.values[v] for v in c.values]), 0)
 
     def last_input(self) -> ir.Operation | None:
         """The op, latest in the block, that computes the per-layer values the roles read (an update run's
         gradients: the stack they are rows of, where they are), or None."""
         g = self.g
-        values = [found[0] if (found := _rows_of_one(g, c.values)) else v for c in _per_layer(self.roles) for v in c.values]
-        owners = [g.owner[v] for v in values if g.owner[v] != ARG]
+        sources: list[int] = []
+        for c in _per_layer(self.roles):
+            found = _stack_rows(g, c.values)
+            sources += [found[0]] if found else c.values
+        owners = [g.owner[v] for v in sources if g.owner[v] != ARG]
         return g.ops[max(owners)] if owners else None
 
     # -- the forward loop: layer 0 .. L-1, carrying the block's input and saving it per layer
@@ -1110,20 +1133,25 @@ class _Body:
     def __init__(self, g: Dataflow, stacks: dict, per_layer: dict, index: ir.Value, first: dict):
         self.g, self.stacks, self.per_layer, self.index, self.first = g, stacks, per_layer, index, first
         self.rows: dict = {}       # Seed or PerLayer -> its row here
-        self.shifted: dict = {}    # a seed's first row -> the index of this layer's row in its stack
+        self.shifted: dict = {}    # a stack's first row -> the index of this layer's row in it
         self.built: dict = {}      # value id -> the broadcast built again here
 
     def outside(self, c: Seed | PerLayer | Invariant) -> ir.Value:
         if isinstance(c, Invariant):
             return self.invariant(c.value)
         if c not in self.rows and isinstance(c, Seed):
-            first = self.first[c.leaf]
-            if first not in self.shifted:
-                self.shifted[first] = _shifted(self.index, first)
-            self.rows[c] = rw.row(self.stacks[c.leaf], self.shifted[first])
-        elif c not in self.rows:
-            self.rows[c] = rw.row(self.per_layer[c], self.index)
+            self.rows[c] = rw.row(self.stacks[c.leaf], self._at(self.first[c.leaf]))
+        elif c not in self.rows and isinstance(c, PerLayer):
+            stack, first = self.per_layer[c]
+            self.rows[c] = rw.reshape(rw.row(stack, self._at(first)),
+                                      list(ir.RankedTensorType(self.g.values[c.values[0]].type).shape))
         return self.rows[c]
+
+    def _at(self, first: int) -> ir.Value:
+        """The index of this layer's row in a stack whose row `first` holds layer 0."""
+        if first not in self.shifted:
+            self.shifted[first] = _shifted(self.index, first)
+        return self.shifted[first]
 
     def invariant(self, v: int) -> ir.Value:
         g = self.g
@@ -1140,21 +1168,6 @@ def _per_layer(roles: Roles) -> list[PerLayer]:
     return list(dict.fromkeys(c for classes in roles.operands for c in classes if isinstance(c, PerLayer)))
 
 
-def _rows_of_one(g: Dataflow, values) -> tuple[int, int] | None:
-    """(x, first) where `values` (value ids) are rows first, first + 1, .. of one value x of the block (each
-    a slice of one row, reshaped or not: an update run's gradients, rows of the stack a loop summed them
-    in), else None."""
-    found = [f for v in values if (f := sliced_rows(g.values[v])) is not None]
-    if len(found) != len(values) or len({f[0] for f in found}) != 1 or (x := g.id_of.get(found[0][0])) is None:
-        return None
-    first = found[0][1]
-    size = math.prod(ir.RankedTensorType(g.values[values[0]].type).shape)
-    if math.prod(ir.RankedTensorType(g.values[x].type).shape[1:]) != size or any(
-            (lo, hi) != (first + l, first + l + 1) for l, (_, lo, hi) in enumerate(found)):
-        return None
-    return x, first
-
-
 def _stacked(g: Dataflow, values: list) -> tuple[ir.Value, int]:
     """The layers' values of one leaf stacked (``[n, ...]``), and the row of the first one: the packed
     buffer they are the pieces of, reshaped, whose rows may also hold layers left out of the run
@@ -1166,23 +1179,41 @@ def _stacked(g: Dataflow, values: list) -> tuple[ir.Value, int]:
     return rw.reshape(g.values[found[0]], [_rows(g, found[0], values), *shape]), found[1]
 
 
-def _packed_buffer(g: Dataflow, values: list) -> tuple[int, int] | None:
+def _packed_buffer(g: Dataflow, values: Sequence[int]) -> tuple[int, int] | None:
     """(buffer, first) where the layers' values of one leaf are consecutive pieces of one 1-D buffer,
     each a slice, reshaped (`packed.pack(layers=True)`), the first one its row `first` (the buffer
     viewed as rows of the leaf's size); else None."""
+    found = _consecutive(g, values)
+    return found if found and ir.RankedTensorType(g.values[found[0]].type).rank == 1 else None
+
+
+def _stack_rows(g: Dataflow, values: Sequence[int]) -> tuple[int, int] | None:
+    """(x, first) where per-layer `values` are rows first, first + 1, .. of one value x, each a slice of
+    one row, reshaped or not (an update run's gradients: rows of the stack a loop summed them in); else
+    None."""
+    found = _consecutive(g, values)
+    size = math.prod(ir.RankedTensorType(g.values[values[0]].type).shape)
+    return found if found and math.prod(ir.RankedTensorType(g.values[found[0]].type).shape[1:]) == size else None
+
+
+def _consecutive(g: Dataflow, values: Sequence[int]) -> tuple[int, int] | None:
+    """(x, first) where `values` (of one type) are consecutive pieces of one value x of the values' size
+    each, in order, each a `rows` slice of x (reshaped or not), the first one piece `first` of x (viewed
+    flat, as pieces of that size); else None."""
     size = math.prod(ir.RankedTensorType(g.values[values[0]].type).shape)
     source, first = None, 0
     for l, v in enumerate(values):
         piece = _piece(g, v)
         if piece is None or source not in (None, piece[0]):
             return None
-        (source, bounds), first = piece, first if l else piece[1][0] // size
-        if bounds != ((first + l) * size, (first + l + 1) * size):
+        row = math.prod(ir.RankedTensorType(g.values[piece[0]].type).shape[1:])
+        lo, hi = piece[1][0] * row, piece[1][1] * row
+        source, first = piece[0], first if l else lo // size
+        if (lo, hi) != ((first + l) * size, (first + l + 1) * size):
             return None
-    if source is None:
+    if source is None or math.prod(ir.RankedTensorType(g.values[source].type).shape) % size:
         return None
-    shape = ir.RankedTensorType(g.values[source].type).shape
-    return (source, first) if len(shape) == 1 and shape[0] % size == 0 else None
+    return source, first
 
 
 def _piece(g: Dataflow, v: int) -> tuple[int, tuple[int, int]] | None:

@@ -2,11 +2,13 @@
 XLA's scheduler and copy insertion away from a copy or a buffer it would otherwise keep. Each is
 here with the measurement that justifies it; roll-layers builds its loops with them.
 
-1. `after`: a value computed from a loop's result, so that what reads it runs after the loop.
+1. `after`: a value computed from a loop's result (an op's), so that what reads it runs after it.
    XLA schedules an op that does not depend on a loop before it and keeps the result live through
    the loop; it folds the loop's counter, and drops an optimization barrier before scheduling. The
    backward loop's first carried rows (layer L-1's state), read from the inputs, were scheduled
-   before the forward loop: one layer's state live through it, 2.5 MiB of an nnx GPT's peak.
+   before the forward loop: one layer's state live through it, 2.5 MiB of an nnx GPT's peak. An
+   update run's (after a micro-batch loop), read after no loop, kept a layer's rows live through the
+   micro-batch loop: 9 MiB of the linen GPT's temporaries with 4 slices (65.9 against 56.8 MiB).
 2. `write_first_rows`: writes after a loop, inside a loop of their own. XLA:CPU copies a loop's
    result before a dynamic-update-slice that follows the loop (a minimal program does it, with or
    without aliasing and region analysis): writing layer 0's rows after the backward loop copied

@@ -20,6 +20,7 @@ from jaxlib.mlir import ir
 
 from .. import validate
 from ..passes import control_flow, wrap_loop
+from ..passes.roll_layers import rolled_layers
 from ..run.sigint import SigintHold
 from ..state import packed
 from ..state.checkpoint import CarriedAs, Checkpoints
@@ -127,8 +128,7 @@ def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = N
         return state, checkpoints, lambda result: result
     stacked = packed.pack(state, layers=True)
     reports = step.compiled(stacked, batch).reports
-    if not any(line.startswith("rolled") and not line.startswith("rolled the update of")    # a run of layers
-               for line in reports.get("roll-layers", "").splitlines()):
+    if not rolled_layers(reports.get("roll-layers", "")):
         return state, checkpoints, lambda result: result
     views = CarriedAs(checkpoints, packed.PackedState.unpack, stacked.layout.pack) if checkpoints else None
     return stacked, views, lambda result: replace(result, state=result.state.unpack())

@@ -240,26 +240,23 @@ def _hoist(plan: Plan, pure: frozenset) -> list[int]:
 
 
 # ops whose result, on the sums of their operands' parts, is the sum of their results on the parts: those
-# that only move elements (for any combine), and for a sum, add, subtract and negate
-MOVES = frozenset(f"stablehlo.{n}" for n in ("transpose", "reshape", "slice", "concatenate"))
-LINEAR = frozenset(f"stablehlo.{n}" for n in ("add", "subtract", "negate"))
+# that only move elements, and add, subtract and negate
+LINEAR = frozenset(f"stablehlo.{n}" for n in ("transpose", "reshape", "slice", "concatenate", "add", "subtract",
+                                              "negate"))
 
 
 def _partial_of_partials(g: Dataflow, n: int, facts: list) -> str | None:
     """The combine of op `n`'s result computed in the loop, on the slices' parts of its operands, where
-    that is a partial sum no larger than what it reads: every operand a partial sum of one combine that
-    only op `n` reads, and the op one that moves elements (a gradient transposed or reshaped), or, for
-    sums, adds, subtracts or negates them (the terms of a gradient jax sums over a leaf's uses, a leaf
+    that is a partial sum no larger than what it reads: every operand a sum over the batch (combined by
+    add) that only op `n` reads, and the op one that moves elements (a gradient transposed or reshaped)
+    or adds, subtracts or negates sums (the terms of a gradient jax sums over a leaf's uses, a leaf
     every layer reads). The loop then accumulates the one result instead of each operand: the same sums,
     reassociated (each slice's terms added first, then the slices), one accumulator instead of several.
-    Else None."""
-    if not all(isinstance(f, Partial) for f in facts) or len(g.results[n]) != 1 \
-            or any(len(g.users[v]) != 1 for v in g.operands[n]):
+    Sums combined otherwise (max, min, and, or) are left alone. Else None."""
+    if g.ops[n].name not in LINEAR or len(g.results[n]) != 1 or any(len(g.users[v]) != 1 for v in g.operands[n]) \
+            or not all(isinstance(f, Partial) and f.combine == "stablehlo.add" for f in facts):
         return None
-    combines = {f.combine for f in facts}
-    combine = combines.pop()
-    name = g.ops[n].name
-    return combine if not combines and (name in MOVES or name in LINEAR and combine == "stablehlo.add") else None
+    return "stablehlo.add"
 
 
 def _unabsorbed(plan: Plan, at: int | None) -> int | None:

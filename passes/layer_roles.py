@@ -116,8 +116,8 @@ class Roles:
         _validate(g, self)
 
     def prune(self, unneeded: set) -> None:
-        """Remove the roles `unneeded`, which no role kept reads (their ops stay as they are: not a failure
-        to match, so not in `dropped`)."""
+        """Remove the roles `unneeded`, which no role kept reads, at its layer or carried (their ops stay as
+        they are: not a failure to match, so not in `dropped`)."""
         self._without(unneeded)
 
     def remove(self, g: Dataflow, bad: set, why: str) -> None:

@@ -10,9 +10,9 @@ Rewrites ``@main``'s step as
   contracting it (a weight's gradient) or scatter-add of per-example rows (an embedding's gradient),
   added slice 0, 1, ..., m-1 in order (max, min, and, or where the reduction is one of those); where
   the step adds such sums that nothing else reads (the terms of a gradient jax sums over a leaf's uses:
-  a leaf every layer reads, a tied embedding), transposed or reshaped on the way or not, the body adds
-  its slice's parts and the loop accumulates the one sum; a per-example value the step returns is
-  written back chunk by chunk;
+  a leaf every layer reads, a tied embedding), their elements moved on the way (a transpose) or not,
+  the body adds its slice's parts and the loop accumulates the one sum; a per-example value the step
+  returns is written back chunk by chunk;
 * the ops that read the sums (the loss value, its normalisation, the optimizer update), once after
   the loop, on the accumulated sums.
 

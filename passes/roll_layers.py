@@ -496,13 +496,13 @@ class Plan:
                 plan.why_not = "no stacked leaf's new value is computed alike at every layer"
                 return plan
             unneeded = set(range(len(roles.ops))) - plan._update_roles()
-            bad = plan._misplaced() if not unneeded else set()
-            if not unneeded and not bad:
-                break
             if unneeded:
                 roles.prune(unneeded)
-            else:
-                roles.drop(g, bad, "it reads a value another layer computes, or one computed after the update")
+                continue
+            bad = plan._misplaced()
+            if not bad:
+                break
+            roles.drop(g, bad, "it reads a value another layer computes, or one computed after the update")
         if any(_packed_buffer(g, roles.seeds[s]) is None for s in set(plan.state.values())):
             plan.why_not = "its leaves are given leaf by leaf, and the update writes each in place as it is"
         else:
@@ -510,8 +510,10 @@ class Plan:
         return plan
 
     def _update_roles(self) -> set:
-        """The roles that compute a stacked leaf's new rows (`state`), and those they read."""
-        needs = {r: {c.role for c in classes if isinstance(c, Internal)} for r, classes in enumerate(self.roles.operands)}
+        """The roles that compute a stacked leaf's new rows (`state`), and those they read (at their layer, or
+        carried from another: `_misplaced` then drops the reader)."""
+        needs = {r: {c.role for c in classes if isinstance(c, (Internal, Carry))}
+                 for r, classes in enumerate(self.roles.operands)}
         out, todo = set(), [r for r, _ in self.state]
         while todo:
             r = todo.pop()
@@ -537,7 +539,8 @@ class Plan:
         stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles) if _stack_rows(g, c.values) is None)
         left_out = sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)
                        for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))
-        if stack + left_out == 0 or stack + left_out < saves or stack + left_out == saves and not self.update:
+        cost = stack + left_out
+        if cost == 0 or (cost < saves if self.update else cost <= saves):     # an update run: no tie
             return ""
         than = f", more than the ~{_kib(max(saves, 0))} of {'copies' if self.update else 'activations'} rolling saves"
         if not stack:

@@ -865,7 +865,8 @@ class _Rewrite:
         self.outer = Builder(ir.InsertionPoint(self.ret), self.location)
         enclosing = g.block.owner.operation    # a micro-batch loop's body: stack the state's leaves once, before it
         self.before = Builder.before(enclosing) if enclosing.name == "stablehlo.while" else self.outer
-        self.seeds = sorted({c.leaf for classes in self.roles.operands for c in classes if isinstance(c, Seed)})
+        self.seeds = sorted({c.leaf for classes in self.roles.operands for c in classes if isinstance(c, Seed)}
+                            | set(plan.state.values()))     # read, or written in place (an update run's: maybe not read)
         self.per_layer: dict = {}    # PerLayer class -> (its values stacked, before both loops; the row of layer 0)
         self.stacked: dict = {}      # seed -> its stack, as the forward loop passes it through
         self.first: dict = {}        # seed -> the row of its layer 0 in its stack (`_stacked`)

@@ -24,7 +24,7 @@ from problems import fresh
 from test_roll_layers import EPS, leaves_close, report as roll_report, run
 
 TINY = dict(layers=4, width=16, heads=2, seq=8, batch=2, vocab=32)
-FUZZ_DEFAULT = (0, 1, 43)                                      # seed 43: packed, micro-batches
+FUZZ_DEFAULT = (0, 1, 19, 43)     # 43: packed, micro-batches; 19: also clipped, an update run writing a leaf it does not read
 FUZZ_SLOW = [s for s in range(80) if s not in FUZZ_DEFAULT]
 
 

@@ -13,7 +13,7 @@ micro-batch loop and the all-reduce is an accumulation. Every value of ``@main``
   own part and the parts are combined in slice order, a sum where ``combine`` is ``stablehlo.add``;
   also an op on partial sums alone that nothing else reads, which adds, subtracts or negates sums (the
   terms of a gradient jax sums over a leaf's uses), or moves their elements on the way to such an op
-  (`_partial_of_partials`, `_unabsorbed`), run on each slice's parts;
+  (`_sum_of_sums`, `_unabsorbed`), run on each slice's parts;
 * `AFTER`: computed from partial sums and replicated values only: once, after the loop, on the
   combined values (the loss, the optimizer update).
 
@@ -92,7 +92,7 @@ class Plan:
     @property
     def roots(self) -> list[int]:
         """The ops whose results are partial sums read after the loop, in program order (a partial sum the
-        loop combines further, `_partial_of_partials`, is not accumulated itself)."""
+        loop combines further, `_sum_of_sums`, is not accumulated itself)."""
         g = self.g
         return [n for n, c in self.cuts.items() if c.combine is not None
                 and any(u not in self.cuts for u, _ in g.users[g.results[n][0]])]
@@ -140,10 +140,9 @@ def analyze(main: func.FuncOp, slices: int, pure: frozenset = frozenset()) -> Pl
             raise Refusal(op, f"reads a per-example value and a sum over the batch (from "
                               f"{described(g.ops[origin[later[0]]])}): the step does not decompose over its examples")
         if later:
-            combine = _partial_of_partials(g, n, fs)
-            if combine is not None:      # run in the loop on the slices' parts: its result is their sum
-                plan.cuts[n] = Cut((None,), (None,) * len(fs), combine=combine)
-                facts[g.results[n][0]], origin[g.results[n][0]] = Partial(combine), origin[later[0]]
+            if _sum_of_sums(g, n, fs):      # run in the loop on the slices' parts: its result is their sum
+                plan.cuts[n] = Cut((None,), (None,) * len(fs), combine="stablehlo.add")
+                facts[g.results[n][0]], origin[g.results[n][0]] = Partial("stablehlo.add"), origin[later[0]]
                 continue
             at = n if at is None else at
             for r in g.results[n]:
@@ -245,22 +244,20 @@ LINEAR = frozenset(f"stablehlo.{n}" for n in ("transpose", "reshape", "slice", "
                                               "negate"))
 
 
-def _partial_of_partials(g: Dataflow, n: int, facts: list) -> str | None:
-    """The combine of op `n`'s result computed in the loop, on the slices' parts of its operands, where
-    that is a partial sum no larger than what it reads: every operand a sum over the batch (combined by
-    add) that only op `n` reads, and the op one that moves elements (a gradient transposed or reshaped)
-    or adds, subtracts or negates sums (the terms of a gradient jax sums over a leaf's uses, a leaf
-    every layer reads). The loop then accumulates the one result instead of each operand: the same sums,
-    reassociated (each slice's terms added first, then the slices), one accumulator instead of several.
-    Sums combined otherwise (max, min, and, or) are left alone. Else None."""
-    if g.ops[n].name not in LINEAR or len(g.results[n]) != 1 or any(len(g.users[v]) != 1 for v in g.operands[n]) \
-            or not all(isinstance(f, Partial) and f.combine == "stablehlo.add" for f in facts):
-        return None
-    return "stablehlo.add"
+def _sum_of_sums(g: Dataflow, n: int, facts: list) -> bool:
+    """Whether op `n`, run in the loop on the slices' parts of its operands, gives a sum over the batch no
+    larger than what it reads: every operand a sum over the batch (combined by add) that only op `n`
+    reads, and the op one that moves elements (a gradient transposed or reshaped) or adds, subtracts or
+    negates sums (the terms of a gradient jax sums over a leaf's uses, a leaf every layer reads). The loop
+    then accumulates the one result instead of each operand: the same sums, reassociated (each slice's
+    terms added first, then the slices), one accumulator instead of several. Sums combined otherwise
+    (max, min, and, or) are left alone."""
+    return g.ops[n].name in LINEAR and len(g.results[n]) == 1 and all(len(g.users[v]) == 1 for v in g.operands[n]) \
+        and all(isinstance(f, Partial) and f.combine == "stablehlo.add" for f in facts)
 
 
 def _unabsorbed(plan: Plan, at: int | None) -> int | None:
-    """Give back to after the loop each op `_partial_of_partials` put in it that reads one partial sum and
+    """Give back to after the loop each op `_sum_of_sums` put in it that reads one partial sum and
     whose result the loop would accumulate (a gradient transposed, and nothing added to it): in the loop it
     saves no accumulator, and it would change how XLA computes the sum it reads. Later ops first, so a chain
     of them goes back whole. The first op after the loop (`at`), earlier where one goes back."""

@@ -119,10 +119,9 @@ def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = N
     first chunk's, `Chunks.program`; None: nothing compiled). Where it rolls layers (``memory_budget``)
     and its program on the state with its layers stacked (``pack(state, layers=True)``) rolls a run of
     layers (roll-layers' report; that compile is the first chunk's own; an update run alone, after a
-    micro-batch loop, saves nothing a pytree does not lack), the stacked state: the loops then update the
-    layers in place, with no stack built or taken apart per call (the packed figure of README "Rolling
-    repeated layers"). Else `state` as it is.
-    `checkpoints` keep the caller's layout (`checkpoint.CarriedAs`); ``back(result)`` gives a
+    micro-batch loop, does not count: a pytree's update writes its leaves in place), the stacked state:
+    the loops then update the layers in place, with no stack built or taken apart per call (the packed
+    figure of README "Rolling repeated layers"). Else `state` as it is. `checkpoints` keep the caller's layout (`checkpoint.CarriedAs`); ``back(result)`` gives a
     `FitResult` the caller's layout back."""
     if step is None or step.options.memory_budget is None or isinstance(state, packed.PackedState):
         return state, checkpoints, lambda result: result

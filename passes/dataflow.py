@@ -100,13 +100,22 @@ class Dataflow:
 
     def merge(self) -> None:
         """Make the block what this view reads: the `merged` ops' uses read the values they merged
-        into, and the ops are erased."""
+        into, and the ops are erased (`erase`)."""
         for op, same in self.merged:
             for r, v in zip(op.results, same):
                 r.replace_all_uses_with(self.values[v])
         for op, _ in reversed(self.merged):
-            op.erase()
+            self.erase(op)
         self.merged = []
+
+    def erase(self, op: ir.Operation) -> None:
+        """Erase `op` and forget its results: `id_of` holds only values of ops alive. MLIR reuses an
+        erased op's memory for the ops built after it, and an `ir.Value` is equal to (and hashes as)
+        any other at the same address, so a value built later would otherwise find the erased one's id.
+        A transformation erases every op this view numbered through here while it uses the view."""
+        for r in op.results:
+            self.id_of.pop(r, None)
+        op.erase()
 
     def _value(self, value: ir.Value, owner: int) -> int:
         i = len(self.values)

@@ -172,7 +172,7 @@ def _rewrite(main: func.FuncOp, plan: Plan, pure: frozenset) -> None:
     for buf, k in zip(loop.result("rows"), plan.outputs):
         ret.operands[k] = buf
     for n in reversed(list(plan.cuts)):
-        g.ops[n].erase()
+        g.erase(g.ops[n])
     erase_dead_ops(main.body.blocks[0], pure)   # the whole-batch broadcasts the slices built at their size
 
 

@@ -846,7 +846,7 @@ def _rewrite(g: Dataflow, plan: Plan) -> ir.Operation | None:
         rewrite.backward_loop(forward.op)
     rewrite.move(POST)
     for o in sorted((o for ops in plan.roles.ops for o in ops if o is not None), reverse=True):
-        g.ops[o].erase()
+        g.erase(g.ops[o])
     rewrite.accumulate_in_place()
     return rewrite.written
 
@@ -1011,7 +1011,7 @@ class _Rewrite:
             chain = [g.ops[op] for op, _ in plan.sums[key]]
             chain[-1].result.replace_all_uses_with(total)
             for op in reversed(chain):
-                op.erase()
+                g.erase(op)
         rows = dict(zip(exported, loop.result("exported")))
         kept = dict(zip(picked, loop.result("picked")))
         for key, adds in plan.accumulated.items():         # the body returns each carried sum as it came in
@@ -1019,7 +1019,7 @@ class _Rewrite:
                                       [g.arg_number(g.operands[op][k]) for op, k in adds])
             for op, k in adds:
                 g.ops[op].result.replace_all_uses_with(g.values[g.operands[op][k]])
-                g.ops[op].erase()
+                g.erase(g.ops[op])
         with self.outer:
             new_state = dict(zip(state, xla_cpu.write_first_rows(loop.op, loop.result("stacks"), loop.result("pending"),
                                                                  [self.first[s] for s in state])))
@@ -1088,7 +1088,7 @@ class _Rewrite:
             read = xla_cpu.read_before([g.values[b] for b in buffers], [p[1:] for p in pieces])
         for (op, *_), value in zip(pieces, read):
             op.result.replace_all_uses_with(value)
-            op.erase()
+            g.erase(op)
 
     def move(self, where: int) -> None:
         """Move the ops outside the run placed `where` (MID, POST) to here (before the return)."""

@@ -10,7 +10,9 @@ chain, with the features users write around such a loop, and says which layers m
 * an unlike first block (a stem: the block without its residual, or another activation) and an
   unlike last block; the first block always reads the data (its input has no gradient);
 * a *must-not* layer: one middle block with an extra op (the others lack it), which no rolled run
-  may contain (the alike layers on either side of it may roll);
+  may contain (the alike layers on either side of it may roll); but for a block without its residual
+  the extra op is the block's last, on its output, where it is as much the next layer's first: a run
+  may end with that layer, the op left between the run and the next layer (`Model.may_end`);
 * a random optax optimizer, a memory budget of 0 or 0.5, the state as a pytree or packed; in 70%
   of the models whose blocks have no ``lax.cond`` or loop (which micro-batch does not cut), the batch cut
   into micro-batches (`Model.slices`), the layers rolled inside the micro-batch loop's body.
@@ -18,7 +20,8 @@ chain, with the features users write around such a loop, and says which layers m
 `Model.alike` lists the longest ranges of alike layers (a rolled run should cover one of them, but
 for its first layer where that is the network's first: the data it reads needs no gradient, so jax
 traces the first op on it otherwise, a ``jax.nn`` activation as a call of another function; none if
-no two layers are alike), `Model.forbidden` the layers no rolled run may contain.
+no two layers are alike), `Model.forbidden` the layers no rolled run may contain, `Model.may_end` those
+a run may contain only as its last layer (`Model.unlike_rolled`).
 """
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -49,10 +52,15 @@ class Model:
     layers: int
     alike: list                      # ranges of layers, one of which a rolled run should be
     forbidden: set = field(default_factory=set)     # layers no rolled run may contain
+    may_end: set = field(default_factory=set)       # ... but as its last layer
     budget: float = 0.0
     packed: bool = False
     slices: int = 1                  # micro-batches: the layers roll inside the micro-batch loop's body
     about: str = ""
+
+    def unlike_rolled(self, run: range) -> bool:
+        """Whether a rolled `run` holds a layer it must not."""
+        return bool(set(run) & self.forbidden or set(run[:-1]) & self.may_end)
 
 
 def _layer_norm(x, scale):
@@ -135,8 +143,9 @@ def model(seed: int) -> Model:
     slices = batch if cuttable and rng.random() < 0.7 else 1
     about = (f"seed {seed}: {layers} layers of {steps} ({act}, residual {residual}), shared {shared}, scaled "
              f"{scaled}, stem {stem}, head {head}, odd layer {odd}, {opt_name}, {slices} slice(s)")
-    return Model(seed, step, (params, opt.init(params)), data, layers, alike, {odd} - {None},
-                 budget=budget, packed=packed, slices=slices, about=about)
+    odd_layers = {odd} - {None}
+    return Model(seed, step, (params, opt.init(params)), data, layers, alike, odd_layers if residual else set(),
+                 set() if residual else odd_layers, budget=budget, packed=packed, slices=slices, about=about)
 
 
 def covers(rolled: range, m: Model) -> bool:

@@ -171,10 +171,9 @@ class Layout:
         for chain, offsets in self.placed:
             parts = [([None] * t + chain + [None] * (self.length - len(chain) - t))[lo:hi] for t in offsets]
             have = [sum(o is not None for o in part) for part in parts]
-            whole = [part for part, k in zip(parts, have) if k == n]
-            dead = [part for part, k in zip(parts, have) if k == n - 1 and part[0] is None]
-            if whole or dead:
-                roles.ops.append((whole or dead)[0])
+            fit = [part for part, k in zip(parts, have) if k == n or k == n - 1 and part[0] is None]
+            if fit:
+                roles.ops.append(fit[0])
             elif max(have):
                 part = parts[have.index(max(have))]
                 roles.dropped.append(f"{_describe(g, next(o for o in part if o is not None))} has its like in "
@@ -252,7 +251,7 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
     to their cheapest window, shorter ones (a layer unlike the others has no op of theirs) where their
     ops read their layers' leaves, else where program order puts them between the placed ops (a
     layer's forward ops run after the layer before's, its backward ops before): every such place,
-    the fewest bytes crossing first."""
+    the fewest bytes crossing first (`_short_fits`)."""
     seed_layer = {v: l for per in seeds for l, v in enumerate(per)}
 
     def anchors(chain: list) -> set:
@@ -290,14 +289,38 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
             anchored[i] = found.pop()
             placed.update((o, anchored[i] + k) for k, o in enumerate(chain))
     order = sorted((o, l) for o, l in placed.items() if l is not _UNPLACED and l >= 0)
+    fits = _short_fits(g, short, anchored, {i: _between(order, chain, length) for i, chain in enumerate(short)},
+                       placed, length)
     for i, chain in enumerate(short):
-        fits = [anchored[i]] if i in anchored else \
-            sorted(_between(order, chain, length), key=lambda t: (_crossing(g, placed, chain, -t, length), t))
-        if fits:
-            out.append((chain, fits))
+        if fits[i]:
+            out.append((chain, fits[i]))
         else:
             dropped.append(f"{_describe(g, chain[0])} has its like in {len(chain)} of the {length} layers")
     return out, dropped
+
+
+def _short_fits(g: Dataflow, short: list, anchored: dict, between: dict, placed: dict, length: int) -> dict:
+    """Chain index -> the offsets of each short chain, best first: an anchored chain's one; else the offsets
+    program order allows (`between`), the fewest bytes crossing first (then the lowest). A chain may touch
+    no placed op, only other short chains (a layer norm's backward where the run's first layer computes no
+    input gradient): its offsets all cost the same until those are placed. So chains are placed in rounds, each
+    placing (into `placed`) the chains whose best offset costs strictly less than their next, until a round
+    places none; the others keep their order by cost as it then is."""
+    fits = {i: [t] for i, t in anchored.items()}
+    pending = [i for i in range(len(short)) if i not in anchored]
+    while pending:
+        decided = []
+        for i in pending:
+            cost = {t: _crossing(g, placed, short[i], -t, length) for t in between[i]}
+            fits[i] = sorted(cost, key=lambda t: (cost[t], t))
+            if fits[i] and (len(fits[i]) == 1 or cost[fits[i][0]] < cost[fits[i][1]]):
+                decided.append(i)
+        if not decided:
+            break
+        for i in decided:
+            placed.update((o, fits[i][0] + k) for k, o in enumerate(short[i]))
+        pending = [i for i in pending if i not in decided]
+    return fits
 
 
 def _between(order: list, chain: list, length: int) -> list[int]:

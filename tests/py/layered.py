@@ -9,6 +9,8 @@ given), the data an argument of the step.
   has no gradient).
 * `tied_mlp`: a residual MLP whose every block also applies one matrix all blocks share (its gradient
   is a sum over the layers).
+* `normed_mlp`: residual blocks ``x + act(layer_norm(x) w)``, the first reading the batch, the last
+  block of another activation (a head block).
 * `gpt_variant`: transformer.py's GPT with an unlike first block (a stem without its residual), an
   unlike last block (an MLP of another activation), a per-layer residual scale ``1 / sqrt(2 (i + 1))``
   (depth-scaled residuals), or its blocks held in other containers (a tuple, nested lists, a dict
@@ -113,6 +115,25 @@ def tied_mlp(layers: int, width: int, batch: int, opt=None):
     def loss(p, x):
         for layer in p["layers"]:
             x = x + jnp.tanh(x @ layer["w"]) @ p["tied"]
+        return jnp.mean(x ** 2)
+    opt = opt or optax.adamw(1e-3)
+    x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), x
+
+
+# ---- layer-normed blocks before a head block ---------------------------------------------------------
+def normed_mlp(layers: int, width: int, batch: int, head=lambda h: h, opt=None):
+    """``x + tanh(layer_norm(x, s_l) w_l)`` per block, `head` instead of tanh in the last; the first block
+    reads the batch, so its input has no gradient: the ops that compute it in the others are missing there."""
+    rng = np.random.default_rng(0)
+    params = {"blocks": [{"w": jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32),
+                          "s": jnp.asarray(1.0 + 0.1 * rng.normal(size=width), jnp.float32)} for _ in range(layers)]}
+
+    def loss(p, x):
+        for l, block in enumerate(p["blocks"]):
+            mean = x.mean(-1, keepdims=True)
+            normed = (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * block["s"]
+            x = x + (head if l == layers - 1 else jnp.tanh)(normed @ block["w"])
         return jnp.mean(x ** 2)
     opt = opt or optax.adamw(1e-3)
     x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)

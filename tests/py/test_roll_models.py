@@ -8,6 +8,7 @@ at rounding size."""
 import re
 
 import jax
+import jax.numpy as jnp
 import optax
 import pytest
 from jaxlib.mlir import ir
@@ -25,7 +26,8 @@ from test_roll_layers import EPS, leaves_close, report as roll_report, run
 
 TINY = dict(layers=4, width=16, heads=2, seq=8, batch=2, vocab=32)
 FUZZ_DEFAULT = (0, 1, 19, 43)     # 43: packed, micro-batches; 19: also clipped, an update run writing a leaf it does not read
-FUZZ_SLOW = [s for s in range(80) if s not in FUZZ_DEFAULT]
+FUZZ_SLOW = [s for s in range(160) if s not in FUZZ_DEFAULT]   # 150, 158: a run ending with the odd layer of blocks
+# without their residual, its extra op left after the run (`layer_fuzz.Model.may_end`)
 
 
 def rolled_runs(report: str) -> list[range]:
@@ -73,6 +75,19 @@ def test_a_flax_linen_gpt_rolls_every_block():
 def test_an_equinox_mlp_whose_first_block_reads_the_data_rolls_every_block():
     step, state, data = layered.eqx_mlp(layers=4, width=8, hidden=16, batch=4, opt=optax.adamw(3e-4, eps=EPS))
     check_rolls(step, state, data, range(0, 4))
+
+
+@pytest.mark.parametrize("head", ["identity", "sin"])
+def test_layer_normed_blocks_roll_up_to_an_unlike_last_block(head):
+    """The first block reads the data, so the ops computing a block's input gradient are missing in it: their
+    chains, one op short, are layers 1 .. 4's (the gradient of each layer norm's input); the tanh's backward
+    chains, one short too, layers 0 .. 3's. In the part 0 .. 3, both fit as the part's whole or as its dead
+    first position: each goes where the fewest bytes cross, the chains that touch only other short ones
+    (a layer norm's backward) placed after those. This rolled nothing when a part took the whole over the
+    dead first position whatever the cost, and those chains' offsets tied."""
+    step, state, x = layered.normed_mlp(5, 8, 4, head={"identity": lambda h: h, "sin": jnp.sin}[head],
+                                        opt=optax.adamw(1e-3, eps=EPS))
+    check_rolls(step, state, x, range(0, 4))
 
 
 def buffer_copies(folder, packed, key: str = "blocks") -> list[str]:
@@ -182,7 +197,7 @@ def fuzz_case(seed: int):
     got, _ = run(call, s, m.batch, 2)
     leaves_close(got.unpack() if m.packed else got, run(jax.jit(m.step), fresh(m.state), m.batch, 2)[0])
     rolled = rolled_runs(report)
-    assert not any(set(r) & m.forbidden for r in rolled), (m.about, report)
+    assert not any(m.unlike_rolled(r) for r in rolled), (m.about, report)
     return m, any(layer_fuzz.covers(r, m) for r in rolled)
 
 
@@ -195,8 +210,8 @@ def test_generated_layered_models_roll_within_the_tolerance(seed):
 @pytest.mark.slow
 def test_most_generated_models_worth_rolling_roll():
     """Over the slow seeds: every model within the tolerance, no unlike layer in a rolled run, and at
-    least 90% of the models with two or more alike layers roll them, with the whole batch (59 of 62 today)
-    and with micro-batches (12 of 12 today; the default run has 2 more)."""
+    least 90% of the models with two or more alike layers roll them, with the whole batch (120 of 122 today)
+    and with micro-batches (32 of 32 today; the default run has 2 more)."""
     worth, rolled = [0, 0], [0, 0]          # [whole batch, micro-batches]
     for seed in FUZZ_SLOW:
         m, rolls = fuzz_case(seed)

@@ -17,7 +17,9 @@ the data an argument:
 * ``tied``: a residual MLP of 8 blocks of width 1024, batch 64, each block also applying one matrix
   they all share (`layered.tied_mlp`: its gradient, summed over the layers, is what rolling must keep);
 * ``clipped``: ``gpt`` with ``optax.chain(clip_by_global_norm(1.0), adamw)`` (every gradient is
-  needed before the update: it runs after the backward loop).
+  needed before the update: it runs after the backward loop);
+* ``haiku``: residual blocks ``x + gelu(layer_norm(x) w + b)``, 12 of width 512, batch 1024, under haiku's
+  module names (`layered.haiku_mlp`: ``block/linear``, ``block_1/linear``, ..; the first block reads the batch).
 
 Per model: the layers rolled (roll-layers' report); temporaries from the compiled executables of
 jax.jit (the step as written, donated) and of loopfuse at ``memory_budget=0.0``: the state as a
@@ -65,6 +67,8 @@ MODELS = {
     "tied": lambda size: layered.tied_mlp(**({"layers": 8, "width": 1024, "batch": 64} if size is GPT else
                                              {"layers": 4, "width": 8, "batch": 4})),
     "clipped": lambda size: transformer.gpt(**size, opt=optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-4))),
+    "haiku": lambda size: layered.haiku_mlp(**({"layers": 12, "width": 512, "batch": 1024} if size is GPT else
+                                               {"layers": 4, "width": 8, "batch": 4})),
 }
 
 

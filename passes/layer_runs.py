@@ -5,7 +5,10 @@ index, however the layers are held: a list or tuple index, ``[0]['blocks'][3]['u
 list of parameter dicts, a flax nnx ``nnx.List``), ``.layers[3].weight`` (an equinox list of modules,
 ``eqx.nn.Sequential``); or a dict key or attribute ending in the index, ``['params']['Block_3']``
 (flax linen's ``@nn.compact`` submodules), ``['h_3']``, ``['layer3']``, ``['3']``, ``['w3']`` (leaves
-with no container at all); lists of lists give one index per level. The optimizer's moments mirror
+with no container at all), or one of the ``/``-separated names of a dict key (haiku's module paths:
+``['block_3/linear']['w']``, ``['mlp/~/linear_3']``; haiku numbers a name's modules from the second,
+``linear``, ``linear_1``, .., so an unnumbered name counts as index 0 beside numbered ones); lists of
+lists give one index per level. The optimizer's moments mirror
 them (``[1][0].mu['blocks'][3]['up']['kernel']``). A *family* is the leaves under one such index (the
 path up to it, and the key with ``*`` for the number, the prefix) by position; a *run* is a range of
 consecutive indices in which every family has the same leaves (suffixes) with the same types, and the
@@ -24,12 +27,17 @@ Examples:
     >>> linen = ["['params']['Block_0']['Dense_0']", "['params']['Block_1']['Dense_0']", "['params']['Dense_0']"]
     >>> [(r.start, r.stop, list(r.families)) for r in runs(linen, ["f32[4,4]"] * 3)]
     [(0, 2, ["['params']['Block_*']"])]
+    >>> haiku = ["['block/linear']['w']", "['block_1/linear']['w']", "['block_2/linear']['w']", "['linear']['w']"]
+    >>> [(r.start, r.stop, list(r.families)) for r in runs(haiku, ["f32[4,4]"] * 3 + ["f32[4,1]"])]
+    [(0, 3, ["['block_*']"])]
 """
 import re
 from dataclasses import dataclass
 
 _TOKEN = re.compile(r"\[(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\]]*)\]|\.[^.\[]+")
 _INDEX = re.compile(r"\[(\d+)\]|(\[['\"]|\.)(.*?)(\d+)(['\"]\])?")
+_KEY = re.compile(r"(\[['\"]|\.)(.*?)(['\"]\])?")
+_NUMBERED = re.compile(r"(.*?)(\d+)")
 
 
 @dataclass(frozen=True)
@@ -66,18 +74,23 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
     """The candidate runs of the leaves with key `paths` (None: not a state leaf) and `types` (any
     comparable description of shape and dtype): outer indices first, then longest first."""
     lists: dict = {}   # prefix -> index -> {suffix: leaf}
-    depth: dict = {}   # prefix -> keys before its index
+    depth: dict = {}   # prefix -> (keys before its index, names before it in its key)
+    unnumbered: dict = {}   # prefix -> {suffix: leaf}: haiku's first module of a name (``linear``, then ``linear_1``)
     for leaf, path in enumerate(paths):
         if path is None:
             continue
         keys = tokens(path)
         for at, key in enumerate(keys):
-            m = _INDEX.fullmatch(key)
-            if m:
-                prefix = "".join(keys[:at]) + ("" if m.group(1) else m.group(2) + m.group(3) + "*" + (m.group(5) or ""))
-                index = int(m.group(1) or m.group(4))
-                lists.setdefault(prefix, {}).setdefault(index, {})["".join(keys[at + 1:])] = leaf
-                depth[prefix] = at
+            for within, (name, index, rest) in enumerate(_indices(key)):
+                prefix, suffix = "".join(keys[:at]) + name, rest + "".join(keys[at + 1:])
+                if index is None:
+                    unnumbered.setdefault(prefix, {})[suffix] = leaf
+                else:
+                    lists.setdefault(prefix, {}).setdefault(index, {})[suffix] = leaf
+                    depth[prefix] = (at, within)
+    for prefix, layers in lists.items():
+        if 0 not in layers and prefix in unnumbered:
+            layers[0] = unnumbered[prefix]
     found: dict = {}   # (start, stop, layer signature) -> families
     for prefix, layers in lists.items():
         def shape(i):
@@ -95,6 +108,31 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
             start = stop
     out = [Run(start, stop, families) for (start, stop, _), families in found.items()]
     return sorted(out, key=lambda r: (min(depth[p] for p in r.families), -r.length * len(r.families), r.start))
+
+
+def _indices(key: str) -> list[tuple[str, int | None, str]]:
+    """The indices one key of a path carries, each as (the key with ``*`` for it, the index, the rest of
+    the key): a list index (``[3]``: the key is the index); a number ending a dict key or attribute,
+    or one of its ``/``-separated names (haiku's module paths, ``['block_3/linear']``: the layer is what
+    is under ``block_3``, the rest of the key belongs to the leaf's suffix); and a name that would be
+    numbered ``name_*`` has index None, for haiku's first module of that name, which it does not number."""
+    m = _INDEX.fullmatch(key)
+    if m and m.group(1):
+        return [("", int(m.group(1)), "")]
+    m = _KEY.fullmatch(key)
+    if m is None or (m.group(1) == ".") == bool(m.group(3)):
+        return []
+    opening, closing, names = m.group(1), m.group(3) or "", m.group(2).split("/")
+    found = []
+    for k, name in enumerate(names):
+        numbered = _NUMBERED.fullmatch(name)
+        head = opening + "/".join(names[:k]) + ("/" if k else "")
+        rest = "/".join(names[k + 1:])
+        if numbered:
+            found.append((head + numbered.group(1) + "*" + closing, int(numbered.group(2)), rest))
+        elif name:
+            found.append((head + name + "_*" + closing, None, rest))
+    return found
 
 
 def keyed_runs(paths: list, types: list, first_use: list, min_length: int = 2) -> list[Run]:

@@ -9,6 +9,8 @@ given), the data an argument of the step.
   has no gradient).
 * `tied_mlp`: a residual MLP whose every block also applies one matrix all blocks share (its gradient
   is a sum over the layers).
+* `haiku_mlp`: residual blocks under haiku's module names (``block/layer_norm``, ``block_1/layer_norm``, ..:
+  haiku numbers a name's modules from the second), the parameter dict ``hk.transform(f).init`` returns.
 * `normed_mlp`: residual blocks ``x + act(layer_norm(x) w)``, the first reading the batch, the last
   block of another activation (a head block).
 * `gpt_variant`: transformer.py's GPT with an unlike first block (a stem without its residual), an
@@ -119,6 +121,36 @@ def tied_mlp(layers: int, width: int, batch: int, opt=None):
     opt = opt or optax.adamw(1e-3)
     x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
     return transformer.optax_step(loss, opt), (params, opt.init(params)), x
+
+
+# ---- haiku's module names ---------------------------------------------------------------------------
+def haiku_mlp(layers: int, width: int, batch: int, opt=None):
+    """``x + gelu(layer_norm(x) w + b)`` per block, a linear head: the parameters as haiku names a ``Block``
+    module (an ``hk.LayerNorm`` and an ``hk.Linear``) created once per layer (dm-haiku 0.0.17: ``block/linear``,
+    ``block_1/linear``, .., the head ``linear``), one flat dict of module paths."""
+    rng = np.random.default_rng(0)
+
+    def named(l: int) -> str:
+        return "block" if l == 0 else f"block_{l}"
+    params = {}
+    for l in range(layers):
+        params[f"{named(l)}/layer_norm"] = {"offset": jnp.zeros(width), "scale": jnp.ones(width)}
+        params[f"{named(l)}/linear"] = {"b": jnp.zeros(width),
+                                        "w": jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32)}
+    params["linear"] = {"b": jnp.zeros(1), "w": jnp.asarray(rng.normal(size=(width, 1)), jnp.float32)}
+
+    def loss(p, d):
+        x = d["x"]
+        for l in range(layers):
+            norm, linear = p[f"{named(l)}/layer_norm"], p[f"{named(l)}/linear"]
+            mean = x.mean(-1, keepdims=True)
+            normed = (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+            x = x + jax.nn.gelu((normed * norm["scale"] + norm["offset"]) @ linear["w"] + linear["b"])
+        return jnp.mean((x @ p["linear"]["w"] + p["linear"]["b"] - d["y"]) ** 2)
+    opt = opt or optax.adamw(1e-3)
+    data = {"x": jnp.asarray(rng.normal(size=(batch, width)), jnp.float32),
+            "y": jnp.asarray(rng.normal(size=(batch, 1)), jnp.float32)}
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), data
 
 
 # ---- layer-normed blocks before a head block ---------------------------------------------------------

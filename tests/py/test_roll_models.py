@@ -54,6 +54,9 @@ def check_rolls(step, state, batch, expected: range, packed: bool = True, **opti
     ("digits", ["[0]['0']['w']", "[0]['1']['w']", "[0]['2']['w']"]),
     ("no container", ["[0]['w1']", "[0]['w2']", "[0]['w3']"]),
     ("attributes", ["[0].layer0.w", "[0].layer1.w", "[0].layer2.w"]),
+    ("haiku", ["[0]['block/linear']['w']", "[0]['block_1/linear']['w']", "[0]['block_2/linear']['w']"]),
+    ("haiku, no block", ["[0]['linear']['w']", "[0]['linear_1']['w']", "[0]['linear_2']['w']"]),
+    ("haiku nets", ["[0]['mlp/~/linear_0']['w']", "[0]['mlp/~/linear_1']['w']", "[0]['mlp/~/linear_2']['w']"]),
 ])
 def test_runs_are_found_however_the_blocks_are_held(spelling, paths):
     found = runs(paths + ["[0]['head']"], ["f32[4,4]"] * 3 + ["f32[4]"])
@@ -75,6 +78,14 @@ def test_a_flax_linen_gpt_rolls_every_block():
 def test_an_equinox_mlp_whose_first_block_reads_the_data_rolls_every_block():
     step, state, data = layered.eqx_mlp(layers=4, width=8, hidden=16, batch=4, opt=optax.adamw(3e-4, eps=EPS))
     check_rolls(step, state, data, range(0, 4))
+
+
+def test_blocks_under_haikus_module_names_roll():
+    """haiku's names, ``block/linear`` then ``block_1/linear``: each layer is what is under ``block_l``, the
+    first the unnumbered one; packed, the stacks are the run's (`loopfuse.pack` finds it alike)."""
+    step, state, data = layered.haiku_mlp(4, 8, 16, opt=optax.adamw(1e-3, eps=EPS))
+    report = check_rolls(step, state, data, range(0, 4))
+    assert "[0]['block_*']" in report, report
 
 
 @pytest.mark.parametrize("head", ["identity", "sin"])

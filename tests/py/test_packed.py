@@ -94,6 +94,38 @@ def test_pack_layers_stacks_named_layers_in_key_order_and_no_fields_of_a_class()
         [np.asarray(x).tolist() for x in loopfuse.pack(moments).buffers] == [[1.0] * 6 + [2.0] * 6]   # not stacked
 
 
+def test_layers_stacked_by_index_from_keys_that_sort_otherwise_are_packed_again_in_place():
+    """Twelve layers ``Block_0`` .. ``Block_11`` (linen's names for GPT-2's blocks): jax orders the leaves by
+    key, ``Block_10`` before ``Block_2``, and `pack` stacks them by index. A call's new state is packed by the
+    layout's offsets, not in leaf order (which put layer 10's rows where layer 2's are read: the second step
+    ran on shuffled layers), so a packed loop is jax.jit's loop."""
+    blocks = {f"Block_{l}": {"w": jnp.full((2, 2), l, jnp.float32)} for l in range(12)}
+    p = loopfuse.pack({"params": blocks}, layers=True)
+    assert np.asarray(p.buffers[0]).tolist() == [float(l) for l in range(12) for _ in range(4)]
+    assert_trees_equal(p.layout.pack(p.unpack()).buffers, p.buffers)
+    rng = np.random.default_rng(0)
+    params = {f"Block_{l}": {"w": jnp.asarray(rng.normal(size=(4, 4)) / 2, jnp.float32)} for l in range(12)}
+
+    def loss(p, x):
+        for l in range(12):
+            x = x + jnp.tanh(x @ p[f"Block_{l}"]["w"])
+        return jnp.mean(x ** 2)
+    opt = optax.sgd(0.1)
+
+    def step(state, x):
+        params, opt_state = state
+        value, grads = jax.value_and_grad(loss)(params, x)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), {"loss": value}
+    x = jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)
+    state = (params, opt.init(params))
+    got, _ = loopfuse.compile_step(step, keep_aux=("loss",)).loop(3)(loopfuse.pack(fresh(state), layers=True), x)
+    want = fresh(state)
+    for _ in range(3):
+        want, _ = jax.jit(step)(want, x)
+    assert_trees_equal(got.unpack(), want)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_loop_on_packed_state_equals_jax_jit(name):
     """loop(K) on a packed state: bitwise jax.jit of the same packed program; the unpacked result

@@ -55,16 +55,19 @@ class Layout:
     buffer_dtypes: tuple
 
     def pack(self, state) -> "PackedState":
-        """`state` (of this layout's structure) as a `PackedState`; traceable."""
+        """`state` (of this layout's structure) as a `PackedState`; traceable. Each buffer holds its leaves
+        in offset order, which is not leaf order where a run of layers is stacked by index from keys that
+        sort otherwise (``h_10`` before ``h_2``)."""
         leaves = self.treedef.flatten_up_to(state)
         pieces: list[list] = [[] for _ in self.buffer_dtypes]
         kept = []
-        for x, (b, _) in zip(leaves, self.places):
+        for x, (b, at) in zip(leaves, self.places):
             if b is None:
                 kept.append(x)
             else:
-                pieces[b].append(jnp.reshape(x, (-1,)))
-        return PackedState(self, tuple(lax.concatenate(p, 0) for p in pieces), tuple(kept))
+                pieces[b].append((at, jnp.reshape(x, (-1,))))
+        return PackedState(self, tuple(lax.concatenate([x for _, x in sorted(p, key=lambda t: t[0])], 0)
+                                       for p in pieces), tuple(kept))
 
     def unpack(self, buffers, kept):
         """The state pytree of `buffers` and `kept`; traceable."""

@@ -75,6 +75,13 @@ def test_a_flax_linen_gpt_rolls_every_block():
     check_rolls(step, state, tokens, range(0, 4))
 
 
+def test_twelve_linen_blocks_roll_and_their_packed_state_stays_in_layer_order():
+    """``Block_0`` .. ``Block_11``: jax orders the leaves ``Block_10`` before ``Block_2``; the stacks are by
+    index, and each call's new state goes back to its rows (`packed.Layout.pack`), two steps as jax.jit's."""
+    step, state, tokens = layered.linen_gpt(**dict(TINY, layers=12), opt=optax.adamw(3e-4, eps=EPS))
+    check_rolls(step, state, tokens, range(0, 12))
+
+
 def test_an_equinox_mlp_whose_first_block_reads_the_data_rolls_every_block():
     step, state, data = layered.eqx_mlp(layers=4, width=8, hidden=16, batch=4, opt=optax.adamw(3e-4, eps=EPS))
     check_rolls(step, state, data, range(0, 4))

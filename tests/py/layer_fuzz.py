@@ -13,6 +13,8 @@ chain, with the features users write around such a loop, and says which layers m
   may contain (the alike layers on either side of it may roll); but for a block without its residual
   the extra op is the block's last, on its output, where it is as much the next layer's first: a run
   may end with that layer, the op left between the run and the next layer (`Model.may_end`);
+* the blocks held as a list or, in 30% of the models, a dict ``h_0``, ``h_1``, .. (half of those of 11
+  layers: jax orders the leaves ``h_10`` before ``h_2``, which a packed state's stacks must not follow);
 * a random optax optimizer, a memory budget of 0 or 0.5, the state as a pytree or packed; in 70%
   of the models whose blocks have no ``lax.cond`` or loop (which micro-batch does not cut), the batch cut
   into micro-batches (`Model.slices`), the layers rolled inside the micro-batch loop's body.
@@ -71,6 +73,10 @@ def _layer_norm(x, scale):
 def model(seed: int) -> Model:
     rng = np.random.default_rng(seed)
     layers = int(rng.integers(3, 7))
+    held = np.random.default_rng([seed, 1])      # how the blocks are held, drawn apart from the rest
+    keyed = bool(held.random() < 0.3)             # a dict ``h_0`` .. instead of a list
+    if keyed and held.random() < 0.5:
+        layers = 11                               # ``h_10`` sorts before ``h_2``: leaf order is not layer order
     width, batch = 4, 3
     steps = [str(rng.choice(["dense", "act", "norm", "cond", "loop", "gate"])) for _ in range(int(rng.integers(1, 4)))]
     if steps == ["act"] * len(steps):       # a block that reads a leaf of its own
@@ -87,7 +93,7 @@ def model(seed: int) -> Model:
 
     blocks = [{"w": normal(width, width), "b": normal(width), "s": 1.0 + normal(width), "g": normal(width)}
               for _ in range(layers)]
-    params = {"blocks": blocks, "head": normal(width, 1)}
+    params = {"blocks": {f"h_{l}": b for l, b in enumerate(blocks)} if keyed else blocks, "head": normal(width, 1)}
     if shared:
         params["shared"] = normal(width)
 
@@ -112,7 +118,7 @@ def model(seed: int) -> Model:
 
     def loss(p, data):
         x = data["x"]
-        for l, b in enumerate(p["blocks"]):
+        for l, b in enumerate([p["blocks"][f"h_{l}"] for l in range(layers)] if keyed else p["blocks"]):
             first, last = l == 0, l == layers - 1
             activation = ACTIVATIONS["tanh" if act != "tanh" else "sin"] if (first and stem or last and head) \
                 else ACTIVATIONS[act]
@@ -141,7 +147,7 @@ def model(seed: int) -> Model:
     budget, packed = float(rng.choice([0.0, 0.5])), bool(rng.integers(2))
     cuttable = not {"cond", "loop"} & set(steps)         # micro-batch does not cut a branch or loop on the batch
     slices = batch if cuttable and rng.random() < 0.7 else 1
-    about = (f"seed {seed}: {layers} layers of {steps} ({act}, residual {residual}), shared {shared}, scaled "
+    about = (f"seed {seed}: {layers} {'keyed ' if keyed else ''}layers of {steps} ({act}, residual {residual}), shared {shared}, scaled "
              f"{scaled}, stem {stem}, head {head}, odd layer {odd}, {opt_name}, {slices} slice(s)")
     odd_layers = {odd} - {None}
     return Model(seed, step, (params, opt.init(params)), data, layers, alike, odd_layers if residual else set(),

@@ -270,17 +270,18 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
         start[i] = s
         placed.update((o, k - s if 0 <= k - s < length else _OUTSIDE) for k, o in enumerate(long[i]))
 
-    for i, chain in enumerate(long):      # a chain whose op reads layer l's own leaf has that op at l
-        found = {-a for a in anchors(chain)}
-        if len(found) == 1 and 0 <= min(found) <= len(chain) - length:
-            cut(i, found.pop())
+    for i, chain in enumerate(long):      # a chain whose op reads layer l's own leaf has that op at l; its
+        found = {-a for a in anchors(chain)}     # first at position 1: the run's first layer lacks it (it reads
+        if len(found) == 1 and -1 <= min(found) <= len(chain) - length:     # the data), the chain goes on past
+            cut(i, found.pop())                                             # the run (into a stack after it)
     binary = [i for i in range(len(long)) if i not in start and len(long[i]) == length + 1]
     for i, s in _cut_binary(g, long, binary, placed, length).items():
         cut(i, s)
     for i in range(len(long)):     # longer chains (rare): the window that makes the fewest bytes cross
         if i not in start:
             cut(i, min(range(len(long[i]) - length + 1), key=lambda s: (_crossing(g, placed, long[i], s, length), s)))
-    out = [(chain, [0]) for chain in exact] + [(chain[start[i]:start[i] + length], [0]) for i, chain in enumerate(long)]
+    out = [(chain, [0]) for chain in exact] + [(chain[max(start[i], 0):start[i] + length], [max(-start[i], 0)])
+                                               for i, chain in enumerate(long)]
     dropped = []
     anchored = {}
     for i, chain in enumerate(short):

@@ -135,6 +135,38 @@ def _indices(key: str) -> list[tuple[str, int | None, str]]:
     return found
 
 
+def with_partners(run: Run, others: list[Run], first_use: list) -> Run:
+    """`run` joined by those of `others` over its layers whose layers the step reads interleaved with its
+    own (each one's layer l first read before either one's layer l + 1; `first_use[leaf]`: the first op
+    reading the leaf, or None): the modules of one layer held apart, as a loop over haiku's or linen's
+    modules names them (``layer_norm_3``, ``linear_3``), not stacks read one after the other (a
+    decoder's after an encoder's), which stay apart.
+
+    Examples:
+        >>> paths = ["['ln']['s']", "['ln_1']['s']", "['linear']['w']", "['linear_1']['w']"]
+        >>> found = runs(paths, ["f32[4]", "f32[4]", "f32[4,4]", "f32[4,4]"])
+        >>> [list(r.families) for r in found]
+        [["['ln_*']"], ["['linear_*']"]]
+        >>> sorted(with_partners(found[0], found[1:], [1, 3, 2, 4]).families)    # ln, linear, ln_1, linear_1
+        ["['linear_*']", "['ln_*']"]
+        >>> sorted(with_partners(found[0], found[1:], [1, 2, 3, 4]).families)    # ln, ln_1, then linear, linear_1
+        ["['ln_*']"]
+    """
+    def first(r: Run, layer: int) -> int | None:
+        uses = [first_use[leaf] for leaf in r.leaves(layer) if first_use[leaf] is not None]
+        return min(uses) if uses else None
+    mine = [first(run, l) for l in range(run.length)]
+    for other in others:
+        if (other.start, other.stop) != (run.start, run.stop) or set(other.families) & set(run.families):
+            continue
+        theirs = [first(other, l) for l in range(run.length)]
+        if None not in mine + theirs and all(mine[l] < theirs[l + 1] and theirs[l] < mine[l + 1]
+                                             for l in range(run.length - 1)):
+            run = Run(run.start, run.stop, {**run.families, **other.families})
+            mine = [min(a, b) for a, b in zip(mine, theirs)]
+    return run
+
+
 def keyed_runs(paths: list, types: list, first_use: list, min_length: int = 2) -> list[Run]:
     """Runs of layers held under keys that say nothing of their order (``['blocks']['cedar']``,
     ``['blocks']['alder']``, ...), where the paths propose none by an index: a family is the leaves

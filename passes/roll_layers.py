@@ -69,7 +69,7 @@ from .matchers import rows, sliced_rows, splat_value
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
-from .layer_runs import keyed_runs, runs
+from .layer_runs import keyed_runs, runs, with_partners
 from .module_pass import ModulePass, option
 from .sink_leaf_ops import sink
 from . import rewriter as rw
@@ -144,9 +144,9 @@ class RollLayers(ModulePass):
                                                                 for v, _ in leaves])
                 if not candidates:       # the superset had some: none is left once ordered
                     break
-            whole, names = candidates[0]
+            whole = candidates[0][0]
+            run, plan, names = self._plan_joined(g, main, candidates, leaves, update, by_index)
             tried |= names
-            run, plan = self._plan(g, main, whole, leaves, update)
             where = f"{what}{', '.join(sorted(run.families))} [{run.start}:{run.stop}]"
             if plan.why_not:
                 lines.append(f"did not roll {where}: {plan.why_not}")
@@ -165,6 +165,21 @@ class RollLayers(ModulePass):
             if not update:
                 block = layers_block(main)     # its loop may be a new one (`_Rewrite.accumulate_in_place`)
         return rolled, tried
+
+    def _plan_joined(self, g: Dataflow, main: func.FuncOp, candidates: list, leaves: list, update: bool,
+                     by_index: bool):
+        """(part, plan, leaf paths) of the first candidate run, joined by the candidates the step reads
+        layer by layer with it (`with_partners`: one layer's modules held apart) where an index proposed
+        it, or alone where they do not roll together (`_plan`)."""
+        whole, names = candidates[0]
+        if by_index:
+            joined = with_partners(whole, [r for r, _ in candidates[1:]], [min((op for op, _ in g.users[v]), default=None)
+                                                                          for v, _ in leaves])
+            if joined is not whole:
+                run, plan = self._plan(g, main, joined, leaves, update)
+                if not plan.why_not:
+                    return run, plan, _leaf_paths(joined, [path for _, path in leaves])
+        return (*self._plan(g, main, whole, leaves, update), names)
 
     def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list, update: bool):
         """(part, plan) for the part of `run` that rolls best: the whole run; or the run less layers at
@@ -219,13 +234,17 @@ class RollLayers(ModulePass):
         paths, types = [p for _, p in found], [str(v.type) for v, _ in found]
 
         def untried(runs_: list) -> list:
-            return [(run, names) for run in runs_ if not (names := {paths[leaf] for per in run.families.values()
-                                                                     for layer in per for leaf in layer.values()}) & tried]
+            return [(run, names) for run in runs_ if not (names := _leaf_paths(run, paths)) & tried]
         by_index = runs(paths, types, self.min_layers)
         if by_index or not keyed:
             return untried(by_index), bool(by_index)
         return untried(keyed_runs(paths, types, [0] * len(paths) if first_use is None else first_use,
                                   self.min_layers)), False
+
+
+def _leaf_paths(run, paths: list) -> set:
+    """The paths of `run`'s leaves (`paths[leaf]`)."""
+    return {paths[leaf] for per in run.families.values() for layer in per for leaf in layer.values()}
 
 
 def _declined(whole: "Plan", parts: list) -> "Plan":

@@ -11,6 +11,7 @@ given), the data an argument of the step.
   is a sum over the layers).
 * `haiku_mlp`: residual blocks under haiku's module names (``block/layer_norm``, ``block_1/layer_norm``, ..:
   haiku numbers a name's modules from the second), the parameter dict ``hk.transform(f).init`` returns.
+* `two_stacks`: an encoder's residual blocks, then a decoder's (their products alike).
 * `normed_mlp`: residual blocks ``x + act(layer_norm(x) w)``, the first reading the batch, the last
   block of another activation (a head block).
 * `gpt_variant`: transformer.py's GPT with an unlike first block (a stem without its residual), an
@@ -124,33 +125,62 @@ def tied_mlp(layers: int, width: int, batch: int, opt=None):
 
 
 # ---- haiku's module names ---------------------------------------------------------------------------
-def haiku_mlp(layers: int, width: int, batch: int, opt=None):
-    """``x + gelu(layer_norm(x) w + b)`` per block, a linear head: the parameters as haiku names a ``Block``
-    module (an ``hk.LayerNorm`` and an ``hk.Linear``) created once per layer (dm-haiku 0.0.17: ``block/linear``,
-    ``block_1/linear``, .., the head ``linear``), one flat dict of module paths."""
+def haiku_mlp(layers: int, width: int, batch: int, opt=None, blocks: bool = True):
+    """``x + gelu(layer_norm(x) w + b)`` per block, a linear head: the parameters as haiku names them (dm-haiku
+    0.0.17), one flat dict of module paths. With `blocks`, a ``Block`` module (an ``hk.LayerNorm`` and an
+    ``hk.Linear``) created once per layer: ``block/linear``, ``block_1/linear``, .., the head ``linear``; without,
+    the two modules created in the loop itself: ``layer_norm``, ``linear``, ``layer_norm_1``, ``linear_1``, ..,
+    the head ``linear_{layers}`` (each layer's two modules are runs of their own)."""
     rng = np.random.default_rng(0)
 
-    def named(l: int) -> str:
-        return "block" if l == 0 else f"block_{l}"
+    def numbered(name: str, l: int) -> str:
+        return name if l == 0 else f"{name}_{l}"
+
+    def named(module: str, l: int) -> str:
+        return f"{numbered('block', l)}/{module}" if blocks else numbered(module, l)
     params = {}
     for l in range(layers):
-        params[f"{named(l)}/layer_norm"] = {"offset": jnp.zeros(width), "scale": jnp.ones(width)}
-        params[f"{named(l)}/linear"] = {"b": jnp.zeros(width),
-                                        "w": jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32)}
-    params["linear"] = {"b": jnp.zeros(1), "w": jnp.asarray(rng.normal(size=(width, 1)), jnp.float32)}
+        params[named("layer_norm", l)] = {"offset": jnp.zeros(width), "scale": jnp.ones(width)}
+        params[named("linear", l)] = {"b": jnp.zeros(width),
+                                      "w": jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32)}
+    head = "linear" if blocks else numbered("linear", layers)
+    params[head] = {"b": jnp.zeros(1), "w": jnp.asarray(rng.normal(size=(width, 1)), jnp.float32)}
 
     def loss(p, d):
         x = d["x"]
         for l in range(layers):
-            norm, linear = p[f"{named(l)}/layer_norm"], p[f"{named(l)}/linear"]
+            norm, linear = p[named("layer_norm", l)], p[named("linear", l)]
             mean = x.mean(-1, keepdims=True)
             normed = (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
             x = x + jax.nn.gelu((normed * norm["scale"] + norm["offset"]) @ linear["w"] + linear["b"])
-        return jnp.mean((x @ p["linear"]["w"] + p["linear"]["b"] - d["y"]) ** 2)
+        return jnp.mean((x @ p[head]["w"] + p[head]["b"] - d["y"]) ** 2)
     opt = opt or optax.adamw(1e-3)
     data = {"x": jnp.asarray(rng.normal(size=(batch, width)), jnp.float32),
             "y": jnp.asarray(rng.normal(size=(batch, 1)), jnp.float32)}
     return transformer.optax_step(loss, opt), (params, opt.init(params)), data
+
+
+# ---- two stacks, one after the other -------------------------------------------------------------
+def two_stacks(layers: int, width: int, batch: int, opt=None):
+    """An encoder's blocks ``x + tanh(x e_l)``, the first reading the batch, then a decoder's
+    ``x + sin(x d_l + c_l)``: the products of both stacks are alike ops, so the shift map's chains run on
+    from one stack into the other."""
+    rng = np.random.default_rng(0)
+
+    def matrix():
+        return jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32)
+    params = {"enc": [{"w": matrix()} for _ in range(layers)],
+              "dec": [{"w": matrix(), "b": jnp.zeros(width)} for _ in range(layers)]}
+
+    def loss(p, x):
+        for block in p["enc"]:
+            x = x + jnp.tanh(x @ block["w"])
+        for block in p["dec"]:
+            x = x + jnp.sin(x @ block["w"] + block["b"])
+        return jnp.mean(x ** 2)
+    opt = opt or optax.adam(1e-2)
+    x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), x
 
 
 # ---- layer-normed blocks before a head block ---------------------------------------------------------

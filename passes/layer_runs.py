@@ -31,6 +31,7 @@ Examples:
     >>> [(r.start, r.stop, list(r.families)) for r in runs(haiku, ["f32[4,4]"] * 3 + ["f32[4,1]"])]
     [(0, 3, ["['block_*']"])]
 """
+import math
 import re
 from dataclasses import dataclass
 
@@ -123,7 +124,7 @@ def _indices(key: str) -> list[tuple[str, int | None, str]]:
     if m is None or (m.group(1) == ".") == bool(m.group(3)):
         return []
     opening, closing, names = m.group(1), m.group(3) or "", m.group(2).split("/")
-    found = []
+    found: list[tuple[str, int | None, str]] = []
     for k, name in enumerate(names):
         numbered = _NUMBERED.fullmatch(name)
         head = opening + "/".join(names[:k]) + ("/" if k else "")
@@ -152,16 +153,15 @@ def with_partners(run: Run, others: list[Run], first_use: list) -> Run:
         >>> sorted(with_partners(found[0], found[1:], [1, 2, 3, 4]).families)    # ln, ln_1, then linear, linear_1
         ["['ln_*']"]
     """
-    def first(r: Run, layer: int) -> int | None:
-        uses = [first_use[leaf] for leaf in r.leaves(layer) if first_use[leaf] is not None]
-        return min(uses) if uses else None
+    def first(r: Run, layer: int) -> float:     # inf: the step reads none of the layer's leaves
+        return min((first_use[leaf] for leaf in r.leaves(layer) if first_use[leaf] is not None), default=math.inf)
     mine = [first(run, l) for l in range(run.length)]
     for other in others:
         if (other.start, other.stop) != (run.start, run.stop) or set(other.families) & set(run.families):
             continue
         theirs = [first(other, l) for l in range(run.length)]
-        if None not in mine + theirs and all(mine[l] < theirs[l + 1] and theirs[l] < mine[l + 1]
-                                             for l in range(run.length - 1)):
+        if math.inf not in mine + theirs and all(mine[l] < theirs[l + 1] and theirs[l] < mine[l + 1]
+                                                 for l in range(run.length - 1)):
             run = Run(run.start, run.stop, {**run.families, **other.families})
             mine = [min(a, b) for a, b in zip(mine, theirs)]
     return run

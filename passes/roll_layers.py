@@ -140,8 +140,7 @@ class RollLayers(ModulePass):
             g = g or Dataflow.of(block, pure, outside=[v for v, _ in found] + _sources([v for v, _ in found]))
             leaves = [(g.id_of[v], path) for v, path in found]
             if not by_index:     # runs by keys, in the order the step first reads their layers
-                candidates, _ = self._candidates(found, tried, [min((op for op, _ in g.users[v]), default=None)
-                                                                for v, _ in leaves])
+                candidates, _ = self._candidates(found, tried, _first_use(g, leaves))
                 if not candidates:       # the superset had some: none is left once ordered
                     break
             whole = candidates[0][0]
@@ -173,8 +172,7 @@ class RollLayers(ModulePass):
         it, or alone where they do not roll together (`_plan`)."""
         whole, names = candidates[0]
         if by_index:
-            joined = with_partners(whole, [r for r, _ in candidates[1:]], [min((op for op, _ in g.users[v]), default=None)
-                                                                          for v, _ in leaves])
+            joined = with_partners(whole, [r for r, _ in candidates[1:]], _first_use(g, leaves))
             if joined is not whole:
                 run, plan = self._plan(g, main, joined, leaves, update)
                 if not plan.why_not:
@@ -240,6 +238,11 @@ class RollLayers(ModulePass):
             return untried(by_index), bool(by_index)
         return untried(keyed_runs(paths, types, [0] * len(paths) if first_use is None else first_use,
                                   self.min_layers)), False
+
+
+def _first_use(g: Dataflow, leaves: list) -> list:
+    """Per state leaf ((value id, path)), the first op that reads it, or None."""
+    return [min((op for op, _ in g.users[v]), default=None) for v, _ in leaves]
 
 
 def _leaf_paths(run, paths: list) -> set:

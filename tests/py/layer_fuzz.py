@@ -118,7 +118,7 @@ def model(seed: int) -> Model:
 
     def loss(p, data):
         x = data["x"]
-        for l, b in enumerate([p["blocks"][f"h_{l}"] for l in range(layers)] if keyed else p["blocks"]):
+        for l, b in enumerate([p["blocks"][f"h_{k}"] for k in range(layers)] if keyed else p["blocks"]):
             first, last = l == 0, l == layers - 1
             activation = ACTIVATIONS["tanh" if act != "tanh" else "sin"] if (first and stem or last and head) \
                 else ACTIVATIONS[act]

@@ -121,8 +121,8 @@ def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = N
     layers (roll-layers' report; that compile is the first chunk's own; an update run alone, after a
     micro-batch loop, does not count: a pytree's update writes its leaves in place), the stacked state:
     the loops then update the layers in place, with no stack built or taken apart per call (the packed
-    figure of README "Rolling repeated layers"). Else `state` as it is. `checkpoints` keep the caller's layout (`checkpoint.CarriedAs`); ``back(result)`` gives a
-    `FitResult` the caller's layout back."""
+    figure of README "Rolling repeated layers"). Else `state` as it is. `checkpoints` keep the caller's
+    layout (`checkpoint.CarriedAs`); ``back(result)`` gives a `FitResult` the caller's layout back."""
     if step is None or step.options.memory_budget is None or isinstance(state, packed.PackedState):
         return state, checkpoints, lambda result: result
     stacked = packed.pack(state, layers=True)

@@ -19,7 +19,9 @@ the data an argument:
 * ``clipped``: ``gpt`` with ``optax.chain(clip_by_global_norm(1.0), adamw)`` (every gradient is
   needed before the update: it runs after the backward loop);
 * ``haiku``: residual blocks ``x + gelu(layer_norm(x) w + b)``, 12 of width 512, batch 1024, under haiku's
-  module names (`layered.haiku_mlp`: ``block/linear``, ``block_1/linear``, ..; the first block reads the batch).
+  module names (`layered.haiku_mlp`: ``block/linear``, ``block_1/linear``, ..; the first block reads the batch);
+  ``haiku_flat``: the same, the modules created in the loop itself (``layer_norm_3``, ``linear_3``: two runs
+  over the same layers, one layer's modules held apart).
 
 Per model: the layers rolled (roll-layers' report); temporaries from the compiled executables of
 jax.jit (the step as written, donated) and of loopfuse at ``memory_budget=0.0``: the state as a
@@ -55,6 +57,7 @@ GPT = transformer.ISSUE
 NNX = dict(layers=8, width=256, heads=4, seq=32, vocab=256, batch=4)
 TINY = dict(layers=4, width=16, heads=2, seq=8, batch=2, vocab=32)
 STEPS = 3
+_HAIKU = {True: {"layers": 12, "width": 512, "batch": 1024}, False: {"layers": 4, "width": 8, "batch": 4}}
 MODELS = {
     "linen": lambda size: layered.linen_gpt(**size),
     "eqx": lambda size: layered.eqx_mlp(**({"layers": 12, "width": 256, "hidden": 1024, "batch": 1024}
@@ -67,8 +70,8 @@ MODELS = {
     "tied": lambda size: layered.tied_mlp(**({"layers": 8, "width": 1024, "batch": 64} if size is GPT else
                                              {"layers": 4, "width": 8, "batch": 4})),
     "clipped": lambda size: transformer.gpt(**size, opt=optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-4))),
-    "haiku": lambda size: layered.haiku_mlp(**({"layers": 12, "width": 512, "batch": 1024} if size is GPT else
-                                               {"layers": 4, "width": 8, "batch": 4})),
+    "haiku": lambda size: layered.haiku_mlp(**_HAIKU[size is GPT]),
+    "haiku_flat": lambda size: layered.haiku_mlp(**_HAIKU[size is GPT], blocks=False),
 }
 
 

@@ -547,6 +547,28 @@ def _read_everywhere(g: Dataflow, roles: Roles) -> set:
     return out
 
 
+def apart(roles: Roles) -> set:
+    """The roles of the groups, joined by the values roles read of each other (either way), that read
+    neither the run's leaves nor a value passed between layers: a map over the layers of values
+    computed outside them, such as the ops of a stack of as many layers after this one (its bias's
+    broadcast, its moments' decay), which the shift map's chains reach through the stacks' shared residual
+    stream. They are not this run's work: a plan leaves them as they are, rather than computing them in
+    its loops and exporting them per layer."""
+    near: list[set] = [set() for _ in roles.ops]
+    for r, found in enumerate(roles.operands):
+        for c in found:
+            if isinstance(c, (Internal, Carry)):
+                near[r].add(c.role)
+                near[c.role].add(r)
+    work = [r for r, found in enumerate(roles.operands) if any(isinstance(c, (Seed, Carry)) for c in found)]
+    joined = set(work)
+    while work:
+        for q in near[work.pop()] - joined:
+            joined.add(q)
+            work.append(q)
+    return set(range(len(roles.ops))) - joined
+
+
 def _odd_positions(g: Dataflow, roles: Roles, seed_at: dict, values: list) -> set:
     """The positions at which an operand that fits no class reads another kind of value than at most
     positions (a layer's own leaf, another role's value at the same or a neighbouring position, a value

@@ -68,7 +68,7 @@ from .functions import arg_attrs, main_func, result_attrs, string_attr
 from .matchers import rows, sliced_rows, splat_value
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
-from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
+from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze, apart
 from .layer_runs import keyed_runs, runs, with_partners
 from .module_pass import ModulePass, option
 from .sink_leaf_ops import sink
@@ -184,8 +184,10 @@ class RollLayers(ModulePass):
         either end whose ops differ from the others' (a stem, a head block), tried by the number of
         layers left out, fewest first, until a part rolls with every op or leaving out more layers
         finds no more alike ops; or, first, the parts on either side of a layer the whole run's
-        analysis points at (`Roles.odd`: an op only that layer has). A part that rolls with every op
-        ends the search; the part that rolls the most ops (layers times ops) wins."""
+        analysis points at (`Roles.odd`: an op only that layer has), or of the layer before it (an op
+        at a layer's boundary, on the output of a block without a residual, is as much the next
+        layer's first). A part that rolls with every op ends the search; the part that rolls the most
+        ops (layers times ops) wins."""
         paths = dict(leaves)
         written = written_leaves(g, main) if g.block == main.body.blocks[0] else {}    # the update is in @main
         layout = analyze(g, run, lambda leaf: leaves[leaf][0])
@@ -209,7 +211,7 @@ class RollLayers(ModulePass):
         odd = whole[1].roles.odd
         for p, n in odd.items():
             if 2 * n >= max(odd.values()):
-                for first, last in ((0, run.length - p), (p + 1, 0)):
+                for first, last in ((0, run.length - p), (p + 1, 0), (0, run.length - p + 1), (p, 0)):
                     if run.length - first - last >= self.min_layers:
                         attempt(first, last)
         most = whole[2]
@@ -463,7 +465,8 @@ class Plan:
            force: bool, update: bool) -> "Plan":
         """The plan, dropping roles the loops cannot hold (a forward op reading a value computed after
         the forward loop, a backward op reading one computed after the backward loop: the update after a
-        global-norm clip, which then runs after the loop as it did) until none is left to drop.
+        global-norm clip, which then runs after the loop as it did) until none is left to drop, and leaving
+        as they are the roles apart from the run's leaves (`layer_roles.apart`).
 
         With `update`, the plan of an *update run*: the optimizer's update of a packed state's layers that
         runs after a micro-batch loop (which sums the slices' gradients), the same ops at every layer with
@@ -475,6 +478,7 @@ class Plan:
             return cls._update_plan(g, roles, budget, leaf_paths, written)
         plan = cls(g, roles, budget)
         while True:
+            roles.prune(apart(roles))
             if not roles.ops:
                 plan.why_not = "no op is the same at every layer" + (
                     f" ({roles.dropped[0]}" + (f", and {len(roles.dropped) - 1} more" if len(roles.dropped) > 1 else "")

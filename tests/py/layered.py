@@ -161,16 +161,16 @@ def haiku_mlp(layers: int, width: int, batch: int, opt=None, blocks: bool = True
 
 
 # ---- two stacks, one after the other -------------------------------------------------------------
-def two_stacks(layers: int, width: int, batch: int, opt=None):
-    """An encoder's blocks ``x + tanh(x e_l)``, the first reading the batch, then a decoder's
-    ``x + sin(x d_l + c_l)``: the products of both stacks are alike ops, so the shift map's chains run on
-    from one stack into the other."""
+def two_stacks(layers: int, width: int, batch: int, opt=None, decoder: int | None = None):
+    """An encoder's `layers` blocks ``x + tanh(x e_l)``, the first reading the batch, then a decoder's
+    `decoder` (default: as many) ``x + sin(x d_l + c_l)``: the products of both stacks are alike ops, so the
+    shift map's chains run on from one stack into the other."""
     rng = np.random.default_rng(0)
 
     def matrix():
         return jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32)
     params = {"enc": [{"w": matrix()} for _ in range(layers)],
-              "dec": [{"w": matrix(), "b": jnp.zeros(width)} for _ in range(layers)]}
+              "dec": [{"w": matrix(), "b": jnp.zeros(width)} for _ in range(layers if decoder is None else decoder)]}
 
     def loss(p, x):
         for block in p["enc"]:

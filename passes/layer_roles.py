@@ -26,7 +26,8 @@ steps, each checked by the next:
    position 0 a value from outside (`Carry`, forward: the block's input); or at position l + 1, and at
    position L - 1 a value from outside (`Carry`, backward: the cotangent the block's backward pass
    receives). A role with any other operand is dropped, and so are the roles that read it, until
-   every remaining role is valid.
+   every remaining role is valid. Valid roles joined to none that reads the run's leaves (`_apart`:
+   another stack's work) are then left out, and the rest validated again.
 
 A dead first position: the first layer of a network that reads the data has no input gradient, so
 the ops that compute it elsewhere (the transposed product, the residual's sum) are missing there.
@@ -94,6 +95,7 @@ class Roles:
     role_of: dict = field(default_factory=dict)      # op id -> (role, position)
     dropped: list = field(default_factory=list)      # why chains and roles were dropped (for the report)
     odd: Counter = field(default_factory=Counter)    # position -> operands that fit no class for want of it
+    alike: int = 0                       # the roles valid before those of another stack are left out (`_apart`)
 
     def template(self, role: int) -> int:
         """The op id of `role` at its first position with an op: what a loop body runs again."""
@@ -138,11 +140,11 @@ class Roles:
                          else [_renumbered(c, new) for c in found] for found in map(self.operands.__getitem__, keep)]
 
 
-def analyze(g: Dataflow, run: Run, arg_of_leaf) -> "Layout":
+def analyze(g: Dataflow, run: Run, leaves: list[int]) -> "Layout":
     """The ops of `run` in `g` placed at its positions (steps 1 and 2); `Layout.roles` validates the
-    run or a part of it (step 3). `arg_of_leaf(leaf)` is the block argument of a state leaf."""
+    run or a part of it (step 3). `leaves[leaf]`: the value id of a state leaf."""
     length = run.length
-    seeds = [[arg_of_leaf(per_layer[layer][suffix]) for layer in range(length)]
+    seeds = [[leaves[per_layer[layer][suffix]] for layer in range(length)]
              for _, per_layer in sorted(run.families.items()) for suffix in sorted(per_layer[0])]
     placed, dropped = _position(g, length, seeds, _chains(g, seeds))
     return Layout(length, seeds, placed, dropped)
@@ -164,7 +166,21 @@ class Layout:
         """The valid roles of the run without its first `first` and last `last` layers (an unlike stem or
         head block, left as it is): a chain with an op at each of the part's positions, or at each but
         its first (a dead first position), is a role, at the first of its offsets that gives it that;
-        one with fewer is not."""
+        one with fewer is not. Valid roles that are another stack's work (`_apart`) are then left out and
+        the others validated again: what read them reads outside values (an encoder's output, read by
+        every layer of a decoder, is one value from outside the decoder's run, not its encoder role's
+        value at one position)."""
+        apart: set = set()          # the ops, per position, of the chains left out
+        roles = self._valid(g, first, last, apart)
+        alike = len(roles.ops)
+        while other := _apart(roles):
+            apart |= {tuple(roles.ops[r]) for r in other}
+            roles = self._valid(g, first, last, apart)
+        roles.alike = alike
+        return roles
+
+    def _valid(self, g: Dataflow, first: int, last: int, apart: set) -> Roles:
+        """`roles` less `_apart`'s step: the chains `apart` (their ops per position) left out."""
         lo, hi = first, self.length - last
         n = hi - lo
         roles = Roles(n, [per[lo:hi] for per in self.seeds], dropped=list(self.dropped))
@@ -172,9 +188,9 @@ class Layout:
             parts = [([None] * t + chain + [None] * (self.length - len(chain) - t))[lo:hi] for t in offsets]
             have = [sum(o is not None for o in part) for part in parts]
             fit = [part for part, k in zip(parts, have) if k == n or k == n - 1 and part[0] is None]
-            if fit:
+            if fit and tuple(fit[0]) not in apart:
                 roles.ops.append(fit[0])
-            elif max(have):
+            elif not fit and max(have):
                 part = parts[have.index(max(have))]
                 roles.dropped.append(f"{_describe(g, next(o for o in part if o is not None))} has its like in "
                                      f"{max(have)} of the {n} layers")
@@ -547,21 +563,23 @@ def _read_everywhere(g: Dataflow, roles: Roles) -> set:
     return out
 
 
-def apart(roles: Roles) -> set:
-    """The roles of the groups, joined by the values roles read of each other (either way), that read
-    neither the run's leaves nor a value passed between layers: a map over the layers of values
-    computed outside them, such as the ops of a stack of as many layers after this one (its bias's
-    broadcast, its moments' decay), which the shift map's chains reach through the stacks' shared residual
-    stream. They are not this run's work: a plan leaves them as they are, rather than computing them in
-    its loops and exporting them per layer."""
+def _apart(roles: Roles) -> set:
+    """The roles that are not this run's work: the groups of roles, joined by the values roles read of each
+    other (either way), none of which reads the run's leaves. The shift map's chains reach another stack
+    through the stacks' shared residual stream, and where it has as many layers as the run, its chains are
+    as long: an encoder's residual adds, tanh and its derivative (an encoder layer's values read per layer),
+    seen from a decoder's run whose blocks read the encoder's output; a decoder's bias broadcasts and moment
+    decays, seen from the encoder's. They stay as they are, rather than computed in the run's loops and
+    exported per layer, and what reads them reads outside values. A block's own work reads its leaves, or
+    joins what does: a linear block's backward, which reads none, is read by the update of its leaves."""
     near: list[set] = [set() for _ in roles.ops]
     for r, found in enumerate(roles.operands):
         for c in found:
             if isinstance(c, (Internal, Carry)):
                 near[r].add(c.role)
                 near[c.role].add(r)
-    work = [r for r, found in enumerate(roles.operands) if any(isinstance(c, (Seed, Carry)) for c in found)]
-    joined = set(work)
+    joined = {r for r, found in enumerate(roles.operands) if any(isinstance(c, Seed) for c in found)}
+    work = list(joined)
     while work:
         for q in near[work.pop()] - joined:
             joined.add(q)

@@ -68,7 +68,7 @@ from .functions import arg_attrs, main_func, result_attrs, string_attr
 from .matchers import rows, sliced_rows, splat_value
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
-from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze, apart
+from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
 from .layer_runs import keyed_runs, runs, with_partners
 from .module_pass import ModulePass, option
 from .sink_leaf_ops import sink
@@ -171,7 +171,7 @@ class RollLayers(ModulePass):
         layer by layer with it (`with_partners`: one layer's modules held apart) where an index proposed
         it, or alone where they do not roll together (`_plan`)."""
         whole, names = candidates[0]
-        if by_index:
+        if by_index and len(candidates) > 1:
             joined = with_partners(whole, [r for r, _ in candidates[1:]], _first_use(g, leaves))
             if joined is not whole:
                 run, plan = self._plan(g, main, joined, leaves, update)
@@ -190,15 +190,14 @@ class RollLayers(ModulePass):
         ops (layers times ops) wins."""
         paths = dict(leaves)
         written = written_leaves(g, main) if g.block == main.body.blocks[0] else {}    # the update is in @main
-        layout = analyze(g, run, lambda leaf: leaves[leaf][0])
+        layout = analyze(g, run, [v for v, _ in leaves])
         done: dict = {}
 
         def attempt(first: int, last: int):
             if (first, last) not in done:
                 roles = layout.roles(g, first, last)
-                alike = len(roles.ops)
                 plan = Plan.of(g, roles, self.memory_budget, paths, written, self.force, update)
-                done[first, last] = (run.trimmed(first, last), plan, alike, not plan.why_not and _all_alike(plan))
+                done[first, last] = (run.trimmed(first, last), plan, roles.alike, not plan.why_not and _all_alike(plan))
             return done[first, last]
 
         def best():
@@ -465,8 +464,7 @@ class Plan:
            force: bool, update: bool) -> "Plan":
         """The plan, dropping roles the loops cannot hold (a forward op reading a value computed after
         the forward loop, a backward op reading one computed after the backward loop: the update after a
-        global-norm clip, which then runs after the loop as it did) until none is left to drop, and leaving
-        as they are the roles apart from the run's leaves (`layer_roles.apart`).
+        global-norm clip, which then runs after the loop as it did) until none is left to drop.
 
         With `update`, the plan of an *update run*: the optimizer's update of a packed state's layers that
         runs after a micro-batch loop (which sums the slices' gradients), the same ops at every layer with
@@ -478,7 +476,6 @@ class Plan:
             return cls._update_plan(g, roles, budget, leaf_paths, written)
         plan = cls(g, roles, budget)
         while True:
-            roles.prune(apart(roles))
             if not roles.ops:
                 plan.why_not = "no op is the same at every layer" + (
                     f" ({roles.dropped[0]}" + (f", and {len(roles.dropped) - 1} more" if len(roles.dropped) > 1 else "")

@@ -161,23 +161,30 @@ def haiku_mlp(layers: int, width: int, batch: int, opt=None, blocks: bool = True
 
 
 # ---- two stacks, one after the other -------------------------------------------------------------
-def two_stacks(layers: int, width: int, batch: int, opt=None, decoder: int | None = None):
+def two_stacks(layers: int, width: int, batch: int, opt=None, decoder: int | None = None, cross: bool = False):
     """An encoder's `layers` blocks ``x + tanh(x e_l)``, the first reading the batch, then a decoder's
     `decoder` (default: as many) ``x + sin(x d_l + c_l)``: the products of both stacks are alike ops, so the
-    shift map's chains run on from one stack into the other."""
+    shift map's chains run on from one stack into the other. `cross`: each decoder block reads the encoder's
+    output m, as cross-attention does, ``y + sin(y d_l + m v_l)``, from the batch's rows reversed (a target
+    of its own); m's gradient is the sum of every decoder layer's term."""
     rng = np.random.default_rng(0)
 
     def matrix():
         return jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32)
     params = {"enc": [{"w": matrix()} for _ in range(layers)],
-              "dec": [{"w": matrix(), "b": jnp.zeros(width)} for _ in range(layers if decoder is None else decoder)]}
+              "dec": [{"w": matrix(), ("v" if cross else "b"): matrix() if cross else jnp.zeros(width)}
+                      for _ in range(layers if decoder is None else decoder)]}
 
     def loss(p, x):
+        y = x[::-1]
         for block in p["enc"]:
             x = x + jnp.tanh(x @ block["w"])
         for block in p["dec"]:
-            x = x + jnp.sin(x @ block["w"] + block["b"])
-        return jnp.mean(x ** 2)
+            if cross:
+                y = y + jnp.sin(y @ block["w"] + x @ block["v"])
+            else:
+                x = x + jnp.sin(x @ block["w"] + block["b"])
+        return jnp.mean((y if cross else x) ** 2)
     opt = opt or optax.adam(1e-2)
     x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
     return transformer.optax_step(loss, opt), (params, opt.init(params)), x

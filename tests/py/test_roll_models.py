@@ -129,6 +129,22 @@ def test_an_encoders_and_a_decoders_stacks_both_roll(encoder, decoder):
     leaves_close(got.unpack(), run(jax.jit(step), fresh(state), x, 2)[0])
 
 
+def test_a_decoder_whose_every_block_reads_the_encoders_output_rolls():
+    """Cross-attention's shape: each decoder block reads the encoder's output m. The encoder's residual adds
+    are a chain as long as the decoder's run, valid roles of it (an encoder layer's leaf read per layer), and
+    m its last one's value at one position, which no decoder op may read so. Left out as another stack's
+    work (`layer_roles._apart`), m is one value from outside the run, read by every layer, and its gradient,
+    jax's sum of every layer's term, is summed in the backward loop's carry (before, neither stack rolled)."""
+    step, state, x = layered.two_stacks(4, 8, 16, opt=optax.adam(1e-2, eps=EPS), cross=True)
+    call = loopfuse.compile_step(step, keep_aux=("loss",), passes="roll-layers{force=true}")
+    s = loopfuse.pack(fresh(state), layers=True)
+    report = call.compiled(s, x).reports["roll-layers"]
+    assert rolled_runs(report) == [range(4), range(4)], report
+    assert "sums 1 over the layers" in report, report
+    got, _ = run(call, s, x, 2)
+    leaves_close(got.unpack(), run(jax.jit(step), fresh(state), x, 2)[0])
+
+
 @pytest.mark.parametrize("head", ["identity", "sin"])
 def test_layer_normed_blocks_roll_up_to_an_unlike_last_block(head):
     """The first block reads the data, so the ops computing a block's input gradient are missing in it: their

@@ -89,12 +89,12 @@ def test_rolled_equals_unrolled_in_the_reference_interpreter(budget):
 LIT = Path(__file__).resolve().parents[1] / "lit"
 
 
-@pytest.mark.parametrize("name", ["roll-layers", "roll-layers-parts"])
+@pytest.mark.parametrize("name", ["roll-layers", "roll-layers-parts", "roll-layers-stacks"])
 def test_the_lit_cases_rolled_equal_their_input_in_the_reference_interpreter(name):
     """Each case of the roll-layers lit tests (forced to roll; the one that does not roll too) computes,
     under the reference interpreter, bitwise what the traced step it rolls computes: the sum of a leaf
     every layer reads kept in the backward loop's carry (case d), one layer's value kept in a carry
-    (case e), ..."""
+    (case e), an encoder's and a cross-attending decoder's stacks, ..."""
     rng = np.random.default_rng(0)
     for case in (LIT / f"{name}.mlir").read_text().split("// -----"):
         text = "\n".join(line for line in case.splitlines() if not line.startswith("//"))

@@ -186,8 +186,9 @@ class RollLayers(ModulePass):
         finds no more alike ops; or, first, the parts on either side of a layer the whole run's
         analysis points at (`Roles.odd`: an op only that layer has), or of the layer before it (an op
         at a layer's boundary, on the output of a block without a residual, is as much the next
-        layer's first). A part that rolls with every op ends the search; the part that rolls the most
-        ops (layers times ops) wins."""
+        layer's first), and so on for each of those parts' analyses (a stem, and an odd layer in the
+        middle). A part that rolls with every op ends the search; the part that rolls the most ops
+        (layers times ops) wins."""
         paths = dict(leaves)
         written = written_leaves(g, main) if g.block == main.body.blocks[0] else {}    # the update is in @main
         layout = analyze(g, run, [v for v, _ in leaves])
@@ -207,12 +208,14 @@ class RollLayers(ModulePass):
         whole = attempt(0, 0)
         if whole[3]:
             return whole[:2]
-        odd = whole[1].roles.odd
-        for p, n in odd.items():
-            if 2 * n >= max(odd.values()):
-                for first, last in ((0, run.length - p), (p + 1, 0), (0, run.length - p + 1), (p, 0)):
-                    if run.length - first - last >= self.min_layers:
-                        attempt(first, last)
+        todo = [(0, 0)]
+        while todo:           # beside the layers a part's analysis points at, and beside those its parts' point at
+            first, last = todo.pop(0)
+            odd, n = done[first, last][1].roles.odd, run.length - first - last
+            for p in [p for p, k in odd.items() if 2 * k >= max(odd.values())]:
+                for part in ((first, last + n - p), (first + p + 1, last), (first, last + n - p + 1), (first + p, last)):
+                    if run.length - sum(part) >= self.min_layers and part not in done and not attempt(*part)[3]:
+                        todo.append(part)
         most = whole[2]
         for total in range(1, run.length - self.min_layers + 1):
             found = [attempt(first, total - first) for first in range(total + 1)]

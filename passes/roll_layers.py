@@ -894,6 +894,7 @@ class _Rewrite:
         self.seeds = sorted({c.leaf for classes in self.roles.operands for c in classes if isinstance(c, Seed)}
                             | set(plan.state.values()))     # read, or written in place (an update run's: maybe not read)
         self.per_layer: dict = {}    # PerLayer class -> (its values stacked, before both loops; the row of layer 0)
+        self.sources: list = []      # the value ids the per-layer values are read from (`last_input`)
         self.stacked: dict = {}      # seed -> its stack, as the forward loop passes it through
         self.first: dict = {}        # seed -> the row of its layer 0 in its stack (`_stacked`)
         self.written: ir.Operation | None = None     # the loop whose results are the stacks' new values
@@ -914,20 +915,16 @@ class _Rewrite:
         self.stacked = {s: v for s, (v, _) in zip(self.seeds, pairs)}
         for c in _per_layer(roles):          # values from outside the block: stacked once, before it
             found = _stack_rows(g, c.values)
+            self.sources += [found[0]] if found else c.values
             with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in c.values) else self.outer:
                 self.per_layer[c] = (g.values[found[0]], found[1]) if found else \
                     (rw.stack([g.values[v] for v in c.values]), 0)
 
     def last_input(self) -> ir.Operation | None:
         """The op, latest in the block, that computes the per-layer values the roles read (an update run's
-        gradients: the stack they are rows of, where they are), or None."""
-        g = self.g
-        sources: list[int] = []
-        for c in _per_layer(self.roles):
-            found = _stack_rows(g, c.values)
-            sources += [found[0]] if found else c.values
-        owners = [g.owner[v] for v in sources if g.owner[v] != ARG]
-        return g.ops[max(owners)] if owners else None
+        gradients: the stack they are rows of, where they are), or None; after `stack_inputs`."""
+        owners = [self.g.owner[v] for v in self.sources if self.g.owner[v] != ARG]
+        return self.g.ops[max(owners)] if owners else None
 
     # -- the forward loop: layer 0 .. L-1, carrying the block's input and saving it per layer
     def forward_loop(self) -> rw.Loop:

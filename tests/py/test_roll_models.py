@@ -21,7 +21,7 @@ from loopfuse.compile.mlir_context import parse_module
 from loopfuse.memory import xla_dump
 from loopfuse.passes.layer_runs import runs
 from loopfuse.passes.roll_layers import UPDATE_RUN
-from problems import fresh
+from problems import NEWER_XLA, fresh
 from test_roll_layers import EPS, leaves_close, report as roll_report, run
 
 TINY = dict(layers=4, width=16, heads=2, seq=8, batch=2, vocab=32)
@@ -129,6 +129,8 @@ def test_an_encoders_and_a_decoders_stacks_both_roll(encoder, decoder):
     leaves_close(got.unpack(), run(jax.jit(step), fresh(state), x, 2)[0])
 
 
+@pytest.mark.xfail(NEWER_XLA, strict=True, reason="jax 0.11+ traces m's gradient sum with one of the encoder's "
+                   "adds first: an exact-length chain of adds placed one layer off, so the decoder does not roll")
 def test_a_decoder_whose_every_block_reads_the_encoders_output_rolls():
     """Cross-attention's shape: each decoder block reads the encoder's output m. The encoder's residual adds
     are a chain as long as the decoder's run, valid roles of it (an encoder layer's leaf read per layer), and

@@ -171,9 +171,10 @@ def two_stacks(layers: int, width: int, batch: int, opt=None, decoder: int | Non
 
     def matrix():
         return jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32)
+    def decoder_block():        # reading the encoder's output through v, or adding a bias b
+        return {"w": matrix(), "v": matrix()} if cross else {"w": matrix(), "b": jnp.zeros(width)}
     params = {"enc": [{"w": matrix()} for _ in range(layers)],
-              "dec": [{"w": matrix(), ("v" if cross else "b"): matrix() if cross else jnp.zeros(width)}
-                      for _ in range(layers if decoder is None else decoder)]}
+              "dec": [decoder_block() for _ in range(layers if decoder is None else decoder)]}
 
     def loss(p, x):
         y = x[::-1]

@@ -15,7 +15,11 @@ steps, each checked by the next:
    before the first layer or after the last (the map does not know where the run ends: the head's
    first LayerNorm looks like the next block's); of its windows of L ops, the one whose values
    cross fewest bytes between positions and to the rest of the program is kept (a block's input
-   is carried into the next layer, not its two summands). A chain of L - 1 ops not anchored at
+   is carried into the next layer, not its two summands), chain by chain, a chain whose windows
+   tie after the chains that follow it (`_cut_in_order`). The ops of shorter chains, placed after,
+   count as neither (counted as the rest of the program, those of a decoder's first layer, which
+   computes no input gradient, made the encoder's window of a chain through both stacks' backward
+   ops the cheaper). A chain of L - 1 ops not anchored at
    position 0 is positions 1 .. L-1 with no op at position 0 (a *dead first position*, below);
    shorter chains are not roles.
 3. **Validation** (exact). Every operand of a role must be, at every position l, one of:
@@ -278,7 +282,7 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
     long = [chain for chain in chains if len(chain) > length]
     short = [chain for chain in chains if len(chain) < length]
     placed: dict = {o: l for chain in exact for l, o in enumerate(chain)}
-    for chain in long:
+    for chain in long + short:       # short ones too, until the long ones are cut: not yet placed, not outside
         placed.update((o, _UNPLACED) for o in chain)
     start: dict[int, int] = {}
 
@@ -293,11 +297,12 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
     binary = [i for i in range(len(long)) if i not in start and len(long[i]) == length + 1]
     for i, s in _cut_binary(g, long, binary, placed, length).items():
         cut(i, s)
-    for i in range(len(long)):     # longer chains (rare): the window that makes the fewest bytes cross
-        if i not in start:
-            cut(i, min(range(len(long[i]) - length + 1), key=lambda s: (_crossing(g, placed, long[i], s, length), s)))
+    _cut_in_order(g, long, [i for i in range(len(long)) if i not in start], placed, length, cut)
     out = [(chain, [0]) for chain in exact] + [(chain[max(start[i], 0):start[i] + length], [max(-start[i], 0)])
                                                for i, chain in enumerate(long)]
+    for chain in short:
+        for o in chain:
+            del placed[o]
     dropped = []
     anchored = {}
     for i, chain in enumerate(short):
@@ -314,6 +319,28 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
         else:
             dropped.append(f"{_describe(g, chain[0])} has its like in {len(chain)} of the {length} layers")
     return out, dropped
+
+
+def _cut_in_order(g: Dataflow, long: list, rest: list, placed: dict, length: int, cut) -> None:
+    """``cut(i, start)`` each chain `rest` (indices into `long`) at the window that makes the fewest bytes cross
+    (`_crossing`), in order; a chain whose cheapest windows tie waits for the chains after it, and where all
+    wait, the first takes its first cheapest. Two stacks of the same block: every chain runs through both,
+    and the few that read the run's leaves are placed first (`_position`); taken in order, the chains next to
+    them are then placed by them, and the others, tied until their neighbours are, follow."""
+    while rest:
+        waiting: list = []
+        first = None                   # the first waiting chain and its first cheapest window
+        for i in rest:
+            cost = sorted((_crossing(g, placed, long[i], s, length), s) for s in range(len(long[i]) - length + 1))
+            if len(cost) > 1 and cost[0][0] == cost[1][0]:
+                waiting.append(i)
+                first = first or (i, cost[0][1])
+            else:
+                cut(i, cost[0][1])
+        if first is not None and waiting == rest:
+            cut(*first)
+            waiting = rest[1:]
+        rest = waiting
 
 
 def _short_fits(g: Dataflow, short: list, anchored: dict, between: dict, placed: dict, length: int) -> dict:

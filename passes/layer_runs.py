@@ -12,7 +12,9 @@ lists give one index per level. The optimizer's moments mirror
 them (``[1][0].mu['blocks'][3]['up']['kernel']``). A *family* is the leaves under one such index (the
 path up to it, and the key with ``*`` for the number, the prefix) by position; a *run* is a range of
 consecutive indices in which every family has the same leaves (suffixes) with the same types, and the
-families of one run are those sharing its range and its leaves: the parameters and each moment. Runs
+families of one run are those sharing its range, its leaves and the last key of their prefix: the
+parameters and each moment (``['blocks']``, ``.mu['blocks']``), not two stacks of the same block
+(``['enc']``, ``['dec']``), which the step reads one after the other. Runs
 of outer indices come first (a block before the layer norms inside it). The paths only propose runs;
 `roll-layers` rolls one only where the ops that read and write its leaves are the same for every layer.
 
@@ -104,10 +106,10 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
                    and shape(indices[stop]) == shape(indices[start])):
                 stop += 1
             if stop - start >= min_length:
-                span = (indices[start], indices[stop - 1] + 1, shape(indices[start]))
+                span = (indices[start], indices[stop - 1] + 1, shape(indices[start]), (tokens(prefix) or [""])[-1])
                 found.setdefault(span, {})[prefix] = [layers[i] for i in indices[start:stop]]
             start = stop
-    out = [Run(start, stop, families) for (start, stop, _), families in found.items()]
+    out = [Run(start, stop, families) for (start, stop, _, _), families in found.items()]
     return sorted(out, key=lambda r: (min(depth[p] for p in r.families), -r.length * len(r.families), r.start))
 
 

@@ -191,6 +191,25 @@ def two_stacks(layers: int, width: int, batch: int, opt=None, decoder: int | Non
     return transformer.optax_step(loss, opt), (params, opt.init(params)), x
 
 
+def autoencoder(encoder: int, decoder: int, width: int, batch: int, opt=None):
+    """Two stacks of the same block ``x + gelu(x w_l + b_l)``, `encoder` then `decoder` of them, the loss the
+    reconstruction's error: the stacks' leaves have the same types, under ``['enc']`` and ``['dec']``."""
+    rng = np.random.default_rng(0)
+
+    def block():
+        return {"w": jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32), "b": jnp.zeros(width)}
+    params = {"enc": [block() for _ in range(encoder)], "dec": [block() for _ in range(decoder)]}
+
+    def loss(p, x):
+        h = x
+        for b in p["enc"] + p["dec"]:
+            h = h + jax.nn.gelu(h @ b["w"] + b["b"])
+        return jnp.mean((h - x) ** 2)
+    opt = opt or optax.adamw(1e-2)
+    x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), x
+
+
 # ---- layer-normed blocks before a head block ---------------------------------------------------------
 def normed_mlp(layers: int, width: int, batch: int, head=lambda h: h, opt=None):
     """``x + tanh(layer_norm(x, s_l) w_l)`` per block, `head` instead of tanh in the last; the first block

@@ -111,6 +111,10 @@ class Roles:
         one there; at position 0 a role may have none)."""
         return self.ops[role][1]
 
+    def reads(self) -> list[set]:
+        """Per role, the roles whose values it reads (at its position, or carried from a neighbouring one)."""
+        return [{c.role for c in found if isinstance(c, (Internal, Carry))} for found in self.operands]
+
     def value(self, g: Dataflow, role: int, result: int, position: int | None = None) -> int:
         """The value id of `role`'s `result` at `position` (default: the template's)."""
         return g.results[self.template(role) if position is None else self.ops[role][position]][result]
@@ -599,12 +603,10 @@ def _apart(roles: Roles) -> set:
     decays, seen from the encoder's. They stay as they are, rather than computed in the run's loops and
     exported per layer, and what reads them reads outside values. A block's own work reads its leaves, or
     joins what does: a linear block's backward, which reads none, is read by the update of its leaves."""
-    near: list[set] = [set() for _ in roles.ops]
-    for r, found in enumerate(roles.operands):
-        for c in found:
-            if isinstance(c, (Internal, Carry)):
-                near[r].add(c.role)
-                near[c.role].add(r)
+    near = roles.reads()
+    for r, read in enumerate(roles.reads()):
+        for q in read:
+            near[q].add(r)
     joined = {r for r, found in enumerate(roles.operands) if any(isinstance(c, Seed) for c in found)}
     work = list(joined)
     while work:

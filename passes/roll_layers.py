@@ -538,8 +538,7 @@ class Plan:
     def _update_roles(self) -> set:
         """The roles that compute a stacked leaf's new rows (`state`), and those they read (at their layer, or
         carried from another: `_misplaced` then drops the reader)."""
-        needs = {r: {c.role for c in classes if isinstance(c, (Internal, Carry))}
-                 for r, classes in enumerate(self.roles.operands)}
+        needs = self.roles.reads()
         out, todo = set(), [r for r, _ in self.state]
         while todo:
             r = todo.pop()

@@ -24,7 +24,9 @@ the data an argument:
   over the same layers, one layer's modules held apart);
 * ``encdec``: two stacks, an encoder's 8 blocks ``x + tanh(x e_l)`` (the first reading the batch), then a
   decoder's 8 ``y + sin(y d_l + m v_l)``, each reading the encoder's output m as cross-attention does,
-  width 512, batch 2048, Adam (`layered.two_stacks(cross=True)`: each stack rolls as a run of its own).
+  width 512, batch 2048, Adam (`layered.two_stacks(cross=True)`: each stack rolls as a run of its own);
+* ``autoenc``: an autoencoder, two stacks of the same block ``x + gelu(x w_l + b_l)``, 8 under ``['enc']``
+  then 8 under ``['dec']``, width 512, batch 2048 (`layered.autoencoder`).
 
 Per model: the layers rolled (roll-layers' report); temporaries from the compiled executables of
 jax.jit (the step as written, donated) and of loopfuse at ``memory_budget=0.0``: the state as a
@@ -78,6 +80,7 @@ MODELS = {
     "haiku_flat": lambda size: layered.haiku_mlp(**_HAIKU[size is GPT], blocks=False),
     "encdec": lambda size: layered.two_stacks(**({"layers": 8, "width": 512, "batch": 2048} if size is GPT else
                                                  {"layers": 3, "width": 8, "batch": 4}), cross=True),
+    "autoenc": lambda size: layered.autoencoder(*((8, 8, 512, 2048) if size is GPT else (3, 3, 8, 4))),
 }
 
 

@@ -107,6 +107,39 @@ def eqx_mlp(layers: int, width: int, hidden: int, batch: int, opt=None):
     return transformer.optax_step(loss, opt), (params, opt.init(params)), data
 
 
+class _EqxConvNet(eqx.Module):
+    stem: eqx.nn.Conv2d
+    blocks: list
+    head: eqx.nn.Linear
+
+    def __init__(self, layers: int, channels: int, key):
+        keys = jax.random.split(key, layers + 2)
+        self.stem = eqx.nn.Conv2d(3, channels, 3, padding=1, key=keys[0])
+        self.blocks = [eqx.nn.Conv2d(channels, channels, 3, padding=1, key=k) for k in keys[1:-1]]
+        self.head = eqx.nn.Linear(channels, 10, key=keys[-1])
+
+    def __call__(self, x):
+        h = jax.nn.relu(self.stem(x))
+        for block in self.blocks:
+            h = h + jax.nn.relu(block(h))
+        return self.head(h.mean(axis=(1, 2)))
+
+
+def conv_resnet(layers: int, channels: int, size: int, batch: int, opt=None):
+    """An equinox residual conv net: a stem ``Conv2d(3, C)``, `layers` blocks ``h + relu(conv(h))`` (3 x 3,
+    C channels), mean-pooled into a linear head; softmax cross-entropy on 10 classes of `size` x `size` images."""
+    params = eqx.filter(_EqxConvNet(layers, channels, jax.random.key(0)), eqx.is_array)
+    rng = np.random.default_rng(1)
+    data = {"x": rng.normal(size=(batch, 3, size, size)).astype(np.float32), "y": rng.integers(0, 10, batch)}
+
+    def loss(p, d):
+        logits = jax.vmap(p)(d["x"])
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), d["y"][:, None], 1))
+
+    opt = opt or optax.adamw(1e-3)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), data
+
+
 # ---- a leaf every block reads ------------------------------------------------------------------
 def tied_mlp(layers: int, width: int, batch: int, opt=None):
     """x + tanh(x w_l) tied per block, ``tied`` one matrix every block reads (ALBERT-style sharing)."""

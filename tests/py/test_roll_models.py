@@ -91,6 +91,14 @@ def test_an_equinox_mlp_whose_first_block_reads_the_data_rolls_every_block():
     check_rolls(step, state, data, range(0, 4))
 
 
+def test_a_residual_conv_nets_blocks_roll():
+    """Convolutions (their windows, padding and the backward's transposed and input-gradient convolutions, all
+    in op attributes) roll like products: the stem and head read the image and the classes, the blocks roll."""
+    step, state, data = layered.conv_resnet(4, 4, 8, 4, opt=optax.adamw(1e-3, eps=EPS))
+    report = check_rolls(step, state, data, range(0, 4))
+    assert report.startswith("rolled [0].blocks, [1][0].mu.blocks, [1][0].nu.blocks [0:4]"), report
+
+
 def test_blocks_under_haikus_module_names_roll():
     """haiku's names, ``block/linear`` then ``block_1/linear``: each layer is what is under ``block_l``, the
     first the unnumbered one; packed, the stacks are the run's (`loopfuse.pack` finds it alike)."""

@@ -12,9 +12,9 @@ lists give one index per level. The optimizer's moments mirror
 them (``[1][0].mu['blocks'][3]['up']['kernel']``). A *family* is the leaves under one such index (the
 path up to it, and the key with ``*`` for the number, the prefix) by position; a *run* is a range of
 consecutive indices in which every family has the same leaves (suffixes) with the same types, and the
-families of one run are those sharing its range, its leaves and the last key of their prefix: the
-parameters and each moment (``['blocks']``, ``.mu['blocks']``), not two stacks of the same block
-(``['enc']``, ``['dec']``), which the step reads one after the other. Runs
+families of one run are those sharing its range and its leaves: the parameters and each moment, but
+for two stacks of the same block (``['enc']``, ``['dec']``, each with its moments), which the step reads
+one after the other (`_stacks`). Runs
 of outer indices come first (a block before the layer norms inside it). The paths only propose runs;
 `roll-layers` rolls one only where the ops that read and write its leaves are the same for every layer.
 
@@ -106,11 +106,32 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
                    and shape(indices[stop]) == shape(indices[start])):
                 stop += 1
             if stop - start >= min_length:
-                span = (indices[start], indices[stop - 1] + 1, shape(indices[start]), (tokens(prefix) or [""])[-1])
+                span = (indices[start], indices[stop - 1] + 1, shape(indices[start]))
                 found.setdefault(span, {})[prefix] = [layers[i] for i in indices[start:stop]]
             start = stop
-    out = [Run(start, stop, families) for (start, stop, _, _), families in found.items()]
+    out = [Run(start, stop, part) for (start, stop, _), families in found.items() for part in _stacks(families)]
     return sorted(out, key=lambda r: (min(depth[p] for p in r.families), -r.length * len(r.families), r.start))
+
+
+def _stacks(families: dict) -> list[dict]:
+    """`families` (prefix -> layers) of one span and leaves, split into one group per last key of the prefix
+    where every such key has the same roots, the keys before it: two stacks of the same block, each with its
+    mirrors (``[0]['enc']``, ``[1].mu['enc']`` and ``[0]['dec']``, ``[1].mu['dec']``); else one group (the
+    parameters and each moment: ``[0]['blocks']``, ``[1].mu['blocks']``, or a bare list's ``[0]``, ``[1].mu``).
+
+    Examples:
+        >>> [sorted(g) for g in _stacks(dict.fromkeys(["[0]['enc']", "[0]['dec']", "[1].mu['enc']", "[1].mu['dec']"]))]
+        [["[0]['enc']", "[1].mu['enc']"], ["[0]['dec']", "[1].mu['dec']"]]
+        >>> [sorted(g) for g in _stacks(dict.fromkeys(["[0]", "[1].mu", "[1].nu"]))]
+        [['[0]', '[1].mu', '[1].nu']]
+    """
+    roots: dict = {}      # last key -> {the prefix before it: the prefix}
+    for prefix in families:
+        keys = tokens(prefix) or [""]
+        roots.setdefault(keys[-1], {})["".join(keys[:-1])] = prefix
+    if len(roots) < 2 or len({frozenset(r) for r in roots.values()}) > 1:
+        return [families]
+    return [{prefix: families[prefix] for prefix in r.values()} for r in roots.values()]
 
 
 def _indices(key: str) -> list[tuple[str, int | None, str]]:

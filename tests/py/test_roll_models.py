@@ -9,6 +9,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 from jaxlib.mlir import ir
@@ -137,11 +138,32 @@ def test_an_encoders_and_a_decoders_stacks_both_roll(encoder, decoder):
 
 def test_stacks_of_alike_blocks_are_runs_of_their_own():
     """The same block in an encoder and a decoder: the stacks' families have the same layers and leaves, as a
-    run's parameters and moments do, but a family's last key tells them apart (``['enc']``, ``['dec']``), and
-    the moments mirror it (before, the two stacks were one run of four families, read one after the other)."""
+    run's parameters and moments do, but their last keys tell them apart (``['enc']``, ``['dec']``), each with
+    the same roots (the parameters, each moment). Before, the two stacks were one run of four families, read
+    one after the other. Parameters held as a bare list keep their moments (``[0]``, ``.mu``: other last keys,
+    other roots)."""
     paths = [f"{root}['{stack}'][{l}]['w']" for root in ("[0]", "[1].mu") for stack in ("enc", "dec") for l in (0, 1)]
     found = runs(paths, ["f32[4,4]"] * len(paths))
     assert sorted(sorted(r.families) for r in found) == [["[0]['dec']", "[1].mu['dec']"], ["[0]['enc']", "[1].mu['enc']"]]
+    bare = [f"{root}[{l}]['w']" for root in ("[0]", "[1][0].mu", "[1][0].nu") for l in (0, 1, 2)]
+    assert [sorted(r.families) for r in runs(bare, ["f32[4,4]"] * len(bare))] == [["[0]", "[1][0].mu", "[1][0].nu"]]
+
+
+def test_layers_held_as_a_bare_list_roll_with_their_moments():
+    """``params = [layer, layer, ...]``, as JAX's tutorials write an MLP: one run of the parameters and both
+    moments, each layer's leaves updated in the backward loop."""
+    rng = np.random.default_rng(0)
+    params = [{"w": jnp.asarray(rng.normal(size=(8, 8)) / 8 ** 0.5, jnp.float32), "b": jnp.zeros(8)} for _ in range(4)]
+
+    def loss(p, x):
+        for layer in p:
+            x = x + jnp.tanh(x @ layer["w"] + layer["b"])
+        return jnp.mean(x ** 2)
+    opt = optax.adam(1e-2, eps=EPS)
+    x = jnp.asarray(rng.normal(size=(16, 8)), jnp.float32)
+    report = check_rolls(transformer.optax_step(loss, opt), (params, opt.init(params)), x, range(4),
+                         passes="roll-layers{force=true}")
+    assert report.startswith("rolled [0], [1][0].mu, [1][0].nu [0:4]") and "6 stacked leaves updated" in report, report
 
 
 @pytest.mark.parametrize("encoder, decoder", [(4, 4), (3, 5)])

@@ -80,9 +80,11 @@ def test_a_flax_linen_gpt_rolls_every_block():
     check_rolls(step, state, tokens, range(0, 4))
 
 
+@pytest.mark.slow
 def test_twelve_linen_blocks_roll_and_their_packed_state_stays_in_layer_order():
     """``Block_0`` .. ``Block_11``: jax orders the leaves ``Block_10`` before ``Block_2``; the stacks are by
-    index, and each call's new state goes back to its rows (`packed.Layout.pack`), two steps as jax.jit's."""
+    index, and each call's new state goes back to its rows (`packed.Layout.pack`), two steps as jax.jit's
+    (slow: the default run has test_packed.py's twelve keyed layers and the four-block linen GPT)."""
     step, state, tokens = layered.linen_gpt(**dict(TINY, layers=12), opt=optax.adamw(3e-4, eps=EPS))
     check_rolls(step, state, tokens, range(0, 12))
 
@@ -166,7 +168,7 @@ def test_layers_held_as_a_bare_list_roll_with_their_moments():
     assert report.startswith("rolled [0], [1][0].mu, [1][0].nu [0:4]") and "6 stacked leaves updated" in report, report
 
 
-@pytest.mark.parametrize("encoder, decoder", [(4, 4), (3, 5)])
+@pytest.mark.parametrize("encoder, decoder", [pytest.param(4, 4, marks=pytest.mark.slow), (3, 5)])
 def test_an_autoencoders_stacks_of_the_same_block_both_roll(encoder, decoder):
     """Each stack is its run (above). Seen from one run, the stacks' chains all run through both (every op of
     a block has its like in every layer of either stack), so nearly every chain is cut to a window, which the

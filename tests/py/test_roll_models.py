@@ -175,10 +175,12 @@ def test_an_autoencoders_stacks_of_the_same_block_both_roll(encoder, decoder):
     ops that read the run's leaves place; the others are cut in order, the fewest bytes crossing, and one whose
     windows tie waits for the chains after it. Before, at 3 + 5, the first of those took its first window, the
     encoder's: the decoder's run carried 8 values, its leaves updated after its loops, the encoder rolled 2 of
-    its 3 layers; at 4 + 4 (one run) nothing rolled."""
-    step, state, x = layered.autoencoder(encoder, decoder, 8, 16, opt=optax.adamw(1e-2, eps=EPS))
+    its 3 layers; at 4 + 4 (one run) nothing rolled. SGD with momentum (its trace mirrors the parameters):
+    under Adam, one bias gradient of the last layer is rounding noise (-3.8e-7 against 4.1), which jax 0.12's
+    jax.jit and the rolled program round apart, and Adam moves it by 3.6% of a step (README, Exactness)."""
+    step, state, x = layered.autoencoder(encoder, decoder, 8, 16, opt=optax.sgd(1e-2, momentum=0.9))
     report = check_rolls(step, state, x, [range(encoder), range(decoder)], passes="roll-layers{force=true}")
-    assert report.count("forward loop carries 1 value(s)") == 2 and report.count("6 stacked leaves updated") == 2, report
+    assert report.count("forward loop carries 1 value(s)") == 2 and report.count("4 stacked leaves updated") == 2, report
 
 
 def test_a_decoder_whose_every_block_reads_the_encoders_output_rolls():

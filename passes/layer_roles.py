@@ -603,8 +603,9 @@ def _apart(roles: Roles) -> set:
     decays, seen from the encoder's. They stay as they are, rather than computed in the run's loops and
     exported per layer, and what reads them reads outside values. A block's own work reads its leaves, or
     joins what does: a linear block's backward, which reads none, is read by the update of its leaves."""
-    near = roles.reads()
-    for r, read in enumerate(roles.reads()):
+    reads = roles.reads()
+    near = [set(read) for read in reads]
+    for r, read in enumerate(reads):
         for q in read:
             near[q].add(r)
     joined = {r for r, found in enumerate(roles.operands) if any(isinstance(c, Seed) for c in found)}

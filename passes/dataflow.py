@@ -22,6 +22,7 @@ rewrites must reach XLA as traced.
 """
 import re
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from jaxlib.mlir import ir
 
@@ -47,6 +48,7 @@ class Dataflow:
     signatures: dict = field(default_factory=dict)      # signature tuple -> id
     sizes: dict = field(default_factory=dict)           # value id -> `nbytes`, once asked
     merged: list = field(default_factory=list)          # (op left out, the value ids its results read as)
+    facts: dict = field(default_factory=dict)           # (fact, value id) -> its answer, once asked (`cached`)
 
     @classmethod
     def of(cls, block: ir.Block, pure_callees: frozenset | None = None, outside=()) -> "Dataflow":
@@ -73,7 +75,8 @@ class Dataflow:
             op = view.operation
             n = len(g.ops)
             direct = tuple([vid(v) for v in op.operands])
-            result_types = tuple([_text(r.type, texts) for r in op.results])
+            op_results = list(op.results)
+            result_types = tuple([_text(r.type, texts) for r in op_results])
             captured: list = []
             key = _signature(op, captured, texts, types=(tuple([types[v] for v in direct]), result_types),
                              canonical=lambda v: g.values[vid(v)])
@@ -87,7 +90,7 @@ class Dataflow:
                         id_of[r] = same
                     continue
             results = []
-            for r, t in zip(op.results, result_types):
+            for r, t in zip(op_results, result_types):
                 types.append(t)
                 results.append(g._value(r, n))
             g.ops.append(op)
@@ -115,7 +118,16 @@ class Dataflow:
         A transformation erases every op this view numbered through here while it uses the view."""
         for r in op.results:
             self.id_of.pop(r, None)
+        self.facts.clear()
         op.erase()
+
+    def cached(self, fact: Callable[["Dataflow", int], Any], value: int) -> Any:
+        """``fact(self, value)``, asked once until an op is erased (`erase` forgets the answers): a fact of
+        the IR around a value that analyses ask again and again (which slice of which buffer it is)."""
+        key = (fact, value)
+        if key not in self.facts:
+            self.facts[key] = fact(self, value)
+        return self.facts[key]
 
     def _value(self, value: ir.Value, owner: int) -> int:
         i = len(self.values)
@@ -189,7 +201,7 @@ def _signature(op: ir.Operation, captured: list, texts: dict, outer: dict | None
     value a merged one reads as) and referred to by position. `types`: the operand and result
     types' texts, where the caller has them."""
     attrs = op.attributes
-    named = tuple(sorted((a.name, _text(a.attr, texts)) for a in (attrs[i] for i in range(len(attrs)))))
+    named = tuple(sorted([(name, _text(attrs[name], texts)) for name in attrs])) if len(attrs) else ()
     key: tuple = (op.name, named, *(types or (tuple(_text(v.type, texts) for v in op.operands),
                                               tuple(_text(r.type, texts) for r in op.results))))
     if len(op.regions) == 0:

@@ -1245,7 +1245,11 @@ def _consecutive(g: Dataflow, values: Sequence[int]) -> tuple[int, int] | None:
 def _piece(g: Dataflow, v: int) -> tuple[int, tuple[int, int]] | None:
     """(buffer, (first, last element)) where value `v` is a slice of a 1-D buffer, reshaped or not: in the
     block, or where a value the block reads from outside it (a micro-batch body's state leaf) is made, of a
-    buffer the block also reads from outside (`_sources`)."""
+    buffer the block also reads from outside (`_sources`). Asked once per value (`Dataflow.cached`)."""
+    return g.cached(_sliced_piece, v)
+
+
+def _sliced_piece(g: Dataflow, v: int) -> tuple[int, tuple[int, int]] | None:
     found = sliced_rows(g.values[v])
     return None if found is None or (b := g.id_of.get(found[0])) is None else (b, found[1:])
 

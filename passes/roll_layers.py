@@ -188,7 +188,8 @@ class RollLayers(ModulePass):
         at a layer's boundary, on the output of a block without a residual, is as much the next
         layer's first), and so on for each of those parts' analyses (a stem, and an odd layer in the
         middle). A part that rolls with every op ends the search; the part that rolls the most ops
-        (layers times ops) wins."""
+        (layers times ops) wins, so a part too short to beat the best found so far is not analyzed
+        (`hopeless`), nor are the parts beside the layers it would point at, which are shorter still."""
         paths = dict(leaves)
         written = written_leaves(g, main) if g.block == main.body.blocks[0] else {}    # the update is in @main
         layout = analyze(g, run, [v for v, _ in leaves])
@@ -205,6 +206,12 @@ class RollLayers(ModulePass):
             rolled = [(part, plan) for part, plan, _, _ in done.values() if not plan.why_not]
             return max(rolled, key=lambda t: _score(t[1])) if rolled else None
 
+        def hopeless(first: int, last: int) -> bool:
+            """The part cannot beat the best plan found: a role is one of the placed chains and a plan only
+            drops roles, so a part of n layers rolls at most n times as many ops as there are chains."""
+            found = best()
+            return found is not None and (run.length - first - last) * len(layout.placed) < _score(found[1])[0]
+
         whole = attempt(0, 0)
         if whole[3]:
             return whole[:2]
@@ -214,10 +221,13 @@ class RollLayers(ModulePass):
             odd, n = done[first, last][1].roles.odd, run.length - first - last
             for p in [p for p, k in odd.items() if 2 * k >= max(odd.values())]:
                 for part in ((first, last + n - p), (first + p + 1, last), (first, last + n - p + 1), (first + p, last)):
-                    if run.length - sum(part) >= self.min_layers and part not in done and not attempt(*part)[3]:
+                    if run.length - sum(part) >= self.min_layers and part not in done and not hopeless(*part) \
+                            and not attempt(*part)[3]:
                         todo.append(part)
         most = whole[2]
         for total in range(1, run.length - self.min_layers + 1):
+            if hopeless(0, total):     # and so is every part with as many layers left out, or more
+                break
             found = [attempt(first, total - first) for first in range(total + 1)]
             if any(t[3] for t in found) or max(t[2] for t in found) <= most:
                 break

@@ -331,18 +331,22 @@ def _cut_in_order(g: Dataflow, long: list, rest: list, placed: dict, length: int
     wait, the first takes its first cheapest. Two stacks of the same block: every chain runs through both,
     and the few that read the run's leaves are placed first (`_position`); taken in order, the chains next to
     them are then placed by them, and the others, tied until their neighbours are, follow."""
+    counts: dict = {}                  # `_uses_at` of `placed` as it stands: emptied by every cut
     while rest:
         waiting: list = []
         first = None                   # the first waiting chain and its first cheapest window
         for i in rest:
-            cost = sorted((_crossing(g, placed, long[i], s, length), s) for s in range(len(long[i]) - length + 1))
+            windows = range(len(long[i]) - length + 1)
+            cost = sorted((_crossing(g, placed, long[i], s, length, counts), s) for s in windows)
             if len(cost) > 1 and cost[0][0] == cost[1][0]:
                 waiting.append(i)
                 first = first or (i, cost[0][1])
             else:
                 cut(i, cost[0][1])
+                counts.clear()
         if first is not None and waiting == rest:
             cut(*first)
+            counts.clear()
             waiting = rest[1:]
         rest = waiting
 
@@ -358,8 +362,9 @@ def _short_fits(g: Dataflow, short: list, anchored: dict, between: dict, placed:
     pending = [i for i in range(len(short)) if i not in anchored]
     while pending:
         decided = []
+        counts: dict = {}             # `_uses_at` of `placed`, which a round leaves as it is until its end
         for i in pending:
-            cost = {t: _crossing(g, placed, short[i], -t, length) for t in between[i]}
+            cost = {t: _crossing(g, placed, short[i], -t, length, counts) for t in between[i]}
             fits[i] = sorted(cost, key=lambda t: (cost[t], t))
             if fits[i] and (len(fits[i]) == 1 or cost[fits[i][0]] < cost[fits[i][1]]):
                 decided.append(i)

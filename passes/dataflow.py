@@ -122,8 +122,9 @@ class Dataflow:
         op.erase()
 
     def cached(self, fact: Callable[["Dataflow", int], Any], value: int) -> Any:
-        """``fact(self, value)``, asked once until an op is erased (`erase` forgets the answers): a fact of
-        the IR around a value that analyses ask again and again (which slice of which buffer it is)."""
+        """``fact(self, value)``, asked once: a fact of the IR around a value that analyses ask again and
+        again (which slice of which buffer it is). The answers hold while the IR stays as the view read it;
+        `erase` forgets them, but a rewrite that only adds ops or redirects uses must ask nothing after it."""
         key = (fact, value)
         if key not in self.facts:
             self.facts[key] = fact(self, value)

@@ -253,7 +253,7 @@ def test_parts_too_short_to_beat_the_rolled_whole_run_are_not_analyzed(monkeypat
     """The tied MLP's whole run rolls with one op left out (not every op alike), so the search looks for a part
     of fewer layers that rolls every op; no part of 3 of its 4 layers can roll more ops than the whole run (a
     role is one of the run's chains), and none is analyzed (5 were, each one more analysis and plan of the
-    step). The report is the whole run's, as before."""
+    step). The whole run rolls, as before."""
     from loopfuse.passes import layer_roles
     analyzed, roles = [], layer_roles.Layout.roles
     monkeypatch.setattr(layer_roles.Layout, "roles", lambda self, g, first=0, last=0: analyzed.append((first, last))

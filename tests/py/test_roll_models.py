@@ -248,7 +248,6 @@ def test_a_part_whose_layers_are_alike_but_do_not_pay_says_so():
                      r"but did not roll: reading the packed rows of the layers left out of the run would cost", report)
 
 
-
 def test_parts_too_short_to_beat_the_rolled_whole_run_are_not_analyzed(monkeypatch):
     """The tied MLP's whole run rolls with one op left out (not every op alike), so the search looks for a part
     of fewer layers that rolls every op; no part of 3 of its 4 layers can roll more ops than the whole run (a
@@ -263,6 +262,7 @@ def test_parts_too_short_to_beat_the_rolled_whole_run_are_not_analyzed(monkeypat
                          loopfuse.pack(fresh(state), layers=True), data)
     assert rolled_runs(report) == [range(0, 4)], report
     assert analyzed == [(0, 0)]
+
 
 @pytest.mark.slow
 def test_more_than_16_packed_layers_around_a_stem_roll_in_place(tmp_path):

@@ -6,6 +6,9 @@ References: the same solve in calls of 100 steps (the default before, `CompiledL
 bit, and where that one is bitwise a jitted `lax.fori_loop` of the same steps, this one too; the device calls
 each run makes.
 """
+import os
+import signal
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +19,8 @@ import loopfuse
 from loopfuse import CompiledLoop, Dataset
 from loopfuse.compile import compiler
 from loopfuse.drivers.chunks import CALL_BYTES, CHUNK, OP_BYTES, LoopChunks, steps_per_call
+from loopfuse.drivers import solve
+from loopfuse.drivers.solve import _Loop
 from loopfuse.compile.mlir_context import parse_module
 from problems import assert_trees_equal
 
@@ -66,14 +71,20 @@ def assert_same_solution(s, reference):
 
 @pytest.fixture
 def calls(monkeypatch):
-    """(steps, stops on a non-finite loss) of every device call a loop runner makes."""
+    """(steps, stops on a non-finite loss) of every device call a loop runner makes: chunks of `drive` and a
+    run of one unwatched call (`_Loop.whole`)."""
     seen = []
-    run = LoopChunks.run
+    run, whole = LoopChunks.run, _Loop.whole
 
     def recording(self, state, start, k, after=None):
         seen.append((k, self.stop_on_nonfinite))
         return run(self, state, start, k, after)
+
+    def recording_whole(self, state, steps):
+        seen.append((steps, self.stop_on_nonfinite))
+        return whole(self, state, steps)
     monkeypatch.setattr(LoopChunks, "run", recording)
+    monkeypatch.setattr(_Loop, "whole", recording_whole)
     return seen
 
 
@@ -102,6 +113,24 @@ def test_a_diverging_solve_stops_after_its_first_non_finite_loss_as_the_stopping
     assert np.isfinite(s.loss_history[:-1]).all() and not np.isfinite(s.loss_history[-1])
     assert_same_solution(s, loopfuse.minimize(loss, params, data, opt, steps=300, backend=CompiledLoop(steps=100)))
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(params))
+
+
+def test_ctrl_c_during_the_one_call_raises_and_leaves_the_callers_params(sigint_raises, monkeypatch):
+    """A SIGINT while the one call's history is read back (its state donated, the new one bound) raises
+    KeyboardInterrupt out of minimize, the caller's params intact; the same solve then runs to the same end."""
+    params, data = mlp(32, 8)
+    reference = loopfuse.minimize(loss, params, data, ADAM, steps=300)
+    read = solve.host
+
+    def sending(tree):
+        os.kill(os.getpid(), signal.SIGINT)
+        return read(tree)
+    monkeypatch.setattr(solve, "host", sending)
+    with pytest.raises(KeyboardInterrupt):
+        loopfuse.minimize(loss, params, data, ADAM, steps=300)
+    monkeypatch.setattr(solve, "host", read)
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(params))
+    assert_same_solution(loopfuse.minimize(loss, params, data, ADAM, steps=300), reference)
 
 
 def test_a_followed_run_of_one_call_stops_in_the_loop(calls):

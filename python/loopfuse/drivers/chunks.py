@@ -382,11 +382,11 @@ def _paths(aux_def) -> list[str]:
 
 def _stack(aux_def, history: list) -> Any:
     """One aux tree whose leaves are the chunks' histories concatenated along the step axis (those
-    still on the device copied to the host together, see `_host`)."""
-    return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*_host(history))])
+    still on the device copied to the host together, see `host`)."""
+    return jax.tree_util.tree_unflatten(aux_def, [np.concatenate(parts) for parts in zip(*host(history))])
 
 
-def _host(tree) -> Any:
+def host(tree) -> Any:
     """`tree` with its arrays on the host: `jax.device_get`, which starts every copy before it waits for
     one, but where every array is on a CPU, whose memory is the host's, each is read in place (device_get
     copies them: 0.3 ms for a minimize's 20 chunks of history, as long as 5 of their device calls)."""

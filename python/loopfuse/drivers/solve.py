@@ -17,10 +17,10 @@ from ..passes.control_flow import own_control_flow
 from ..state.checkpoint import Checkpoints
 from ..state.data import Dataset
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
-from .chunks import (CHUNK, LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, drive,
+from .chunks import (CHUNK, LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, drive, host,
                      steps_per_call)
 from .ensemble import wrapper
-from .results import Solution
+from .results import FitResult, Solution
 from .step import Step
 
 RETCODES = {"until": "converged"}   # minimize's names of the chunk driver's retcodes (the others as they are)
@@ -99,11 +99,14 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     compile_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    result = drive(plain or runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints,
-                   every=every, pipelined=True)    # a Ctrl-C raises KeyboardInterrupt here either way
-    if plain is not None and not result.interrupted and not np.isfinite(result.history["loss"]).all():
-        state, _, back = carried(runner.program(chunk), initial(params, batch), batch)     # stop at the first one
-        result = drive(runner, state, steps, chunk=chunk, pipelined=True)
+    if plain is None:
+        result = drive(runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints, every=every,
+                       pipelined=True)    # a Ctrl-C raises KeyboardInterrupt below
+    else:
+        result = plain.whole(state, steps)
+        if not np.isfinite(result.history["loss"]).all():
+            state, _, back = carried(runner.program(chunk), initial(params, batch), batch)     # stop at the first one
+            result = drive(runner, state, steps, chunk=chunk, pipelined=True)
     if result.interrupted:
         raise KeyboardInterrupt
     if plain is None:                # (one call's state came with the history the driver read)
@@ -318,6 +321,14 @@ class _Loop(LoopChunks):
                 or not self._traits(state).straight):
             return None
         return _Loop(self.step, self.steps, self.batch, None, False, self._known(state))
+
+    def whole(self, state, steps: int) -> FitResult:
+        """The run of `steps` steps as one call of its loop, not through `drive`: its state, and its history on
+        the host (read in place on a CPU: `chunks.host`). For `unwatched`'s run only, whose state is minimize's
+        own copy: nothing holds a Ctrl-C back (a KeyboardInterrupt loses that copy, never the caller's params),
+        and nothing but its history is read."""
+        state, aux = self.loop(steps)(state, self.batch)
+        return FitResult(state, host(aux), steps)
 
     def prepare(self, state, k: int, start: int = 0):
         """`LoopChunks.prepare` once per loop and signature (a repeated solve asks its Step for nothing)."""

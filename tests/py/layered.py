@@ -12,6 +12,8 @@ given), the data an argument of the step.
 * `haiku_mlp`: residual blocks under haiku's module names (``block/layer_norm``, ``block_1/layer_norm``, ..:
   haiku numbers a name's modules from the second), the parameter dict ``hk.transform(f).init`` returns.
 * `two_stacks`: an encoder's residual blocks, then a decoder's (their products alike).
+* `linen_batch_norm_mlp`: flax linen residual blocks ``x + relu(BatchNorm(Dense(x)))``, their running
+  statistics part of the state.
 * `normed_mlp`: residual blocks ``x + act(layer_norm(x) w)``, the first reading the batch, the last
   block of another activation (a head block).
 * `gpt_variant`: transformer.py's GPT with an unlike first block (a stem without its residual), an
@@ -260,6 +262,50 @@ def normed_mlp(layers: int, width: int, batch: int, head=lambda h: h, opt=None):
     opt = opt or optax.adamw(1e-3)
     x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
     return transformer.optax_step(loss, opt), (params, opt.init(params)), x
+
+
+class _LinenNormedBlock(nn.Module):
+    width: int
+
+    @nn.compact
+    def __call__(self, x):
+        return x + nn.relu(nn.BatchNorm(use_running_average=False)(nn.Dense(self.width)(x)))
+
+
+class _LinenNormedMLP(nn.Module):
+    layers: int
+    width: int
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Dense(self.width)(x)
+        for _ in range(self.layers):
+            x = _LinenNormedBlock(self.width)(x)
+        return nn.Dense(1)(x)
+
+
+def linen_batch_norm_mlp(layers: int, width: int, batch: int, opt=None):
+    """A flax linen residual MLP whose blocks are ``x + relu(BatchNorm(Dense(x)))``, trained on its batch
+    statistics: the state is ``(params, batch_stats, opt_state)``, the new running statistics computed in the
+    forward pass. The norm takes each feature's mean out, so the gradient of the Dense bias before it is
+    rounding noise, which AdamW (eps 1e-8) turns into a step of about its learning rate either way."""
+    model = _LinenNormedMLP(layers, width)
+    rng = np.random.default_rng(0)
+    data = {"x": rng.normal(size=(batch, 8)).astype(np.float32), "y": rng.normal(size=(batch, 1)).astype(np.float32)}
+    variables = model.init(jax.random.key(0), data["x"])
+    opt = opt or optax.adamw(1e-3)
+
+    def step(state, batch):
+        params, stats, opt_state = state
+
+        def loss(p):
+            out, new = model.apply({"params": p, "batch_stats": stats}, batch["x"], mutable=["batch_stats"])
+            return jnp.mean((out - batch["y"]) ** 2), new["batch_stats"]
+        (value, stats), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), stats, opt_state), {"loss": value}
+    params = variables["params"]
+    return step, (params, variables["batch_stats"], opt.init(params)), data
 
 
 # ---- transformer.py's GPT, varied ----------------------------------------------------------------

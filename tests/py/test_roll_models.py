@@ -236,6 +236,29 @@ def test_an_unlike_stem_and_last_block_are_left_as_they_are(tmp_path):
     assert buffer_copies(tmp_path, loopfuse.pack(state, layers=True)) == []
 
 
+def test_a_bias_before_a_batch_norm_moves_either_way_within_verifys_tolerance():
+    """flax linen blocks ``x + relu(BatchNorm(Dense(x)))``, AdamW as users run it (eps 1e-8): the norm takes each
+    feature's mean out, so the Dense bias's gradient is rounding noise, which Adam turns into a step either way,
+    as large as its noise is against eps. The rolled program (the loss jax.jit's) moves those biases otherwise
+    than jax.jit does, beyond jax.jit's own change of them (verify's bound before, a MiscompileError), within
+    twice the largest change of any parameter: verify=True passes it."""
+    step, state, data = layered.linen_batch_norm_mlp(4, 16, 16)
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, verify=True)
+    new, aux = call(loopfuse.pack(fresh(state), layers=True), data)
+    assert rolled_runs(call.compiled(loopfuse.pack(fresh(state), layers=True), data).reports["roll-layers"]) == [range(0, 4)]
+    ref, ref_aux = jax.jit(step)(fresh(state), data)
+    assert float(aux["loss"]) == float(ref_aux["loss"])
+    got, want, before = (jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), p[0]) for p in (new.unpack(), ref, state))
+    largest = max(np.max(np.abs(w - b)) for w, b in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(before)))
+    beyond = []
+    for block in want:
+        if block.startswith("_LinenNormedBlock_"):
+            g, w, b = (t[block]["Dense_0"]["bias"] for t in (got, want, before))
+            assert np.all(np.abs(g - w) <= 2 * largest)
+            beyond.append(np.max(np.abs(g - w)) > np.max(np.abs(w - b)))
+    assert any(beyond)
+
+
 def test_a_part_whose_layers_are_alike_but_do_not_pay_says_so():
     """Where no part of a run rolls, the report names the alike part refused for its cost besides the whole
     run's reason: one sequence of 4 tokens has too few activations to repay reading the left-out rows."""

@@ -20,8 +20,10 @@ A program whose layers roll-layers rolled (``memory_budget``) computes the same 
 but XLA compiles its loops to other last bits, and a micro-batched one (``micro_batches``) sums its
 gradients slice by slice, so either is held to a tolerance, not bitwise: each aux leaf within
 `ROLLED_RTOL` of its largest value, each new state leaf within `ROLLED_RTOL` of its largest value
-plus the call's own change of it (Adam moves a parameter whose gradient is rounding noise by up to
-its learning rate wherever rounding differs); step counts and stop flags exactly.
+plus twice the largest change the call made in its part of the state (its top-level entry: the params,
+the optimizer state; a packed state's buffers are one part): Adam moves a parameter whose gradient is
+rounding noise (a bias before a batch norm, a key bias under a softmax) by up to its learning rate in
+either direction, however small the noise, wherever rounding differs; step counts and stop flags exactly.
 """
 from dataclasses import replace
 from typing import Any
@@ -34,6 +36,7 @@ from .. import settings
 from ..compile import compiler, pipeline, stopping
 from ..errors import MiscompileError
 from ..state.data import Dataset
+from ..state.packed import PackedState
 from ..state.leaves import aux_kept, dotted_paths, keyed_paths, raw
 
 VERIFY_ENV = "LOOPFUSE_VERIFY"
@@ -175,7 +178,7 @@ def _difference(got, ref, before=None) -> tuple[str, float, float] | None:
     did not keep (None) are not compared."""
     ref_leaves = dict(zip(keyed_paths(ref), jax.tree_util.tree_leaves(ref)))
     is_none = lambda x: x is None  # noqa: E731
-    start = dict(zip(keyed_paths((before,)), jax.tree_util.tree_leaves((before,)))) if before is not None else {}
+    moved = _moves(ref[0], before) if before is not None else {}
     for path, x in zip(keyed_paths(got, is_leaf=is_none), jax.tree_util.tree_leaves(got, is_leaf=is_none)):
         if x is None:
             continue
@@ -188,11 +191,26 @@ def _difference(got, ref, before=None) -> tuple[str, float, float] | None:
             return _describe(path, a, b)
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         allowed = ROLLED_RTOL * np.max(np.abs(b64), initial=0.0)
-        if path[:3] == "[0]":           # a state leaf: plus the call's own change of it
-            allowed += np.max(np.abs(b64 - _host(start["[0]" + path[3:]]).astype(np.float64)), initial=0.0)
+        if path[:3] == "[0]":           # a state leaf: plus twice the call's largest change in its part
+            allowed += 2 * moved[path]
         if not np.all(np.abs(a64 - b64) <= allowed):
             return _describe(path, a, b)
     return None
+
+
+def _moves(new, before) -> dict[str, float]:
+    """Per floating leaf of the new state `new` (its path in the call's outputs, ``[0]...``), the largest
+    change the reference's call made to a floating leaf of the same part of the state, from `before`: the
+    state's top-level entry it is in (the params, the optimizer state, ..), or the whole state for a leaf at
+    the top, or of a `PackedState`, whose buffers mix the parts."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(new)
+    parts = [None if isinstance(new, PackedState) or not p else p[0] for p, _ in leaves]
+    change: dict = {}
+    for part, (_, x), x0 in zip(parts, leaves, jax.tree_util.tree_leaves(before)):
+        a, a0 = _host(x), _host(x0)
+        if np.issubdtype(a.dtype, np.inexact) and a.size:
+            change[part] = max(change.get(part, 0.0), float(np.max(np.abs(a.astype(np.float64) - a0))))
+    return {"[0]" + path[3:]: change.get(part, 0.0) for path, part in zip(keyed_paths((new,)), parts)}
 
 
 def _host(x) -> np.ndarray:

@@ -14,6 +14,8 @@ given), the data an argument of the step.
 * `two_stacks`: an encoder's residual blocks, then a decoder's (their products alike).
 * `linen_batch_norm_mlp`: flax linen residual blocks ``x + relu(BatchNorm(Dense(x)))``, their running
   statistics part of the state.
+* `bfloat16_mlp`: residual blocks computed in bfloat16 from float32 params (mixed precision), or the same
+  blocks as a ``lax.scan``.
 * `normed_mlp`: residual blocks ``x + act(layer_norm(x) w)``, the first reading the batch, the last
   block of another activation (a head block).
 * `gpt_variant`: transformer.py's GPT with an unlike first block (a stem without its residual), an
@@ -306,6 +308,31 @@ def linen_batch_norm_mlp(layers: int, width: int, batch: int, opt=None):
         return (optax.apply_updates(params, updates), stats, opt_state), {"loss": value}
     params = variables["params"]
     return step, (params, variables["batch_stats"], opt.init(params)), data
+
+
+def bfloat16_mlp(layers: int, width: int, batch: int, opt=None, scan: bool = False):
+    """Residual blocks ``x + gelu((x s_l) w1_l) w2_l`` computed in bfloat16 from float32 params (mixed
+    precision: each block casts its leaves), the loss in float32; `scan`: the same blocks as a ``lax.scan``
+    over the leaves stacked (a list of one stacked block)."""
+    rng = np.random.default_rng(0)
+    blocks = [{"w1": rng.normal(size=(width, 4 * width)).astype(np.float32) / 16,
+               "w2": rng.normal(size=(4 * width, width)).astype(np.float32) / 32,
+               "s": np.ones(width, np.float32)} for _ in range(layers)]
+    data = {"x": rng.normal(size=(batch, width)).astype(np.float32), "y": rng.normal(size=(batch, width)).astype(np.float32)}
+
+    def block(x, b):
+        return x + jax.nn.gelu((x * b["s"].astype(jnp.bfloat16)) @ b["w1"].astype(jnp.bfloat16)) @ b["w2"].astype(jnp.bfloat16)
+
+    def loss(p, d):
+        x = d["x"].astype(jnp.bfloat16)
+        if scan:
+            x, _ = jax.lax.scan(lambda x, b: (block(x, b), None), x, p["blocks"][0])
+        for b in [] if scan else p["blocks"]:
+            x = block(x, b)
+        return jnp.mean((x.astype(jnp.float32) - d["y"]) ** 2)
+    params = {"blocks": [jax.tree_util.tree_map(lambda *a: np.stack(a), *blocks)] if scan else blocks}
+    opt = opt or optax.adamw(1e-3)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), data
 
 
 # ---- transformer.py's GPT, varied ----------------------------------------------------------------

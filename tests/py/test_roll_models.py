@@ -19,6 +19,7 @@ import layered
 import loopfuse
 import transformer
 from loopfuse.compile.mlir_context import parse_module
+from loopfuse.diagnostics import verify
 from loopfuse.memory import xla_dump
 from loopfuse.passes.layer_runs import runs
 from loopfuse.passes.roll_layers import UPDATE_RUN
@@ -257,6 +258,26 @@ def test_a_bias_before_a_batch_norm_moves_either_way_within_verifys_tolerance():
             assert np.all(np.abs(g - w) <= 2 * largest)
             beyond.append(np.max(np.abs(g - w)) > np.max(np.abs(w - b)))
     assert any(beyond)
+
+
+def test_blocks_computing_in_bfloat16_are_held_to_two_bfloat16_units():
+    """Mixed precision (float32 params cast to bfloat16 in each block): XLA rounds bfloat16 at other points in
+    a loop than in the unrolled program, so jax.jit of the same blocks as a lax.scan has a loss more than
+    `ROLLED_RTOL` from jax.jit's; the rolled program is held to two bfloat16 units (`verify.rolled_rtol`), and
+    verify=True passes it (a MiscompileError before); a float32 step keeps `ROLLED_RTOL`."""
+    step, state, data = layered.bfloat16_mlp(4, 64, 32)
+    scan_step, scan_state, _ = layered.bfloat16_mlp(4, 64, 32, scan=True)
+    loss, scan_loss = (float(jax.jit(f)(fresh(s), data)[1]["loss"]) for f, s in ((step, state), (scan_step, scan_state)))
+    assert abs(scan_loss - loss) > verify.ROLLED_RTOL * abs(loss)
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, verify=True)
+    new, aux = call(loopfuse.pack(fresh(state), layers=True), data)
+    rtol = verify.rolled_rtol(call.compiled(loopfuse.pack(fresh(state), layers=True), data).traced.module)
+    assert rtol == 2 * float(jnp.finfo(jnp.bfloat16).eps)
+    assert abs(float(aux["loss"]) - loss) <= rtol * abs(loss)
+    assert rolled_runs(call.compiled(loopfuse.pack(fresh(state), layers=True), data).reports["roll-layers"]) == [range(0, 4)]
+    f32_step, f32_state, f32_data = layered.eqx_mlp(layers=4, width=8, hidden=16, batch=4)
+    traced = loopfuse.compile_step(f32_step, memory_budget=0.0).compiled(fresh(f32_state), f32_data).traced
+    assert verify.rolled_rtol(traced.module) == verify.ROLLED_RTOL
 
 
 def test_a_part_whose_layers_are_alike_but_do_not_pay_says_so():

@@ -36,8 +36,10 @@ steps, each checked by the next:
 A dead first position: the first layer of a network that reads the data has no input gradient, so
 the ops that compute it elsewhere (the transposed product, the residual's sum) are missing there.
 Such a role's classes are read at positions 1 .. L-1, and at position 0 it reads what they name
-there (its layer's leaf, the value at position 0 of another role, the next layer's cotangent); a
-forward carry or a per-layer value, whose position-0 operand the program does not show, drops it.
+there (its layer's leaf, the value at position 0 of another role, the next layer's cotangent, and for
+a forward carry, the layer's input, the run's first value of that carry, which the roles with an op at
+position 0 show: `_carried_in`; a normalization's input gradient reads it); a per-layer value, whose
+position-0 operand the program does not show, drops it.
 Its position-0 value then has no reader in the program: a role whose op exists at position 0 reads
 real values only (a class naming a role with no op there is not found), no value is exported from a
 position without an op, and a backward carry's value at position 0 leaves the run unread. So the
@@ -675,12 +677,28 @@ def _classify(g: Dataflow, roles: Roles, seed_at: dict, values: list) -> Operand
     at = [p[1] if p is not None and p[0] == r else None for p in placed]
     if at[dead:] == list(range(dead, length)) and _same_result(g, known, result):
         return Internal(r, result)
-    if length > 1 and not dead and placed[0] is None and at[1:] == list(range(length - 1)) \
-            and _same_result(g, values[1:], result):
-        return Carry(r, result, values[0], backward=False)
+    if length > 1 and placed[0] is None and at[1:] == list(range(length - 1)) and _same_result(g, values[1:], result):
+        init = _carried_in(g, roles, r, result) if dead else values[0]
+        if init is not None:
+            return Carry(r, result, init, backward=False)
     if length > 1 and placed[-1] is None and at[dead:-1] == list(range(1 + dead, length)) \
             and _same_result(g, values[dead:-1], result):
         return Carry(r, result, values[-1], backward=True)
+    return None
+
+
+def _carried_in(g: Dataflow, roles: Roles, role: int, result: int) -> int | None:
+    """The value from outside the run that a role with an op at position 0 reads there where it reads `role`'s
+    `result` of the position before at the others: the run's first value of that forward carry (a layer's input,
+    the data at the first layer), or None where no role reads it so."""
+    for ops in roles.ops:
+        if ops[0] is None:
+            continue
+        for v0, v1 in zip(g.operands[ops[0]], g.operands[ops[1]]):
+            owner = g.owner[v1]
+            if (owner != ARG and roles.role_of.get(owner) == (role, 0) and g.results[owner].index(v1) == result
+                    and (g.owner[v0] == ARG or g.owner[v0] not in roles.role_of)):
+                return v0
     return None
 
 

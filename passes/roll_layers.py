@@ -188,8 +188,9 @@ class RollLayers(ModulePass):
         at a layer's boundary, on the output of a block without a residual, is as much the next
         layer's first), and so on for each of those parts' analyses (a stem, and an odd layer in the
         middle). A part that rolls with every op ends the search; the part that rolls the most ops
-        (layers times ops) wins, so a part too short to beat the best found so far is not analyzed
-        (`hopeless`), nor are the parts beside the layers it would point at, which are shorter still."""
+        (`_score`: none at a dead first position) wins, so a part too short to beat the best found so
+        far is not analyzed (`hopeless`), nor are the parts beside the layers it would point at, which
+        are shorter still."""
         paths = dict(leaves)
         written = written_leaves(g, main) if g.block == main.body.blocks[0] else {}    # the update is in @main
         layout = analyze(g, run, [v for v, _ in leaves])
@@ -835,10 +836,11 @@ class Plan:
 
 
 def _score(plan: "Plan") -> tuple[int, int]:
-    """How good a plan is: the ops it rolls, then the fewer bytes its loops carry."""
+    """How good a plan is: the ops it rolls (a dead first position's none: its work is dropped), then the
+    fewer bytes its loops carry."""
     g, roles = plan.g, plan.roles
     carried = sum(g.nbytes(roles.value(g, r, j)) for r, j, _ in [*plan.carries, *plan.bcarries])
-    return len(roles.ops) * roles.length, -carried
+    return sum(o is not None for ops in roles.ops for o in ops), -carried
 
 
 def _layers(numbers: list) -> str:

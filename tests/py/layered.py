@@ -14,6 +14,7 @@ given), the data an argument of the step.
 * `two_stacks`: an encoder's residual blocks, then a decoder's (their products alike).
 * `linen_batch_norm_mlp`: flax linen residual blocks ``x + relu(BatchNorm(Dense(x)))``, their running
   statistics part of the state.
+* `rms_mlp`: residual blocks through an RMS norm (Llama's MLP block), the first reading the data.
 * `bfloat16_mlp`: residual blocks computed in bfloat16 from float32 params (mixed precision), or the same
   blocks as a ``lax.scan``.
 * `normed_mlp`: residual blocks ``x + act(layer_norm(x) w)``, the first reading the batch, the last
@@ -308,6 +309,28 @@ def linen_batch_norm_mlp(layers: int, width: int, batch: int, opt=None):
         return (optax.apply_updates(params, updates), stats, opt_state), {"loss": value}
     params = variables["params"]
     return step, (params, variables["batch_stats"], opt.init(params)), data
+
+
+def rms_mlp(layers: int, width: int, batch: int, opt=None):
+    """Residual blocks ``x + silu(rms_norm(x, g_l) w1_l + b1_l) w2_l`` (a Llama-style MLP block), the first reading
+    the data, then a linear head: the gradient of a block's input through its RMS norm reads the input itself,
+    and the first block computes none."""
+    rng = np.random.default_rng(0)
+    params = {"layers": [{"w1": rng.normal(size=(width, 4 * width)).astype(np.float32) / 16,
+                          "b1": np.zeros(4 * width, np.float32),
+                          "w2": rng.normal(size=(4 * width, width)).astype(np.float32) / 32,
+                          "g": np.ones(width, np.float32)} for _ in range(layers)],
+              "head": rng.normal(size=(width, 1)).astype(np.float32) / 16}
+    data = {"x": rng.normal(size=(batch, width)).astype(np.float32), "y": rng.normal(size=(batch, 1)).astype(np.float32)}
+
+    def loss(p, d):
+        x = d["x"]
+        for b in p["layers"]:
+            normed = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * b["g"]
+            x = x + jax.nn.silu(normed @ b["w1"] + b["b1"]) @ b["w2"]
+        return jnp.mean((x @ p["head"] - d["y"]) ** 2)
+    opt = opt or optax.adamw(1e-3)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), data
 
 
 def bfloat16_mlp(layers: int, width: int, batch: int, opt=None, scan: bool = False):

@@ -19,7 +19,6 @@ import layered
 import loopfuse
 import transformer
 from loopfuse.compile.mlir_context import parse_module
-from loopfuse.diagnostics import verify
 from loopfuse.memory import xla_dump
 from loopfuse.passes.layer_runs import runs
 from loopfuse.passes.roll_layers import UPDATE_RUN
@@ -215,13 +214,14 @@ def test_rms_normed_blocks_roll_with_the_first_that_reads_the_data():
     """An RMS norm's input gradient reads the block's input itself (a forward carry), which the first block,
     reading the data, does not compute: its chains read the carry at layers 1 .. 5 and have no op at layer 0,
     where they take the layer's input that the other roles read there (`layer_roles._carried_in`) and their
-    results are dropped. All six roll, below jax.jit's temporaries; layer 0 was left out before, its packed
-    rows read into buffers of their own, and the rolled five took 1.32x jax.jit's temporaries."""
-    step, state, data = layered.rms_mlp(6, 128, 64, opt=optax.adamw(1e-3, eps=EPS))
-    check_rolls(step, state, data, range(0, 6))
+    results are dropped. All four roll, below half jax.jit's temporaries; layer 0 was left out before, its
+    packed rows read into buffers of their own, and the rolled three took 1.09x jax.jit's temporaries (six
+    blocks of 128 at 1.32x, now 0.56x)."""
+    step, state, data = layered.rms_mlp(4, 64, 64, opt=optax.adamw(1e-3, eps=EPS))
+    check_rolls(step, state, data, range(0, 4))
     call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
     jit_temp = jax.jit(step, donate_argnums=0).lower(fresh(state), data).compile().memory_analysis().temp_size_in_bytes
-    assert call.memory_stats(loopfuse.pack(fresh(state), layers=True), data).temp < 0.7 * jit_temp
+    assert call.memory_stats(loopfuse.pack(fresh(state), layers=True), data).temp < 0.5 * jit_temp
 
 
 def buffer_copies(folder, packed, key: str = "blocks") -> list[str]:
@@ -248,49 +248,6 @@ def test_an_unlike_stem_and_last_block_are_left_as_they_are(tmp_path):
     # their rows are read before the loops that write the buffers in place and written over the loops'
     # result: read and concatenated where the step does, XLA copied every buffer the loops write whole
     assert buffer_copies(tmp_path, loopfuse.pack(state, layers=True)) == []
-
-
-def test_a_bias_before_a_batch_norm_moves_either_way_within_verifys_tolerance():
-    """flax linen blocks ``x + relu(BatchNorm(Dense(x)))``, AdamW as users run it (eps 1e-8): the norm takes each
-    feature's mean out, so the Dense bias's gradient is rounding noise, which Adam turns into a step either way,
-    as large as its noise is against eps. The rolled program (the loss jax.jit's) moves those biases otherwise
-    than jax.jit does, beyond jax.jit's own change of them (verify's bound before, a MiscompileError), within
-    twice the largest change of any parameter: verify=True passes it."""
-    step, state, data = layered.linen_batch_norm_mlp(4, 16, 16)
-    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, verify=True)
-    new, aux = call(loopfuse.pack(fresh(state), layers=True), data)
-    assert rolled_runs(call.compiled(loopfuse.pack(fresh(state), layers=True), data).reports["roll-layers"]) == [range(0, 4)]
-    ref, ref_aux = jax.jit(step)(fresh(state), data)
-    assert float(aux["loss"]) == float(ref_aux["loss"])
-    got, want, before = (jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), p[0]) for p in (new.unpack(), ref, state))
-    largest = max(np.max(np.abs(w - b)) for w, b in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(before)))
-    beyond = []
-    for block in want:
-        if block.startswith("_LinenNormedBlock_"):
-            g, w, b = (t[block]["Dense_0"]["bias"] for t in (got, want, before))
-            assert np.all(np.abs(g - w) <= 2 * largest)
-            beyond.append(np.max(np.abs(g - w)) > np.max(np.abs(w - b)))
-    assert any(beyond)
-
-
-def test_blocks_computing_in_bfloat16_are_held_to_two_bfloat16_units():
-    """Mixed precision (float32 params cast to bfloat16 in each block): XLA rounds bfloat16 at other points in
-    a loop than in the unrolled program, so jax.jit of the same blocks as a lax.scan has a loss more than
-    `ROLLED_RTOL` from jax.jit's; the rolled program is held to two bfloat16 units (`verify.rolled_rtol`), and
-    verify=True passes it (a MiscompileError before); a float32 step keeps `ROLLED_RTOL`."""
-    step, state, data = layered.bfloat16_mlp(4, 64, 32)
-    scan_step, scan_state, _ = layered.bfloat16_mlp(4, 64, 32, scan=True)
-    loss, scan_loss = (float(jax.jit(f)(fresh(s), data)[1]["loss"]) for f, s in ((step, state), (scan_step, scan_state)))
-    assert abs(scan_loss - loss) > verify.ROLLED_RTOL * abs(loss)
-    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, verify=True)
-    new, aux = call(loopfuse.pack(fresh(state), layers=True), data)
-    rtol = verify.rolled_rtol(call.compiled(loopfuse.pack(fresh(state), layers=True), data).traced.module)
-    assert rtol == 2 * float(jnp.finfo(jnp.bfloat16).eps)
-    assert abs(float(aux["loss"]) - loss) <= rtol * abs(loss)
-    assert rolled_runs(call.compiled(loopfuse.pack(fresh(state), layers=True), data).reports["roll-layers"]) == [range(0, 4)]
-    f32_step, f32_state, f32_data = layered.eqx_mlp(layers=4, width=8, hidden=16, batch=4)
-    traced = loopfuse.compile_step(f32_step, memory_budget=0.0).compiled(fresh(f32_state), f32_data).traced
-    assert verify.rolled_rtol(traced.module) == verify.ROLLED_RTOL
 
 
 def test_a_part_whose_layers_are_alike_but_do_not_pay_says_so():
@@ -437,6 +394,7 @@ def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monk
     leaves_close(resumed.state, result.state)
 
 
+@pytest.mark.slow     # micro-batches through rolled loops by default: the micro_batches=4 tests below, fuzz seeds 43, 151
 def test_one_slice_at_a_time_runs_through_the_rolled_loops():
     """micro_batches with a budget: roll-layers rolls the layers inside the micro-batch loop's body (one
     slice's loss and gradient), the stacks built once before it; the slices' sums of the layers' gradients

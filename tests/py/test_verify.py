@@ -11,6 +11,7 @@ import pytest
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+import layered
 import loopfuse
 from loopfuse.compile import pipeline
 from loopfuse.diagnostics import verify
@@ -180,3 +181,47 @@ def test_the_error_names_every_pass_that_ran_wrap_loops_rows_included():
         loop(jnp.arange(3.0), jnp.ones(3))
     ran = loop.compiled(jnp.arange(3.0), jnp.ones(3)).passes
     assert caught.value.passes == pipeline.pipeline_string(ran) and "wrap-loop{steps=200 rows=128}" in str(caught.value)
+
+
+def test_a_bias_before_a_batch_norm_moves_either_way_within_verifys_tolerance():
+    """flax linen blocks ``x + relu(BatchNorm(Dense(x)))``, AdamW as users run it (eps 1e-8): the norm takes each
+    feature's mean out, so the Dense bias's gradient is rounding noise, which Adam turns into a step either way,
+    as large as its noise is against eps. The rolled program (the loss jax.jit's) moves those biases otherwise
+    than jax.jit does, beyond jax.jit's own change of them (verify's bound before, a MiscompileError), within
+    twice the largest change of any parameter: verify=True passes it."""
+    step, state, data = layered.linen_batch_norm_mlp(4, 16, 16)
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, verify=True)
+    new, aux = call(loopfuse.pack(fresh(state), layers=True), data)
+    assert call.compiled(loopfuse.pack(fresh(state), layers=True), data).reports["roll-layers"].startswith("rolled ")
+    ref, ref_aux = jax.jit(step)(fresh(state), data)
+    assert float(aux["loss"]) == float(ref_aux["loss"])
+    got, want, before = (jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), p[0]) for p in (new.unpack(), ref, state))
+    largest = max(np.max(np.abs(w - b)) for w, b in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(before)))
+    beyond = []
+    for block in want:
+        if block.startswith("_LinenNormedBlock_"):
+            g, w, b = (t[block]["Dense_0"]["bias"] for t in (got, want, before))
+            assert np.all(np.abs(g - w) <= 2 * largest)
+            beyond.append(np.max(np.abs(g - w)) > np.max(np.abs(w - b)))
+    assert any(beyond)
+
+
+def test_blocks_computing_in_bfloat16_are_held_to_two_bfloat16_units():
+    """Mixed precision (float32 params cast to bfloat16 in each block): XLA rounds bfloat16 at other points in
+    a loop than in the unrolled program, so jax.jit of the same blocks as a lax.scan has a loss more than
+    `ROLLED_RTOL` from jax.jit's; the rolled program is held to two bfloat16 units (`verify.rolled_rtol`), and
+    verify=True passes it (a MiscompileError before); a float32 step keeps `ROLLED_RTOL`."""
+    step, state, data = layered.bfloat16_mlp(4, 64, 32)
+    scan_step, scan_state, _ = layered.bfloat16_mlp(4, 64, 32, scan=True)
+    loss, scan_loss = (float(jax.jit(f)(fresh(s), data)[1]["loss"]) for f, s in ((step, state), (scan_step, scan_state)))
+    assert abs(scan_loss - loss) > verify.ROLLED_RTOL * abs(loss)
+    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0, verify=True)
+    new, aux = call(loopfuse.pack(fresh(state), layers=True), data)
+    compiled = call.compiled(loopfuse.pack(fresh(state), layers=True), data)
+    assert compiled.reports["roll-layers"].startswith("rolled ")
+    rtol = verify.rolled_rtol(compiled.traced.module)
+    assert rtol == 2 * float(jnp.finfo(jnp.bfloat16).eps)
+    assert abs(float(aux["loss"]) - loss) <= rtol * abs(loss)
+    f32_step, f32_state, f32_data = layered.eqx_mlp(layers=4, width=8, hidden=16, batch=4)
+    traced = loopfuse.compile_step(f32_step, memory_budget=0.0).compiled(fresh(f32_state), f32_data).traced
+    assert verify.rolled_rtol(traced.module) == verify.ROLLED_RTOL

@@ -350,8 +350,9 @@ def bfloat16_mlp(layers: int, width: int, batch: int, opt=None, scan: bool = Fal
         x = d["x"].astype(jnp.bfloat16)
         if scan:
             x, _ = jax.lax.scan(lambda x, b: (block(x, b), None), x, p["blocks"][0])
-        for b in [] if scan else p["blocks"]:
-            x = block(x, b)
+        else:
+            for b in p["blocks"]:
+                x = block(x, b)
         return jnp.mean((x.astype(jnp.float32) - d["y"]) ** 2)
     params = {"blocks": [jax.tree_util.tree_map(lambda *a: np.stack(a), *blocks)] if scan else blocks}
     opt = opt or optax.adamw(1e-3)

@@ -212,7 +212,7 @@ def test_layer_normed_blocks_roll_up_to_an_unlike_last_block(head):
 
 def test_rms_normed_blocks_roll_with_the_first_that_reads_the_data():
     """An RMS norm's input gradient reads the block's input itself (a forward carry), which the first block,
-    reading the data, does not compute: its chains read the carry at layers 1 .. 5 and have no op at layer 0,
+    reading the data, does not compute: its chains read the carry at layers 1 .. 3 and have no op at layer 0,
     where they take the layer's input that the other roles read there (`layer_roles._carried_in`) and their
     results are dropped. All four roll, below half jax.jit's temporaries; layer 0 was left out before, its
     packed rows read into buffers of their own, and the rolled three took 1.09x jax.jit's temporaries (six

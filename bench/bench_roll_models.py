@@ -27,6 +27,9 @@ the data an argument:
   width 512, batch 2048, Adam (`layered.two_stacks(cross=True)`: each stack rolls as a run of its own);
 * ``autoenc``: an autoencoder, two stacks of the same block ``x + gelu(x w_l + b_l)``, 8 under ``['enc']``
   then 8 under ``['dec']``, width 512, batch 2048 (`layered.autoencoder`).
+* ``multisteps``: gradient accumulation, ``optax.MultiSteps(adamw, every_k_schedule=2)`` on an RMS-norm MLP
+  of 8 blocks of 256 -> 1024 -> 256, batch 256 (`layered.rms_mlp`; the update in a ``lax.cond`` over the
+  whole state, run as selects: `passes/cond_to_select.py`).
 
 Per model: the layers rolled (roll-layers' report); temporaries from the compiled executables of
 jax.jit (the step as written, donated) and of loopfuse at ``memory_budget=0.0``: the state as a
@@ -81,6 +84,8 @@ MODELS = {
     "encdec": lambda size: layered.two_stacks(**({"layers": 8, "width": 512, "batch": 2048} if size is GPT else
                                                  {"layers": 3, "width": 8, "batch": 4}), cross=True),
     "autoenc": lambda size: layered.autoencoder(*((8, 8, 512, 2048) if size is GPT else (3, 3, 8, 4))),
+    "multisteps": lambda size: layered.rms_mlp(*((8, 256, 256) if size is GPT else (3, 8, 4)),
+                                               opt=optax.MultiSteps(optax.adamw(1e-3), every_k_schedule=2)),
 }
 
 

@@ -6,6 +6,7 @@ names not in ``PASSES`` are handed to MLIR's own pass registry (canonicalize, cs
 """
 from .alias_state import AliasState
 from .canonicalize import FoldSlices
+from .cond_to_select import CondToSelect
 from .drop_unused_outputs import DropUnusedOutputs
 from .flatten_update import FlattenUpdate
 from .micro_batch import MicroBatch
@@ -16,5 +17,5 @@ from .simplify import Simplify
 from .wrap_loop import WrapLoop
 
 PASSES: dict[str, type[ModulePass]] = {p.name: p for p in (
-    AliasState, DropUnusedOutputs, FlattenUpdate, FoldSlices, MicroBatch, PackState, RollLayers, Simplify,
+    AliasState, CondToSelect, DropUnusedOutputs, FlattenUpdate, FoldSlices, MicroBatch, PackState, RollLayers, Simplify,
     WrapLoop)}

@@ -64,6 +64,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
 from .canonicalize import fold_slices
+from .cond_to_select import Selects
 from .functions import arg_attrs, main_func, result_attrs, string_attr
 from .matchers import rows, sliced_rows, splat_value
 from .dataflow import ARG, Dataflow, tensor_bytes
@@ -104,6 +105,9 @@ class RollLayers(ModulePass):
             lines.append("memory budget 1.0: the step is left as it is")
         else:
             main = main_func(module_op)
+            # a cond of cheap ops (optax.MultiSteps' update) as selects, which the layers' ops are lined up
+            # through (`cond_to_select`); kept only where layers roll
+            selected = Selects(main)
             block = layers_block(main)
             micro = block != main.body.blocks[0]      # rolling may rebuild that loop: asked once, here
             # in a micro-batch body, the ops micro-batch moved before its loop back in it: each layer's
@@ -117,7 +121,11 @@ class RollLayers(ModulePass):
             elif sunk is not None:
                 sunk.undo()
             if micro and _sources([v for v, _ in state_leaves(main)]):
-                self._roll(module_op, main, lines, update=True)     # a packed state's update, after the loop
+                rolled |= self._roll(module_op, main, lines, update=True)[0]   # a packed state's update, after the loop
+            if not rolled:
+                selected.undo()
+            elif selected:
+                lines.append(f"{len(selected)} two-way cond(s) of cheap ops run as selects (cond-to-select)")
         self.report(module_op, "\n".join(lines))
 
     def _roll(self, module_op: ir.Operation, main: func.FuncOp, lines: list, update: bool) -> tuple[bool, set]:

@@ -1,0 +1,165 @@
+"""cond-to-select: a two-way ``stablehlo.case`` in ``@main`` whose branches are cheap becomes selects.
+
+Rewrites: a ``stablehlo.case`` of two branches in ``@main``'s block whose branches hold only cheap ops
+(`cheap`: elementwise ops, constants, iotas, broadcasts, reshapes, slices, concatenates, pads, dynamic
+slices, reductions with an elementwise body, calls of functions made of those) runs both branches' ops
+before where it stood, and each result becomes ``select(index != 0, branch 1's value, branch 0's)``
+(where the index is ``convert(p)`` of a boolean ``p``, as jax lowers ``lax.cond``: ``select(p, ..)``).
+A result both branches return the same value for is that value.
+
+Why: ``optax.MultiSteps`` (gradient accumulation) and other wrappers that update the state only on some
+steps do it in a ``lax.cond`` over the whole state. A cond's branches are regions that roll-layers
+cannot see into, and with the state's layers stacked (``pack(state, layers=True)``) XLA copies every
+stacked buffer the cond reads and then writes back: the rolled program held 1.84x jax.jit's
+temporaries where, made selects, the update rolls into the backward loop, in place (0.52x). XLA's
+own conditional simplifier makes the same rewrite for branches of such ops, and did so for that
+program under jax.jit.
+
+Why it is exact: the branches' ops have no effects and read only values defined before the case
+(a case's branches take no arguments), so moved before it they compute the same values; a select
+returns, element for element, one of its operands' values unchanged, the one of the branch the case
+runs (branch 1 for any index but 0, as ``stablehlo.case`` runs its last branch for an index out of
+range). What it costs: the branch not taken runs too, ops that each read and write their operands
+once, no matrix product, sort, gather, scatter, loop or call of another kind. The pass runs as
+roll-layers' first step and as ``cond-to-select`` on its own.
+"""
+from dataclasses import dataclass
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func, stablehlo
+
+from .functions import callee, main_func
+from .matchers import ELEMENTWISE, producer
+from .module_pass import ModulePass
+
+# ops that read and write each element a bounded number of times, with no effect
+CHEAP = ELEMENTWISE | frozenset(f"stablehlo.{n}" for n in (
+    "constant iota broadcast_in_dim reshape slice concatenate pad dynamic_slice reduce return").split())
+
+
+def cheap(op: ir.Operation, known: dict) -> bool:
+    """Whether `op` and the ops in its regions are all `CHEAP`, or calls of functions whose ops are
+    (`known`: function name -> answer, filled as they are read)."""
+    if op.name == func.CallOp.OPERATION_NAME:
+        name = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        if name not in known:
+            known[name] = False      # a recursive call is not cheap
+            known[name] = all(cheap(o.operation, known) for o in callee(op.opview).body.blocks[0].operations)
+        return known[name]
+    if op.name == func.ReturnOp.OPERATION_NAME:
+        return True
+    return op.name in CHEAP and all(cheap(o.operation, known) for r in op.regions for b in r.blocks
+                                    for o in b.operations)
+
+
+@dataclass
+class _Selected:
+    """One case made selects, and what `Selects.undo` needs to put it back as it was."""
+    location: ir.Location
+    index: ir.Value
+    types: list
+    attributes: list                   # (name, attribute) of the case
+    branches: list                     # per branch: the ops moved out of it, its return op's location
+    returned: list                     # per branch: the values it returned
+    made: list                         # the ops built: the index's test, the selects
+    uses: list                         # (user, operand number, result number) of the case's results
+    after: ir.Operation                # the op after the case
+
+
+class Selects:
+    """Each two-way case in `main`'s block whose branches are `cheap`, rewritten as selects; `undo` puts
+    them back (roll-layers keeps them only where layers roll)."""
+
+    def __init__(self, main: func.FuncOp):
+        known: dict = {}
+        ops = [view.operation for view in main.body.blocks[0].operations]
+        self.done = [_to_selects(op, after) for op, after in zip(ops, ops[1:])
+                     if op.name == "stablehlo.case" and len(op.regions) == 2
+                     and all(isinstance(r.type, ir.RankedTensorType) for r in op.results)
+                     and all(cheap(o.operation, known) for r in op.regions for o in r.blocks[0].operations)]
+
+    def __len__(self) -> int:
+        return len(self.done)
+
+    def undo(self) -> None:
+        for s in reversed(self.done):
+            case = stablehlo.CaseOp(s.types, s.index, 2, loc=s.location, ip=ir.InsertionPoint(s.after)).operation
+            for name, attr in s.attributes:
+                case.attributes[name] = attr
+            for region, (ops, where), values in zip(case.regions, s.branches, s.returned):
+                block = region.blocks.append()
+                for op in ops:
+                    block.append(op)
+                stablehlo.ReturnOp(values, loc=where, ip=ir.InsertionPoint(block))
+            for user, k, j in s.uses:
+                user.operands[k] = case.results[j]
+            for op in reversed(s.made):
+                op.erase()
+        self.done = []
+
+
+def _to_selects(case: ir.Operation, after: ir.Operation) -> _Selected:
+    branches, returned = [], []
+    for region in case.regions:
+        ops = [view.operation for view in region.blocks[0].operations]
+        for inner in ops[:-1]:
+            inner.move_before(case)
+        branches.append((ops[:-1], ops[-1].location))
+        returned.append(list(ops[-1].operands))
+    made: list = []
+    index = case.operands[0]
+    with ir.InsertionPoint(case), case.location:
+        convert = producer(index, stablehlo.ConvertOp)
+        if convert is not None and ir.RankedTensorType(convert.operands[0].type).element_type == ir.IntegerType.get_signless(1):
+            one = convert.operands[0]
+        else:
+            zero = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+                index.type, ir.IntegerAttr.get(ir.RankedTensorType(index.type).element_type, 0)))
+            test = stablehlo.CompareOp(index, zero.result, stablehlo.ComparisonDirectionAttr.get("NE"))
+            made += [zero.operation, test.operation]
+            one = test.result
+        values = []
+        for first, second in zip(*returned):
+            if first == second:
+                values.append(first)
+            else:
+                select = stablehlo.SelectOp(one, second, first)
+                made.append(select.operation)
+                values.append(select.result)
+    uses = [(use.owner, use.operand_number, j) for j, r in enumerate(case.results) for use in r.uses]
+    for r, v in zip(case.results, values):
+        r.replace_all_uses_with(v)
+    selected = _Selected(case.location, index, [r.type for r in case.results],
+                         [(a.name, a.attr) for a in case.attributes], branches, returned, made, uses, after)
+    case.erase()
+    return selected
+
+
+@dataclass(frozen=True)
+class CondToSelect(ModulePass):
+    """Examples:
+        >>> from loopfuse.compile.mlir_context import parse_module
+        >>> from loopfuse.compile.pass_manager import run_pass
+        >>> m = parse_module('''
+        ... func.func @main(%p: tensor<i1>, %x: tensor<4xf32>) -> tensor<4xf32> {
+        ...   %i = stablehlo.convert %p : (tensor<i1>) -> tensor<i32>
+        ...   %r = "stablehlo.case"(%i) ({
+        ...     stablehlo.return %x : tensor<4xf32>
+        ...   }, {
+        ...     %y = stablehlo.negate %x : tensor<4xf32>
+        ...     stablehlo.return %y : tensor<4xf32>
+        ...   }) : (tensor<i32>) -> tensor<4xf32>
+        ...   return %r : tensor<4xf32>
+        ... }''')
+        >>> run_pass(m, CondToSelect())
+        >>> print(str(m).count("stablehlo.case"), str(m).count("stablehlo.select"))
+        0 1
+    """
+
+    name = "cond-to-select"
+    summary = "Run both branches of a two-way case of cheap ops and select their results"
+
+    def apply(self, module_op: ir.Operation) -> None:
+        for s in Selects(main_func(module_op)).done:      # a lax.cond's index, converted from its boolean
+            if isinstance(s.index, ir.OpResult) and not any(True for _ in s.index.uses):
+                s.index.owner.erase()

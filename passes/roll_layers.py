@@ -23,11 +23,14 @@ same at every layer) and rewrites the step as
   in place (`Plan._accumulated`): the rows and the sums are one buffer;
 * the new state leaves sliced out of the stacked ones.
 
-After a micro-batch loop, a packed state's update runs once in ``@main``, the same ops at every layer
-with nothing passed between layers; it rolls too, as an *update run* (`Plan.of`): one loop over the
+After a micro-batch loop, or after the backward loop where the update needs every layer's gradient (a
+global-norm clip), a packed state's update runs once in ``@main``, the same ops at every layer with
+nothing passed between layers; it rolls too, as an *update run* (`Plan.of`): one loop over the
 layers' rows (the backward loop's form, with no carry) that writes each layer's new rows in place,
 where the unrolled update restacks each packed buffer with a concatenate, which XLA:CPU compiles to a
-copy of the donated buffer.
+copy of the donated buffer. The shares of such an update that read no gradient (Adam's ``b1 * mu``)
+are not the forward loop's to save per layer: they stay where the step computes them
+(`Plan._read_outside_only`).
 
 ``memory-budget`` chooses what the forward loop saves besides the layer inputs: 0.0 saves nothing
 else (the least memory; every forward op runs twice); b in (0, 1) also saves the matrix products the
@@ -120,8 +123,8 @@ class RollLayers(ModulePass):
                 sunk.finish(layers_block(main))
             elif sunk is not None:
                 sunk.undo()
-            if micro and _sources([v for v, _ in state_leaves(main)]):
-                rolled |= self._roll(module_op, main, lines, update=True)[0]   # a packed state's update, after the loop
+            if (micro or rolled) and _sources([v for v, _ in state_leaves(main)]):
+                rolled |= self._roll(module_op, main, lines, update=True)[0]   # a packed state's update, after the loops
             if not rolled:
                 selected.undo()
             elif selected:
@@ -450,6 +453,15 @@ def _pieces(g: Dataflow, v: int) -> list[tuple[int, int]]:
 UPDATE_RUN = "the update of "  # how the report names an update run: "rolled the update of <leaves> [a:b]: ..."
 
 
+UPDATE_AFTER = "the optimizer update runs after the backward loop"   # the report's words for it
+
+
+def update_after_loops(report: str) -> bool:
+    """Whether roll-layers' `report` says a rolled run's update runs after its loops (every layer's gradient
+    kept until then: the loops may then keep more than the unrolled step does)."""
+    return UPDATE_AFTER in report
+
+
 def rolled_layers(report: str) -> bool:
     """Whether roll-layers' `report` says a run of layers rolled (an update run alone does not count)."""
     return any(line.startswith("rolled ") and not line.startswith("rolled " + UPDATE_RUN) for line in report.splitlines())
@@ -486,14 +498,15 @@ class Plan:
            force: bool, update: bool) -> "Plan":
         """The plan, dropping roles the loops cannot hold (a forward op reading a value computed after
         the forward loop, a backward op reading one computed after the backward loop: the update after a
-        global-norm clip, which then runs after the loop as it did) until none is left to drop.
+        global-norm clip, which then runs after the loop as it did) until none is left to drop, and the
+        roles left as the step has them (`_read_outside_only`).
 
         With `update`, the plan of an *update run*: the optimizer's update of a packed state's layers that
-        runs after a micro-batch loop (which sums the slices' gradients), the same ops at every layer with
-        nothing passed from layer to layer. The roles that compute the stacked leaves' new rows become one
-        loop (the backward loop's form, every role in it, no forward loop) that writes the rows in place,
-        where the unrolled update restacks each packed buffer with a concatenate, which XLA:CPU compiles
-        to a copy of the donated buffer."""
+        runs after a micro-batch loop (which sums the slices' gradients) or after the backward loop, the
+        same ops at every layer with nothing passed from layer to layer. The roles that compute the stacked
+        leaves' new rows become one loop (the backward loop's form, every role in it, no forward loop) that
+        writes the rows in place, where the unrolled update restacks each packed buffer with a concatenate,
+        which XLA:CPU compiles to a copy of the donated buffer."""
         if update:
             return cls._update_plan(g, roles, budget, leaf_paths, written)
         plan = cls(g, roles, budget)
@@ -505,9 +518,12 @@ class Plan:
                 return plan
             plan._classify()
             bad = plan._misplaced()
-            if not bad:
+            if bad:
+                roles.drop(g, bad, "it reads a value computed after its loop")
+            elif plan.backward and (unneeded := plan._read_outside_only()):
+                roles.prune(unneeded)
+            else:
                 break
-            roles.drop(g, bad, "it reads a value computed after its loop")
         plan._place_outside()
         if not plan.backward:
             plan.why_not = "no backward op is the same at every layer" + (
@@ -627,6 +643,33 @@ class Plan:
                     changed = True
         self.backward = backward
         self.outside = {}       # placed as `_misplaced` asks, every op by `_place_outside` once no role is dropped
+
+    def _read_outside_only(self) -> set:
+        """Forward roles that read no carried value, directly or through another role (their layer's leaves
+        and values the same at every layer alone), whose values only ops outside the run read, directly or
+        through other such roles: the shares of an update left after the loops that read no gradient
+        (Adam's ``b1 * mu``, a weight decay's ``wd * p``, where a global-norm clip keeps the update after the
+        backward loop). In the forward loop they would be saved per layer, a
+        stacked copy of each live through both loops; left as they are, outside the run, they are the
+        ops jax.jit compiles, which XLA fuses into the update that reads them."""
+        roles = self.roles
+        reads = roles.reads()
+        tainted = {r for r, classes in enumerate(roles.operands) if any(isinstance(c, Carry) for c in classes)}
+        grown = True
+        while grown:
+            grown = False
+            for r, found in enumerate(reads):
+                if r not in tainted and found & tainted:
+                    tainted.add(r)
+                    grown = True
+        readers: dict = {r: set() for r in range(len(roles.ops))}
+        for q, found in enumerate(reads):
+            for r in found:
+                readers[r].add(q)
+        only = set(range(len(roles.ops))) - tainted
+        while bad := {r for r in only if not readers[r] <= only}:
+            only -= bad
+        return only
 
     def _where(self, n: int) -> int:
         """Where op `n`, outside the run, runs (PRE, MID, POST): after every role and outside op whose
@@ -839,7 +882,7 @@ class Plan:
         if self.saved:
             text += f"; also saved per layer: {len(self.saved)} value(s) of {_kib(saved)} (memory budget {self.budget:g})"
         text += (f"; {updated} stacked leaves updated inside the backward loop" if updated else
-                 "; the optimizer update runs after the backward loop (it needs every layer's gradient)")
+                 f"; {UPDATE_AFTER} (it needs every layer's gradient)")
         return text
 
 

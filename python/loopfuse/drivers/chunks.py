@@ -20,7 +20,7 @@ from jaxlib.mlir import ir
 
 from .. import validate
 from ..passes import control_flow, wrap_loop
-from ..passes.roll_layers import rolled_layers
+from ..passes.roll_layers import rolled_layers, update_after_loops
 from ..run.sigint import SigintHold
 from ..state import packed
 from ..state.checkpoint import CarriedAs, Checkpoints
@@ -121,13 +121,18 @@ def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = N
     layers (roll-layers' report; that compile is the first chunk's own; an update run alone, after a
     micro-batch loop, does not count: a pytree's update writes its leaves in place), the stacked state:
     the loops then update the layers in place, with no stack built or taken apart per call (the packed
-    figure of README "Rolling repeated layers"). Else `state` as it is. `checkpoints` keep the caller's
-    layout (`checkpoint.CarriedAs`); ``back(result)`` gives a `FitResult` the caller's layout back."""
+    figure of README "Rolling repeated layers"), unless the update runs after the loops and the program on
+    `state` as it is needs fewer temporaries (both compiled: XLA's figures decide, the same every time;
+    `optax.apply_if_finite` keeps each layer's new moments until its check). Else `state` as it is.
+    `checkpoints` keep the caller's layout (`checkpoint.CarriedAs`); ``back(result)`` gives a `FitResult`
+    the caller's layout back."""
     if step is None or step.options.memory_budget is None or isinstance(state, packed.PackedState):
         return state, checkpoints, lambda result: result
     stacked = packed.pack(state, layers=True)
-    reports = step.compiled(stacked, batch).reports
-    if not rolled_layers(reports.get("roll-layers", "")):
+    compiled = step.compiled(stacked, batch)
+    report = compiled.reports.get("roll-layers", "")
+    if not rolled_layers(report) or (update_after_loops(report)
+                                      and step.compiled(state, batch).memory.temp < compiled.memory.temp):
         return state, checkpoints, lambda result: result
     views = CarriedAs(checkpoints, packed.PackedState.unpack, stacked.layout.pack) if checkpoints else None
     return stacked, views, lambda result: replace(result, state=result.state.unpack())

@@ -129,8 +129,10 @@ def _to_selects(case: ir.Operation, after: ir.Operation) -> _Selected:
     uses = [(use.owner, use.operand_number, j) for j, r in enumerate(case.results) for use in r.uses]
     for r, v in zip(case.results, values):
         r.replace_all_uses_with(v)
+    attrs = case.attributes
     selected = _Selected(case.location, index, [r.type for r in case.results],
-                         [(a.name, a.attr) for a in case.attributes], branches, returned, made, uses, after)
+                         [(attrs[i].name, attrs[i].attr) for i in range(len(attrs))], branches, returned, made, uses,
+                         after)
     case.erase()
     return selected
 

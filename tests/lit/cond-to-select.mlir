@@ -3,7 +3,8 @@
 // A lax.cond as jax lowers it (the index a converted boolean), branch 0 passing the state through,
 // branch 1 an update of elementwise ops and a call of such ops (optax.MultiSteps' shape): the
 // branches' ops run before, each differing result a select on the boolean itself, the result both
-// branches return the same value for that value.
+// branches return the same value for that value. (The case's attribute is what roll-layers puts back
+// where no layers roll: test_cond_to_select.py.)
 // CHECK-LABEL: func.func @main
 // CHECK-NOT: stablehlo.case
 // CHECK: %[[NEW:.*]] = stablehlo.subtract %arg1
@@ -22,7 +23,7 @@ func.func @main(%p: tensor<i1>, %w: tensor<4xf32>, %m: tensor<4xf32>, %c: tensor
     %new = stablehlo.subtract %w, %step : tensor<4xf32>
     %zero = func.call @zeros() : () -> tensor<4xf32>
     stablehlo.return %new, %zero, %c : tensor<4xf32>, tensor<4xf32>, tensor<i32>
-  }) : (tensor<i32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<i32>)
+  }) {mhlo.frontend_attributes = {_xla_compute_type = "host"}} : (tensor<i32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<i32>)
   return %r#0, %r#1, %r#2 : tensor<4xf32>, tensor<4xf32>, tensor<i32>
 }
 func.func private @zeros() -> tensor<4xf32> {

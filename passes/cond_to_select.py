@@ -5,7 +5,7 @@ Rewrites: a ``stablehlo.case`` of two branches in ``@main``'s block whose branch
 slices, reductions with an elementwise body, calls of functions made of those) runs both branches' ops
 before where it stood, and each result becomes ``select(index != 0, branch 1's value, branch 0's)``
 (where the index is ``convert(p)`` of a boolean ``p``, as jax lowers ``lax.cond``: ``select(p, ..)``).
-A result both branches return the same value for is that value.
+A case for one of whose results both branches return the same value stays a case (`Selects`).
 
 Why: ``optax.MultiSteps`` (gradient accumulation) and other wrappers that update the state only on some
 steps do it in a ``lax.cond`` over the whole state. A cond's branches are regions that roll-layers
@@ -15,13 +15,14 @@ temporaries where, made selects, the update rolls into the backward loop, in pla
 jax.jit XLA compiled that program's cond to selects too (its optimized HLO has no conditional), though
 it keeps a small cond of elementwise branches as a conditional.
 
-Why it is exact: the branches' ops have no effects and read only values defined before the case
-(a case's branches take no arguments), so moved before it they compute the same values; a select
-returns, element for element, one of its operands' values unchanged, the one of the branch the case
-runs (branch 1 for any index but 0, as ``stablehlo.case`` runs its last branch for an index out of
-range). What it costs: the branch not taken runs too, ops that each read and write their operands
-once, no matrix product, sort, gather, scatter, loop or call of another kind. The pass runs as
-roll-layers' first step and as ``cond-to-select`` on its own.
+Why it is exact (in the reference interpreter; XLA may fuse the moved ops with their neighbours and
+round in another last bit, so it runs within roll-layers, opt-in): the branches' ops have no effects
+and read only values defined before the case (a case's branches take no arguments), so moved before it
+they compute the same values; a select returns, element for element, one of its operands' values
+unchanged, the one of the branch the case runs (branch 1 for any index but 0, as ``stablehlo.case``
+runs its last branch for an index out of range). What it costs: the branch not taken runs too, ops
+that each read and write their operands once, no matrix product, sort, gather, scatter, loop or call
+of another kind. The pass runs as roll-layers' first step and as ``cond-to-select`` on its own.
 """
 from dataclasses import dataclass
 
@@ -61,29 +62,31 @@ class _Selected:
     attributes: list                   # (name, attribute) of the case
     branches: list                     # per branch: the ops moved out of it, its return op's location
     returned: list                     # per branch: the values it returned
-    made: list                         # the ops built: the index's test, the selects
-    uses: list                         # (user, operand number, result number) of the case's results
-    after: ir.Operation                # the op after the case
+    made: list                         # the ops built where the case stood: the index's test, then `selects`
+    selects: list                      # per result, the select that stands for it
 
 
 class Selects:
-    """Each two-way case in `main`'s block whose branches are `cheap`, rewritten as selects; `undo` puts
-    them back (roll-layers keeps them only where layers roll)."""
+    """Each two-way case in `main`'s block whose branches are `cheap` and return a value of their own for each
+    result (not both the same one), rewritten as selects, first to last; `undo` puts them back (roll-layers
+    keeps them only where layers roll). A select stands for each result, so `undo` finds every use of a
+    result as its select's uses, also where a later case's branch returned it."""
 
     def __init__(self, main: func.FuncOp):
         known: dict = {}
-        ops = [view.operation for view in main.body.blocks[0].operations]
-        self.done = [_to_selects(op, after) for op, after in zip(ops, ops[1:])
+        self.done = [_to_selects(op) for op in [view.operation for view in main.body.blocks[0].operations]
                      if op.name == "stablehlo.case" and len(op.regions) == 2
                      and all(isinstance(r.type, ir.RankedTensorType) for r in op.results)
-                     and all(cheap(o.operation, known) for r in op.regions for o in r.blocks[0].operations)]
+                     and all(cheap(o.operation, known) for r in op.regions for o in r.blocks[0].operations)
+                     and all(a != b for a, b in zip(*(_returned(r) for r in op.regions)))]
 
     def __len__(self) -> int:
         return len(self.done)
 
     def undo(self) -> None:
+        """Each case back where it stood, last first, its branches' ops back in it and its uses its results."""
         for s in reversed(self.done):
-            case = stablehlo.CaseOp(s.types, s.index, 2, loc=s.location, ip=ir.InsertionPoint(s.after)).operation
+            case = stablehlo.CaseOp(s.types, s.index, 2, loc=s.location, ip=ir.InsertionPoint(s.made[0])).operation
             for name, attr in s.attributes:
                 case.attributes[name] = attr
             for region, (ops, where), values in zip(case.regions, s.branches, s.returned):
@@ -91,21 +94,29 @@ class Selects:
                 for op in ops:
                     block.append(op)
                 stablehlo.ReturnOp(values, loc=where, ip=ir.InsertionPoint(block))
-            for user, k, j in s.uses:
-                user.operands[k] = case.results[j]
+            for select, result in zip(s.selects, case.results):
+                select.result.replace_all_uses_with(result)
             for op in reversed(s.made):
                 op.erase()
         self.done = []
 
 
-def _to_selects(case: ir.Operation, after: ir.Operation) -> _Selected:
-    branches, returned = [], []
-    for region in case.regions:
-        ops = [view.operation for view in region.blocks[0].operations]
-        for inner in ops[:-1]:
-            inner.move_before(case)
-        branches.append((ops[:-1], ops[-1].location))
-        returned.append(list(ops[-1].operands))
+def _returned(region: ir.Region) -> list:
+    """The values `region`'s block returns."""
+    return list(list(region.blocks[0].operations)[-1].operands)
+
+
+def _moved_out(region: ir.Region, case: ir.Operation) -> tuple:
+    """((the ops of `region`'s block, moved before `case`, its return's location), the values it returns).
+    No reference to the return op outlives this call: erasing the case frees it."""
+    ops = [view.operation for view in region.blocks[0].operations]
+    for inner in ops[:-1]:
+        inner.move_before(case)
+    return (ops[:-1], ops[-1].location), list(ops[-1].operands)
+
+
+def _to_selects(case: ir.Operation) -> _Selected:
+    branches, returned = zip(*[_moved_out(region, case) for region in case.regions])
     made: list = []
     index = case.operands[0]
     with ir.InsertionPoint(case), case.location:
@@ -118,21 +129,13 @@ def _to_selects(case: ir.Operation, after: ir.Operation) -> _Selected:
             test = stablehlo.CompareOp(index, zero.result, stablehlo.ComparisonDirectionAttr.get("NE"))
             made += [zero.operation, test.operation]
             one = test.result
-        values = []
-        for first, second in zip(*returned):
-            if first == second:
-                values.append(first)
-            else:
-                select = stablehlo.SelectOp(one, second, first)
-                made.append(select.operation)
-                values.append(select.result)
-    uses = [(use.owner, use.operand_number, j) for j, r in enumerate(case.results) for use in r.uses]
-    for r, v in zip(case.results, values):
-        r.replace_all_uses_with(v)
+        selects = [stablehlo.SelectOp(one, second, first).operation for first, second in zip(*returned)]
+    for r, select in zip(case.results, selects):
+        r.replace_all_uses_with(select.result)
     attrs = case.attributes
     selected = _Selected(case.location, index, [r.type for r in case.results],
-                         [(attrs[i].name, attrs[i].attr) for i in range(len(attrs))], branches, returned, made, uses,
-                         after)
+                         [(attrs[i].name, attrs[i].attr) for i in range(len(attrs))], list(branches),
+                         list(returned), made + selects, selects)
     case.erase()
     return selected
 
@@ -142,6 +145,7 @@ class CondToSelect(ModulePass):
     """Examples:
         >>> from loopfuse.compile.mlir_context import parse_module
         >>> from loopfuse.compile.pass_manager import run_pass
+        >>> from loopfuse.passes import CondToSelect
         >>> m = parse_module('''
         ... func.func @main(%p: tensor<i1>, %x: tensor<4xf32>) -> tensor<4xf32> {
         ...   %i = stablehlo.convert %p : (tensor<i1>) -> tensor<i32>
@@ -162,6 +166,10 @@ class CondToSelect(ModulePass):
     summary = "Run both branches of a two-way case of cheap ops and select their results"
 
     def apply(self, module_op: ir.Operation) -> None:
-        for s in Selects(main_func(module_op)).done:      # a lax.cond's index, converted from its boolean
-            if isinstance(s.index, ir.OpResult) and not any(True for _ in s.index.uses):
-                s.index.owner.erase()
+        converts: list = []        # a lax.cond's index, converted from its boolean (a cond and its transpose share it)
+        for s in Selects(main_func(module_op)).done:
+            if (op := producer(s.index, stablehlo.ConvertOp)) is not None and not any(op == c for c in converts):
+                converts.append(op)
+        for op in converts:
+            if not any(True for _ in op.result.uses):
+                op.erase()

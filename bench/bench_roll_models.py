@@ -135,7 +135,8 @@ def _runs(report: str) -> str:
     lines = report.splitlines()
     if len(lines) == 1:
         return lines[0]
-    return "; ".join(re.sub(r"^(rolled|did not roll) (\S+?),? .*?(\[\d+:\d+\]):.*", r"\1 \2 .. \3", line) for line in lines)
+    return "; ".join(re.sub(r"^(rolled|did not roll) ((?:the update of )?\S+?),? .*?(\[\d+:\d+\]):.*", r"\1 \2 .. \3", line)
+                     for line in lines)
 
 
 def devices_row(quick: bool) -> dict:

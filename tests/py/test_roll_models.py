@@ -220,9 +220,15 @@ def test_rms_normed_blocks_roll_with_the_first_that_reads_the_data():
     blocks of 128 at 1.32x, now 0.56x)."""
     step, state, data = layered.rms_mlp(4, 64, 64, opt=optax.adamw(1e-3, eps=EPS))
     check_rolls(step, state, data, range(0, 4))
+    assert packed_temp_ratio(step, state, data) < 0.5
+
+
+def packed_temp_ratio(step, state, data) -> float:
+    """The temporaries of `step` at ``memory_budget=0.0`` on its state packed with its layers stacked, over
+    jax.jit's (donated), from the compiled executables."""
     call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
     jit_temp = jax.jit(step, donate_argnums=0).lower(fresh(state), data).compile().memory_analysis().temp_size_in_bytes
-    assert call.memory_stats(loopfuse.pack(fresh(state), layers=True), data).temp < 0.5 * jit_temp
+    return call.memory_stats(loopfuse.pack(fresh(state), layers=True), data).temp / jit_temp
 
 
 def buffer_copies(folder, packed, key: str = "blocks") -> list[str]:
@@ -505,34 +511,31 @@ def test_a_packed_state_rolls_over_its_rows_inside_a_micro_batch_loop():
 
 def test_gradient_accumulation_rolls_its_update_in_place():
     """optax.MultiSteps updates the state in a ``lax.cond`` every k steps. Its branches, elementwise ops, run
-    as selects (`cond_to_select`), so the update rolls into the backward loop over the stacked rows: about half
-    jax.jit's temporaries (0.61x), where the cond kept the update after the loops and XLA copied every stacked
-    buffer it read (1.58x; six blocks of 128: 0.52x, was 1.84x). Two steps take both branches (one accumulates,
+    as selects (`cond_to_select`), so the update rolls into the backward loop over the stacked rows: a third of
+    jax.jit's temporaries (0.33x), where the cond kept the update after the loops and XLA copied every stacked
+    buffer it read (0.78x; six blocks of 128: 0.52x, was 1.84x). Two steps take both branches (one accumulates,
     one updates); `fit` carries the stacked layout."""
     opt = optax.MultiSteps(optax.adamw(1e-3, eps=EPS), every_k_schedule=2)
-    step, state, data = layered.rms_mlp(4, 64, 64, opt=opt)
+    step, state, data = layered.rms_mlp(4, 32, 64, opt=opt)
     report = check_rolls(step, state, data, range(0, 4))
     assert "stacked leaves updated inside the backward loop" in report and "(cond-to-select)" in report, report
-    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
-    jit_temp = jax.jit(step, donate_argnums=0).lower(fresh(state), data).compile().memory_analysis().temp_size_in_bytes
-    assert call.memory_stats(loopfuse.pack(fresh(state), layers=True), data).temp < 0.7 * jit_temp
-    assert isinstance(chunks.carried(call.loop(2), fresh(state), data)[0], loopfuse.PackedState)
+    assert packed_temp_ratio(step, state, data) < 0.5
+    loop = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0).loop(2)
+    assert isinstance(chunks.carried(loop, fresh(state), data)[0], loopfuse.PackedState)
 
 
 def test_an_update_after_the_loops_reads_the_leaves_there_and_rolls_over_the_rows():
     """A global-norm clip keeps the update after the backward loop. Its shares that read no gradient (Adam's
     ``b1 * mu``, ``b2 * nu``, the weight decay's ``wd * p``) are left where the step computes them, not saved
     per layer by the forward loop (three stacked copies of the state, live through both loops), and the
-    update rolls as a loop of its own over the packed rows, in place, as after a micro-batch loop: 0.64x
-    jax.jit's temporaries on this MLP, whose parameters outweigh its activations (1.28x before; 1.68x with
-    the update run alone)."""
+    update rolls as a loop of its own over the packed rows, in place, as after a micro-batch loop: 0.65x
+    jax.jit's temporaries on this MLP, whose parameters outweigh its activations (1.37x before; 4 blocks of
+    64, batch 128: 0.64x, was 1.28x, 1.68x with the update run alone)."""
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, eps=EPS))
-    step, state, data = layered.rms_mlp(4, 64, 128, opt=opt)
+    step, state, data = layered.rms_mlp(4, 32, 64, opt=opt)
     report = check_rolls(step, state, data, range(0, 4))
     assert "the optimizer update runs after the backward loop" in report and "rolled the update of" in report, report
-    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
-    jit_temp = jax.jit(step, donate_argnums=0).lower(fresh(state), data).compile().memory_analysis().temp_size_in_bytes
-    assert call.memory_stats(loopfuse.pack(fresh(state), layers=True), data).temp < 0.8 * jit_temp
+    assert packed_temp_ratio(step, state, data) < 0.8
 
 
 def test_fit_keeps_the_pytree_where_the_stacked_program_would_hold_more():

@@ -75,7 +75,7 @@ class Selects:
     def __init__(self, main: func.FuncOp):
         known: dict = {}
         self.done = [_to_selects(op) for op in [view.operation for view in main.body.blocks[0].operations]
-                     if op.name == "stablehlo.case" and len(op.regions) == 2
+                     if op.name == "stablehlo.case" and len(op.regions) == 2 and len(op.results) > 0
                      and all(isinstance(r.type, ir.RankedTensorType) for r in op.results)
                      and all(cheap(o.operation, known) for r in op.regions for o in r.blocks[0].operations)
                      and all(a != b for a, b in zip(*(_returned(r) for r in op.regions)))]

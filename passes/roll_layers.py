@@ -451,9 +451,7 @@ def _pieces(g: Dataflow, v: int) -> list[tuple[int, int]]:
 
 # ---- the plan ----------------------------------------------------------------------------------
 UPDATE_RUN = "the update of "  # how the report names an update run: "rolled the update of <leaves> [a:b]: ..."
-
-
-UPDATE_AFTER = "the optimizer update runs after the backward loop"   # the report's words for it
+UPDATE_AFTER = "the optimizer update runs after the backward loop"   # how it says a rolled run's update runs after it
 
 
 def update_after_loops(report: str) -> bool:
@@ -649,9 +647,9 @@ class Plan:
         and values the same at every layer alone), whose values only ops outside the run read, directly or
         through other such roles: the shares of an update left after the loops that read no gradient
         (Adam's ``b1 * mu``, a weight decay's ``wd * p``, where a global-norm clip keeps the update after the
-        backward loop). In the forward loop they would be saved per layer, a
-        stacked copy of each live through both loops; left as they are, outside the run, they are the
-        ops jax.jit compiles, which XLA fuses into the update that reads them."""
+        backward loop). In the forward loop they would be saved per layer, a stacked copy of each live
+        through both loops; left as they are, outside the run, they are the ops jax.jit compiles, which XLA
+        fuses into the update that reads them."""
         roles = self.roles
         reads = roles.reads()
         tainted = {r for r, classes in enumerate(roles.operands) if any(isinstance(c, Carry) for c in classes)}

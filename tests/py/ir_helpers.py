@@ -88,6 +88,13 @@ def _serve() -> None:
         replies.flush()
 
 
+def lit_cases(path) -> list[tuple[str, str]]:
+    """The cases of lit file `path` (split at ``// -----``), each (as written, its module text without the
+    comment lines: RUN and CHECK lines, prose)."""
+    return [(case, "\n".join(line for line in case.splitlines() if not line.startswith("//")))
+            for case in path.read_text().split("// -----")]
+
+
 def op_counts(module: ir.Module) -> Counter:
     """How many ops of each name the module holds (nested regions included)."""
     counts = Counter()

@@ -10,7 +10,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from corpus import PROGRAMS
-from ir_helpers import interpret
+from ir_helpers import interpret, lit_cases
 import loopfuse
 from loopfuse.compile.mlir_context import parse_module
 from loopfuse.compile.pass_manager import run_pass
@@ -23,15 +23,9 @@ LIT = Path(__file__).resolve().parents[1] / "lit" / "cond-to-select.mlir"
 INDICES = {1: [np.bool_(False), np.bool_(True)], 32: [np.int32(i) for i in (-1, 0, 1, 5)]}
 
 
-def cases() -> list[tuple[str, str]]:
-    """(the lit case with its comments, without them)."""
-    return [(case, "\n".join(line for line in case.splitlines() if not line.startswith("//")))
-            for case in LIT.read_text().split("// -----")]
-
-
 def test_the_lit_cases_select_what_the_case_computes_in_the_reference_interpreter():
     rng = np.random.default_rng(0)
-    for case, text in cases():
+    for case, text in lit_cases(LIT):
         module, selected = parse_module(text), parse_module(text)
         run_pass(selected, CondToSelect())
         assert ("stablehlo.case" in str(selected)) == ("CHECK: \"stablehlo.case\"" in case)
@@ -48,7 +42,7 @@ def test_where_no_layers_roll_the_cases_are_put_back_as_they_were():
     """roll-layers makes the cases selects first, so that an update in a cond lines up layer by layer, and
     puts them back where nothing rolls: a step left as traced compiles as jax.jit's (the cond of the corpus'
     cond_switch, its sums fused with other ops once made selects, differed in a last bit)."""
-    for _, text in cases():
+    for _, text in lit_cases(LIT):
         module, rolled, undone = parse_module(text), parse_module(text), parse_module(text)
         run_pass(rolled, RollLayers(force=True))
         with undone.context:

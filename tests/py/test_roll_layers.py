@@ -23,7 +23,7 @@ from jaxlib.mlir import ir
 import layered
 import loopfuse
 import transformer
-from ir_helpers import interpret
+from ir_helpers import interpret, lit_cases
 from loopfuse.memory import xla_dump
 from loopfuse.compile.mlir_context import parse_module
 from loopfuse.compile.pass_manager import run_pass
@@ -97,8 +97,7 @@ def test_the_lit_cases_rolled_equal_their_input_in_the_reference_interpreter(nam
     every layer reads kept in the backward loop's carry (case d), one layer's value kept in a carry
     (case e), an encoder's and a cross-attending decoder's stacks, ..."""
     rng = np.random.default_rng(0)
-    for case in (LIT / f"{name}.mlir").read_text().split("// -----"):
-        text = "\n".join(line for line in case.splitlines() if not line.startswith("//"))
+    for case, text in lit_cases(LIT / f"{name}.mlir"):
         module = parse_module(text)
         rolled = parse_module(text)
         run_pass(rolled, RollLayers(force=True))
@@ -115,8 +114,7 @@ def test_the_micro_batch_lit_cases_rolled_equal_micro_batch_alone_in_the_referen
     loop, the update of a packed state after it: case c), computes under the reference interpreter bitwise what
     the micro-batched step computes (micro-batch reassociates the slices' sums; roll-layers changes no value)."""
     rng = np.random.default_rng(0)
-    for case in (LIT / "roll-layers-micro-batch.mlir").read_text().split("// -----"):
-        text = "\n".join(line for line in case.splitlines() if not line.startswith("//"))
+    for _, text in lit_cases(LIT / "roll-layers-micro-batch.mlir"):
         sliced, rolled = parse_module(text), parse_module(text)
         run_pass(sliced, MicroBatch(slices=2))
         for p in (MicroBatch(slices=2), RollLayers(force=True)):

@@ -79,18 +79,27 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
     lists: dict = {}   # prefix -> index -> {suffix: leaf}
     depth: dict = {}   # prefix -> (keys before its index, names before it in its key)
     unnumbered: dict = {}   # prefix -> {suffix: leaf}: haiku's first module of a name (``linear``, then ``linear_1``)
+    said: dict = {}         # like `lists`, for a prefix that says its layer's index before it too, with ``*`` there
     for leaf, path in enumerate(paths):
         if path is None:
             continue
         keys = tokens(path)
+        before: set = set()     # the numbers of the keys before this one
         for at, key in enumerate(keys):
-            for within, (name, index, rest) in enumerate(_indices(key)):
+            found = _indices(key)
+            for within, (name, index, rest) in enumerate(found):
                 prefix, suffix = "".join(keys[:at]) + name, rest + "".join(keys[at + 1:])
                 if index is None:
                     unnumbered.setdefault(prefix, {})[suffix] = leaf
-                else:
-                    lists.setdefault(prefix, {}).setdefault(index, {})[suffix] = leaf
-                    depth[prefix] = (at, within)
+                    continue
+                lists.setdefault(prefix, {}).setdefault(index, {})[suffix] = leaf
+                depth[prefix] = (at, within)
+                if index in before:
+                    tied = "".join(_tied(k, index) for k in keys[:at])
+                    said.setdefault((tied, name), {}).setdefault(index, {})[suffix] = leaf
+                    depth[tied + name] = (at, within)
+            before.update(index for _, index, _ in found)
+    lists.update(_said_again(said, lists))
     for prefix, layers in lists.items():
         if 0 not in layers and prefix in unnumbered:
             layers[0] = unnumbered[prefix]
@@ -111,6 +120,49 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
             start = stop
     out = [Run(start, stop, part) for (start, stop, _), families in found.items() for part in _stacks(families)]
     return sorted(out, key=lambda r: (min(depth[p] for p in r.families), -r.length * len(r.families), r.start))
+
+
+def _tied(key: str, index: int) -> str:
+    """`key`, of a path before a layer's `index`, with ``*`` for a number equal to it (a list index, or the
+    number a dict key or attribute ends with)."""
+    for name, number, rest in _indices(key):
+        if number == index:
+            head, star, tail = name.rpartition("*")
+            return head + star + ("/" + rest if rest else "") + tail if name else "[*]"
+    return key
+
+
+def _said_again(said: dict, lists: dict) -> dict:
+    """Families (prefix -> index -> {suffix: leaf}) whose prefix says the layer's index again, before it,
+    where the list at that prefix holds that layer only: ``optax.multi_transform`` with a label per layer
+    keeps layer 3's moments under ``['l3']``, then ``['layers'][3]`` (the other layers masked out), a family
+    ``[1].inner_states['l*'].inner_state[0].mu['layers']``; not the diagonal of a list of lists. Where a
+    number of the prefix equals the index at one layer only (``.inner_state[0]`` at layer 0), that layer's
+    leaves join the family whose prefix reads the same at that index and most layers have.
+
+    Examples:
+        >>> paths = [f"[1]['l{i}'][0].mu['b'][{i}]" for i in range(3)] + [f"[0]['b'][{i}]" for i in range(3)]
+        >>> [(r.length, sorted(r.families)) for r in runs(paths, ["f32[4]"] * 6)]
+        [(3, ["[0]['b']", "[1]['l*'][0].mu['b']"])]
+        >>> [r.length for r in runs([f"[0][{i}][{j}]" for i in range(2) for j in range(2)], ["f32[4]"] * 4)]
+        [2, 2, 2]
+    """
+    def at(form: tuple, index: int) -> str:       # the prefix of layer `index`'s leaves under `form`
+        return form[0].replace("*", str(index)) + form[1]
+    concrete = {(index, at(form, index)) for form, layers in said.items() for index in layers}
+    reads: dict = {}        # (index, a prefix with leaves at that index) -> the forms that read so there
+    for form in said:
+        for index in {i for i, _ in concrete}:
+            if (index, at(form, index)) in concrete:
+                reads.setdefault((index, at(form, index)), []).append(form)
+    covers = {form: sum(form in forms for forms in reads.values()) for form in said}
+    merged: dict = {}
+    for form, layers in said.items():
+        for index, layer in layers.items():
+            if len(lists[at(form, index)]) == 1:
+                home = max(reads[index, at(form, index)], key=lambda f: (covers[f], f))
+                merged.setdefault(home[0] + home[1], {}).setdefault(index, {}).update(layer)
+    return merged
 
 
 def _stacks(families: dict) -> list[dict]:

@@ -90,7 +90,7 @@ LIT = Path(__file__).resolve().parents[1] / "lit"
 
 
 @pytest.mark.parametrize("name", ["roll-layers", "roll-layers-parts", "roll-layers-stacks", "roll-layers-stacks-jax12",
-                                  "roll-layers-rms", "roll-layers-update-after"])
+                                  "roll-layers-rms", "roll-layers-update-after", "roll-layers-labels"])
 def test_the_lit_cases_rolled_equal_their_input_in_the_reference_interpreter(name):
     """Each case of the roll-layers lit tests (forced to roll; the one that does not roll too) computes,
     under the reference interpreter, bitwise what the traced step it rolls computes: the sum of a leaf
@@ -137,6 +137,7 @@ def stack_copies(folder: Path, block: dict, layers: int) -> list[str]:
             if hlo.instructions[n].opcode == "copy" and shapes.get(n) in stacks]
 
 
+@pytest.mark.slow     # default: the stem test counts copies of stacked buffers in XLA's dump, the GPT variants roll packed
 def test_packed_gpt_rolls_and_matches_jit(tmp_path):
     step, state, tokens = transformer.gpt(**SMALL, opt=optax.adamw(3e-4, eps=EPS))
     call = rolled(step, xla_options={"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})

@@ -65,7 +65,7 @@ class _LinenGPT(nn.Module):
 def linen_gpt(layers: int, width: int, heads: int, seq: int, batch: int, vocab: int, opt=None):
     model = _LinenGPT(layers, width, heads, vocab)
     tokens = transformer.tokens(seq, batch, vocab)
-    params = model.init(jax.random.key(0), tokens[:, :-1])
+    params = jax.jit(model.init)(jax.random.key(0), tokens[:, :-1])     # eager, each op of it compiles apart
 
     def loss(p, t):
         return optax.softmax_cross_entropy_with_integer_labels(model.apply(p, t[:, :-1]), t[:, 1:]).mean()

@@ -117,6 +117,7 @@ def test_a_falling_limit_never_gets_a_higher_peak_and_below_the_floor_is_an_erro
     assert len(buffers) == memory_plan.FLOOR_BUFFERS and all(re.match(r"  [0-9.]+ [KM]?i?B f32\[", b) for b in buffers)
 
 
+@pytest.mark.slow     # a regression of the prediction formula; the default run has the floor and the predictions
 def test_no_prediction_is_below_zero_and_a_limit_below_every_plan_is_the_floor():
     """Regression: a plan that rolls and slices was predicted at T(b) / m + W(b, m) - W(b), below zero where
     the rolled loops' saved layers (W(b)) outweigh the temporaries of a slice; the floor, chosen among the

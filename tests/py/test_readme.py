@@ -39,7 +39,7 @@ import transformer                       # a GPT-style model written as a Python
 gpt_step, gpt_state, tokens = transformer.gpt(**transformer.TINY)
 """,
     "state = jax.tree.map(jnp.copy, result.state)   # a copy: the step below consumes it",
-    "gpt_step, gpt_state, tokens = transformer.gpt(**dict(transformer.TINY, seq=64, batch=16))",
+    "gpt_step, gpt_state, tokens = transformer.gpt(**dict(transformer.TINY, layers=2, seq=64, batch=16))",
     "state = result.state                  # the packing block leaves it intact (pack copies)",
     "loss, params = loss_fn, state[0]",
     "",                                   # continues the block above (loss, params, batch, minimize)

@@ -68,8 +68,8 @@ def report(step, state, batch) -> str:
     return reports(parse_module(step.lower(state, batch)["final"]).operation).get("roll-layers", "")
 
 
-# 0.0 is held to jax.jit by test_packed_gpt_rolls_and_matches_jit: slow here; 0.5 (activations also
-# saved per layer) by nothing else in the default run
+# 0.0 is held to jax.jit by test_roll_models' GPTs (check_rolls): slow here; 0.5 (activations also saved per
+# layer) by nothing else in the default run
 @pytest.mark.parametrize("budget", [pytest.param(0.0, marks=pytest.mark.slow), 0.5])
 def test_rolled_equals_unrolled_in_the_reference_interpreter(budget):
     step, state, tokens = transformer.gpt(**transformer.TINY, onehot=True)   # see gpt(onehot=)

@@ -295,6 +295,7 @@ def test_more_than_16_packed_layers_around_a_stem_roll_in_place(tmp_path):
     assert buffer_copies(tmp_path, loopfuse.pack(state, layers=True)) == []
 
 
+@pytest.mark.slow     # default: the layer-wise learning rates below, stacked constants too, and lit roll-layers-labels
 def test_a_per_layer_residual_scale_is_stacked():
     step, state, tokens = layered.gpt_variant("depth_scaled", **TINY, opt=optax.adamw(3e-4, eps=EPS))
     check_rolls(step, state, tokens, range(0, 4))

@@ -26,7 +26,9 @@ the data an argument:
   decoder's 8 ``y + sin(y d_l + m v_l)``, each reading the encoder's output m as cross-attention does,
   width 512, batch 2048, Adam (`layered.two_stacks(cross=True)`: each stack rolls as a run of its own);
 * ``autoenc``: an autoencoder, two stacks of the same block ``x + gelu(x w_l + b_l)``, 8 under ``['enc']``
-  then 8 under ``['dec']``, width 512, batch 2048 (`layered.autoencoder`).
+  then 8 under ``['dec']``, width 512, batch 2048 (`layered.autoencoder`);
+* ``llrd``: ``gpt`` with layer-wise learning rates, ``optax.multi_transform`` with a label per block (AdamW at
+  3e-4 * 0.8 ** (8 - l); `layered.layer_wise_rates`: block l's moments under ``['l<l>']`` and ``['blocks'][l]``);
 * ``multisteps``: gradient accumulation, ``optax.MultiSteps(adamw, every_k_schedule=2)`` on an RMS-norm MLP
   of 8 blocks of 256 -> 1024 -> 256, batch 256 (`layered.rms_mlp`; the update in a ``lax.cond`` over the
   whole state, run as selects: `passes/cond_to_select.py`).
@@ -84,6 +86,7 @@ MODELS = {
     "encdec": lambda size: layered.two_stacks(**({"layers": 8, "width": 512, "batch": 2048} if size is GPT else
                                                  {"layers": 3, "width": 8, "batch": 4}), cross=True),
     "autoenc": lambda size: layered.autoencoder(*((8, 8, 512, 2048) if size is GPT else (3, 3, 8, 4))),
+    "llrd": lambda size: transformer.gpt(**size, opt=layered.layer_wise_rates(size["layers"], "blocks", 3e-4)),
     "multisteps": lambda size: layered.rms_mlp(*((8, 256, 256) if size is GPT else (3, 8, 4)),
                                                opt=optax.MultiSteps(optax.adamw(1e-3), every_k_schedule=2)),
 }

@@ -9,7 +9,8 @@ with no container at all), or one of the ``/``-separated names of a dict key (ha
 ``['block_3/linear']['w']``, ``['mlp/~/linear_3']``; haiku numbers a name's modules from the second,
 ``linear``, ``linear_1``, .., so an unnumbered name counts as index 0 beside numbered ones); lists of
 lists give one index per level. The optimizer's moments mirror
-them (``[1][0].mu['blocks'][3]['up']['kernel']``). A *family* is the leaves under one such index (the
+them (``[1][0].mu['blocks'][3]['up']['kernel']``), also where the optimizer says the index again before it
+(``optax.multi_transform`` with a label per layer: ``[1].inner_states['l3'].inner_state[0].mu['blocks'][3]``). A *family* is the leaves under one such index (the
 path up to it, and the key with ``*`` for the number, the prefix) by position; a *run* is a range of
 consecutive indices in which every family has the same leaves (suffixes) with the same types, and the
 families of one run are those sharing its range and its leaves: the parameters and each moment, but

@@ -85,21 +85,21 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
         if path is None:
             continue
         keys = tokens(path)
+        parsed = [_indices(key) for key in keys]
         before: set = set()     # the numbers of the keys before this one
-        for at, key in enumerate(keys):
-            found = _indices(key)
-            for within, (name, index, rest) in enumerate(found):
+        for at, carried in enumerate(parsed):
+            for within, (name, index, rest) in enumerate(carried):
                 prefix, suffix = "".join(keys[:at]) + name, rest + "".join(keys[at + 1:])
                 if index is None:
                     unnumbered.setdefault(prefix, {})[suffix] = leaf
                     continue
                 lists.setdefault(prefix, {}).setdefault(index, {})[suffix] = leaf
                 depth[prefix] = (at, within)
-                if index in before:
-                    tied = "".join(_tied(k, index) for k in keys[:at])
-                    said.setdefault((tied, name), {}).setdefault(index, {})[suffix] = leaf
+                for offset in {number - index for number in before}:
+                    tied = "".join(_tied(k, f, index + offset, _mark(offset)) for k, f in zip(keys[:at], parsed))
+                    said.setdefault((tied, name, offset), {}).setdefault(index, {})[suffix] = leaf
                     depth[tied + name] = (at, within)
-            before.update(index for _, index, _ in found)
+            before.update(index for _, index, _ in carried if index is not None)
     lists.update(_said_again(said, lists))
     for prefix, layers in lists.items():
         if 0 not in layers and prefix in unnumbered:
@@ -123,13 +123,18 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
     return sorted(out, key=lambda r: (min(depth[p] for p in r.families), -r.length * len(r.families), r.start))
 
 
-def _tied(key: str, index: int) -> str:
-    """`key`, of a path before a layer's `index`, with ``*`` for a number equal to it (a list index, or the
+def _mark(offset: int) -> str:
+    """What stands for a number that is a layer's index plus `offset` in a prefix: ``*``, ``*+1``, ``*-2``."""
+    return f"*{offset:+d}" if offset else "*"
+
+
+def _tied(key: str, indices: list, number: int, mark: str) -> str:
+    """`key` (its `_indices`), of a path before a layer's index, with `mark` for `number` (a list index, or the
     number a dict key or attribute ends with)."""
-    for name, number, rest in _indices(key):
-        if number == index:
-            head, star, tail = name.rpartition("*")
-            return head + star + ("/" + rest if rest else "") + tail if name else "[*]"
+    for name, found, rest in indices:
+        if found == number:
+            head, _, tail = name.rpartition("*")
+            return head + mark + ("/" + rest if rest else "") + tail if name else f"[{mark}]"
     return key
 
 
@@ -137,32 +142,39 @@ def _said_again(said: dict, lists: dict) -> dict:
     """Families (prefix -> index -> {suffix: leaf}) whose prefix says the layer's index again, before it,
     where the list at that prefix holds that layer only: ``optax.multi_transform`` with a label per layer
     keeps layer 3's moments under ``['l3']``, then ``['layers'][3]`` (the other layers masked out), a family
-    ``[1].inner_states['l*'].inner_state[0].mu['layers']``; not the diagonal of a list of lists. Where a
-    number of the prefix equals the index at one layer only (``.inner_state[0]`` at layer 0), that layer's
-    leaves join the family whose prefix reads the same at that index and most layers have.
+    ``[1].inner_states['l*'].inner_state[0].mu['layers']``; not the diagonal of a list of lists. The label
+    may count from another number than the list (``['l4']`` for ``['layers'][3]``, the embeddings labelled
+    0): ``['l*+1']``. Where a number of the prefix says the index at one layer only (``.inner_state[0]`` at
+    layer 0), that layer's leaves join the family whose prefix reads the same at that index and most layers
+    have.
 
     Examples:
         >>> paths = [f"[1]['l{i}'][0].mu['b'][{i}]" for i in range(3)] + [f"[0]['b'][{i}]" for i in range(3)]
         >>> [(r.length, sorted(r.families)) for r in runs(paths, ["f32[4]"] * 6)]
         [(3, ["[0]['b']", "[1]['l*'][0].mu['b']"])]
+        >>> [sorted(r.families) for r in runs([p.replace(f"'l{i}'", f"'l{i + 1}'") for i, p in enumerate(paths)],
+        ...                                   ["f32[4]"] * 6)]
+        [["[0]['b']", "[1]['l*+1'][0].mu['b']"]]
         >>> [r.length for r in runs([f"[0][{i}][{j}]" for i in range(2) for j in range(2)], ["f32[4]"] * 4)]
         [2, 2, 2]
     """
     def at(form: tuple, index: int) -> str:       # the prefix of layer `index`'s leaves under `form`
-        return form[0].replace("*", str(index)) + form[1]
-    concrete = {(index, at(form, index)) for form, layers in said.items() for index in layers}
+        return form[0].replace(_mark(form[2]), str(index + form[2])) + form[1]
+    alone = {form: {i: layer for i, layer in layers.items() if len(lists[at(form, i)]) == 1}
+             for form, layers in said.items()}
+    alone = {form: layers for form, layers in alone.items() if layers}
+    concrete = {(index, at(form, index)) for form, layers in alone.items() for index in layers}
     reads: dict = {}        # (index, a prefix with leaves at that index) -> the forms that read so there
-    for form in said:
+    for form in alone:
         for index in {i for i, _ in concrete}:
             if (index, at(form, index)) in concrete:
                 reads.setdefault((index, at(form, index)), []).append(form)
-    covers = {form: sum(form in forms for forms in reads.values()) for form in said}
+    covers = {form: sum(form in forms for forms in reads.values()) for form in alone}
     merged: dict = {}
-    for form, layers in said.items():
+    for form, layers in alone.items():
         for index, layer in layers.items():
-            if len(lists[at(form, index)]) == 1:
-                home = max(reads[index, at(form, index)], key=lambda f: (covers[f], f))
-                merged.setdefault(home[0] + home[1], {}).setdefault(index, {}).update(layer)
+            home = max(reads[index, at(form, index)], key=lambda f: (covers[f], f[:2]))
+            merged.setdefault(home[0] + home[1], {}).setdefault(index, {}).update(layer)
     return merged
 
 

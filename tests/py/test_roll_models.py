@@ -551,6 +551,12 @@ def test_layer_wise_learning_rates_roll_the_moments_kept_per_label():
                              "[1].inner_states['l*'].inner_state[0].nu['layers'] [0:4]"), report
     assert "12 stacked leaves updated inside the backward loop" in report, report
     assert packed_temp_ratio(step, state, data) < 0.5
+    # labels counted from 1 (the embeddings as layer 0, BEiT's recipe): layer 3's moments under ['l4']
+    step, state, data = layered.rms_mlp(4, 32, 64, opt=layered.layer_wise_rates(4, eps=EPS, first=1))
+    report = roll_report(loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0),
+                         loopfuse.pack(fresh(state), layers=True), data)
+    assert report.startswith("rolled [0]['layers'], [1].inner_states['l*+1'].inner_state[0].mu['layers'], "), report
+    assert "12 stacked leaves updated inside the backward loop" in report, report
 
 
 def test_fit_keeps_the_pytree_where_the_stacked_program_would_hold_more():

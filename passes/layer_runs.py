@@ -9,8 +9,9 @@ with no container at all), or one of the ``/``-separated names of a dict key (ha
 ``['block_3/linear']['w']``, ``['mlp/~/linear_3']``; haiku numbers a name's modules from the second,
 ``linear``, ``linear_1``, .., so an unnumbered name counts as index 0 beside numbered ones); lists of
 lists give one index per level. The optimizer's moments mirror
-them (``[1][0].mu['blocks'][3]['up']['kernel']``), also where the optimizer says the index again before it
-(``optax.multi_transform`` with a label per layer: ``[1].inner_states['l3'].inner_state[0].mu['blocks'][3]``). A *family* is the leaves under one such index (the
+them (``[1][0].mu['blocks'][3]['up']['kernel']``), also where the optimizer keeps the list in pieces, under
+numbers before its index (``optax.multi_transform`` with a label per layer or group of layers:
+``[1].inner_states['l3'].inner_state[0].mu['blocks'][3]``, the other layers masked out). A *family* is the leaves under one such index (the
 path up to it, and the key with ``*`` for the number, the prefix) by position; a *run* is a range of
 consecutive indices in which every family has the same leaves (suffixes) with the same types, and the
 families of one run are those sharing its range and its leaves: the parameters and each moment, but
@@ -80,13 +81,12 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
     lists: dict = {}   # prefix -> index -> {suffix: leaf}
     depth: dict = {}   # prefix -> (keys before its index, names before it in its key)
     unnumbered: dict = {}   # prefix -> {suffix: leaf}: haiku's first module of a name (``linear``, then ``linear_1``)
-    said: dict = {}         # like `lists`, for a prefix that says its layer's index before it too, with ``*`` there
+    pieces: dict = {}       # a prefix with every number before its index starred -> the prefixes it stars
     for leaf, path in enumerate(paths):
         if path is None:
             continue
         keys = tokens(path)
         parsed = [_indices(key) for key in keys]
-        before: set = set()     # the numbers of the keys before this one
         for at, carried in enumerate(parsed):
             for within, (name, index, rest) in enumerate(carried):
                 prefix, suffix = "".join(keys[:at]) + name, rest + "".join(keys[at + 1:])
@@ -95,15 +95,16 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
                     continue
                 lists.setdefault(prefix, {}).setdefault(index, {})[suffix] = leaf
                 depth[prefix] = (at, within)
-                for offset in {number - index for number in before}:
-                    tied = "".join(_tied(k, f, index + offset, _mark(offset)) for k, f in zip(keys[:at], parsed))
-                    said.setdefault((tied, name, offset), {}).setdefault(index, {})[suffix] = leaf
-                    depth[tied + name] = (at, within)
-            before.update(index for _, index, _ in carried if index is not None)
-    lists.update(_said_again(said, lists))
+                starred = "".join(_starred(k, f) for k, f in zip(keys[:at], parsed)) + name
+                if starred != prefix:
+                    pieces.setdefault(starred, set()).add(prefix)
     for prefix, layers in lists.items():
         if 0 not in layers and prefix in unnumbered:
             layers[0] = unnumbered[prefix]
+    for prefixes in pieces.values():
+        if (joined := _pieces(sorted(prefixes), lists)) is not None:
+            name, layers = joined
+            lists[name], depth[name] = layers, depth[min(prefixes)]
     found: dict = {}   # (start, stop, layer signature) -> families
     for prefix, layers in lists.items():
         def shape(i):
@@ -123,59 +124,43 @@ def runs(paths: list, types: list, min_length: int = 2) -> list[Run]:
     return sorted(out, key=lambda r: (min(depth[p] for p in r.families), -r.length * len(r.families), r.start))
 
 
-def _mark(offset: int) -> str:
-    """What stands for a number that is a layer's index plus `offset` in a prefix: ``*``, ``*+1``, ``*-2``."""
-    return f"*{offset:+d}" if offset else "*"
+def _starred(key: str, indices: list) -> str:
+    """`key` (its `_indices`) with ``*`` for each number it carries."""
+    if all(index is None for _, index, _ in indices):
+        return key
+    if not indices[0][0]:
+        return "[*]"
+    m = _KEY.fullmatch(key)
+    assert m is not None      # `_indices` found a number in it
+    names = [(n.group(1) + "*") if (n := _NUMBERED.fullmatch(name)) else name for name in m.group(2).split("/")]
+    return m.group(1) + "/".join(names) + (m.group(3) or "")
 
 
-def _tied(key: str, indices: list, number: int, mark: str) -> str:
-    """`key` (its `_indices`), of a path before a layer's index, with `mark` for `number` (a list index, or the
-    number a dict key or attribute ends with)."""
-    for name, found, rest in indices:
-        if found == number:
-            head, _, tail = name.rpartition("*")
-            return head + mark + ("/" + rest if rest else "") + tail if name else f"[{mark}]"
-    return key
-
-
-def _said_again(said: dict, lists: dict) -> dict:
-    """Families (prefix -> index -> {suffix: leaf}) whose prefix says the layer's index again, before it,
-    where the list at that prefix holds that layer only: ``optax.multi_transform`` with a label per layer
-    keeps layer 3's moments under ``['l3']``, then ``['layers'][3]`` (the other layers masked out), a family
-    ``[1].inner_states['l*'].inner_state[0].mu['layers']``; not the diagonal of a list of lists. The label
-    may count from another number than the list (``['l4']`` for ``['layers'][3]``, the embeddings labelled
-    0): ``['l*+1']``. Where a number of the prefix says the index at one layer only (``.inner_state[0]`` at
-    layer 0), that layer's leaves join the family whose prefix reads the same at that index and most layers
-    have.
+def _pieces(prefixes: list, lists: dict) -> tuple[str, dict] | None:
+    """One family from the lists at `prefixes`, which differ only in numbers before their index, where
+    their layers are disjoint: the pieces of one list, as ``optax.multi_transform`` with a label per layer
+    (or per group of layers) keeps it, layer 3's moments under ``['l3']`` and the list's index 3, the other
+    layers masked out; (its name, with ``*`` for the numbers that differ, its layers), or None.
 
     Examples:
         >>> paths = [f"[1]['l{i}'][0].mu['b'][{i}]" for i in range(3)] + [f"[0]['b'][{i}]" for i in range(3)]
         >>> [(r.length, sorted(r.families)) for r in runs(paths, ["f32[4]"] * 6)]
         [(3, ["[0]['b']", "[1]['l*'][0].mu['b']"])]
-        >>> [sorted(r.families) for r in runs([p.replace(f"'l{i}'", f"'l{i + 1}'") for i, p in enumerate(paths)],
-        ...                                   ["f32[4]"] * 6)]
-        [["[0]['b']", "[1]['l*+1'][0].mu['b']"]]
+        >>> groups = [f"[1]['g{i // 2}'][0].mu['b'][{i}]" for i in range(4)] + [f"[0]['b'][{i}]" for i in range(4)]
+        >>> [(r.length, sorted(r.families)) for r in runs(groups, ["f32[4]"] * 8)][0]     # a label per two layers
+        (4, ["[0]['b']", "[1]['g*'][0].mu['b']"])
+        >>> from_one = [f"[1]['l{i + 1}'][0].mu['b'][{i}]" for i in range(3)] + paths[3:]   # the embeddings as 0
+        >>> [(r.length, sorted(r.families)) for r in runs(from_one, ["f32[4]"] * 6)]
+        [(3, ["[0]['b']", "[1]['l*'][0].mu['b']"])]
         >>> [r.length for r in runs([f"[0][{i}][{j}]" for i in range(2) for j in range(2)], ["f32[4]"] * 4)]
         [2, 2, 2]
     """
-    def at(form: tuple, index: int) -> str:       # the prefix of layer `index`'s leaves under `form`
-        return form[0].replace(_mark(form[2]), str(index + form[2])) + form[1]
-    alone = {form: {i: layer for i, layer in layers.items() if len(lists[at(form, i)]) == 1}
-             for form, layers in said.items()}
-    alone = {form: layers for form, layers in alone.items() if layers}
-    concrete = {(index, at(form, index)) for form, layers in alone.items() for index in layers}
-    reads: dict = {}        # (index, a prefix with leaves at that index) -> the forms that read so there
-    for form in alone:
-        for index in {i for i, _ in concrete}:
-            if (index, at(form, index)) in concrete:
-                reads.setdefault((index, at(form, index)), []).append(form)
-    covers = {form: sum(form in forms for forms in reads.values()) for form in alone}
-    merged: dict = {}
-    for form, layers in alone.items():
-        for index, layer in layers.items():
-            home = max(reads[index, at(form, index)], key=lambda f: (covers[f], f[:2]))
-            merged.setdefault(home[0] + home[1], {}).setdefault(index, {}).update(layer)
-    return merged
+    if len(prefixes) < 2 or sum(len(lists[p]) for p in prefixes) != len({i for p in prefixes for i in lists[p]}):
+        return None
+    parts = [tokens(p) for p in prefixes]
+    name = "".join(key if len({keys[at] for keys in parts}) == 1 else _starred(key, _indices(key))
+                   for at, key in enumerate(parts[0]))
+    return name, {index: layer for p in prefixes for index, layer in lists[p].items()}
 
 
 def _stacks(families: dict) -> list[dict]:

@@ -427,14 +427,14 @@ def gpt_variant(variant: str, layers: int, width: int, heads: int, seq: int, bat
 
 
 def layer_wise_rates(layers: int, key: str = "layers", rate: float = 1e-3, decay: float = 0.8,
-                     eps: float = 1e-8, first: int = 0) -> optax.GradientTransformation:
+                     eps: float = 1e-8, per: int = 1) -> optax.GradientTransformation:
     """AdamW with a learning rate per layer of the list ``params[key]`` (layer-wise rate decay, as fine-tuning
-    writes it with ``optax.multi_transform``: a label per layer, ``l{first}`` .. ``l{first+layers-1}``, and
-    ``rest``): layer 3's moments are kept under ``['l3']`` (``first=1``, the embeddings counted as layer 0 as
-    BEiT's recipe does: ``['l4']``) and ``[key][3]`` both."""
+    writes it with ``optax.multi_transform``: a label per layer, ``l0`` .. ``l{layers-1}``, or per group of
+    `per` layers, and ``rest``): layer 3's moments are kept under ``['l3']`` (``per=2``: ``['l1']``) and
+    ``[key][3]`` both, the other layers masked out of the label's state."""
     def labels(p):
-        return {k: [jax.tree.map(lambda _: f"l{i + first}", layer) for i, layer in enumerate(v)] if k == key
+        return {k: [jax.tree.map(lambda _: f"l{i // per}", layer) for i, layer in enumerate(v)] if k == key
                 else jax.tree.map(lambda _: "rest", v) for k, v in p.items()}
-    rates = {f"l{i + first}": optax.adamw(rate * decay ** (layers - i), eps=eps) for i in range(layers)}
+    rates = {f"l{g}": optax.adamw(rate * decay ** (layers // per - g), eps=eps) for g in range(-(-layers // per))}
     return optax.multi_transform({**rates, "rest": optax.adamw(rate, eps=eps)}, labels)
 

@@ -541,21 +541,21 @@ def test_an_update_after_the_loops_reads_the_leaves_there_and_rolls_over_the_row
 
 def test_layer_wise_learning_rates_roll_the_moments_kept_per_label():
     """``optax.multi_transform`` with a label per layer (layer-wise rate decay) keeps layer 3's moments under
-    ``['l3']`` and again under ``['layers'][3]``: the paths propose them as one family, the label's number said
-    again (`layer_runs._said_again`), so the moments roll with the parameters, each layer's rate a stacked
-    constant, and are updated in place inside the backward loop: 0.34x jax.jit's temporaries packed, where the
-    parameters alone rolled and the moments, read per layer, held 1.12x (six blocks of 128: 0.56x, was 1.88x)."""
+    ``['l3']`` and again under ``['layers'][3]``, the other layers masked out: the paths propose the labels'
+    pieces of the list as one family (`layer_runs._pieces`), so the moments roll with the parameters, each
+    layer's rate a stacked constant, and are updated in place inside the backward loop: 0.34x jax.jit's
+    temporaries packed, where the parameters alone rolled and the moments, read per layer, held 1.12x (six
+    blocks of 128: 0.56x, was 1.88x). A label per two layers too."""
     step, state, data = layered.rms_mlp(4, 32, 64, opt=layered.layer_wise_rates(4, eps=EPS))
     report = check_rolls(step, state, data, range(0, 4))
     assert report.startswith("rolled [0]['layers'], [1].inner_states['l*'].inner_state[0].mu['layers'], "
                              "[1].inner_states['l*'].inner_state[0].nu['layers'] [0:4]"), report
     assert "12 stacked leaves updated inside the backward loop" in report, report
     assert packed_temp_ratio(step, state, data) < 0.5
-    # labels counted from 1 (the embeddings as layer 0, BEiT's recipe): layer 3's moments under ['l4']
-    step, state, data = layered.rms_mlp(4, 32, 64, opt=layered.layer_wise_rates(4, eps=EPS, first=1))
+    step, state, data = layered.rms_mlp(4, 32, 64, opt=layered.layer_wise_rates(4, eps=EPS, per=2))
     report = roll_report(loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0),
                          loopfuse.pack(fresh(state), layers=True), data)
-    assert report.startswith("rolled [0]['layers'], [1].inner_states['l*+1'].inner_state[0].mu['layers'], "), report
+    assert report.startswith("rolled [0]['layers'], [1].inner_states['l*'].inner_state[0].mu['layers'], "), report
     assert "12 stacked leaves updated inside the backward loop" in report, report
 
 

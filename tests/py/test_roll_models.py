@@ -39,10 +39,10 @@ def rolled_runs(report: str) -> list[range]:
     return [range(int(a), int(b)) for a, b in re.findall(rf"^rolled (?!{UPDATE_RUN}).*? \[(\d+):(\d+)\]", report, re.M)]
 
 
-def check_rolls(step, state, batch, expected: range | list[range], packed: bool = True, **options):
+def check_rolls(step, state, batch, expected: range | list[range], packed: bool = True, call=None, **options):
     """`step` rolls the layers `expected` (a run's, or several runs', in any order) and matches jax.jit within
-    the tolerance after two steps."""
-    call = loopfuse.compile_step(step, keep_aux=("loss",), **(options or {"memory_budget": 0.0}))
+    the tolerance after two steps (`call`: the compiled step to check, else ``compile_step`` with `options`)."""
+    call = call or loopfuse.compile_step(step, keep_aux=("loss",), **(options or {"memory_budget": 0.0}))
     s = loopfuse.pack(fresh(state), layers=True) if packed else fresh(state)
     report = call.compiled(s, batch).reports["roll-layers"]
     in_order = lambda found: sorted(found, key=lambda r: (r.start, r.stop))  # noqa: E731
@@ -76,6 +76,7 @@ def test_the_outer_index_is_proposed_first():
     assert [(r.length, list(r.families)) for r in found][0] == (3, ["['Block_*']"])
 
 
+@pytest.mark.slow     # default: linen's key spelling (test_runs_are_found_however_the_blocks_are_held), keyed layers (test_packed)
 def test_a_flax_linen_gpt_rolls_every_block():
     step, state, tokens = layered.linen_gpt(**TINY, opt=optax.adamw(3e-4, eps=EPS))
     check_rolls(step, state, tokens, range(0, 4))
@@ -223,10 +224,15 @@ def test_rms_normed_blocks_roll_with_the_first_that_reads_the_data():
     assert packed_temp_ratio(step, state, data) < 0.5
 
 
-def packed_temp_ratio(step, state, data) -> float:
-    """The temporaries of `step` at ``memory_budget=0.0`` on its state packed with its layers stacked, over
+def rolling(step):
+    """`step` compiled as the tests roll it: ``memory_budget=0.0``, the loss kept."""
+    return loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+
+
+def packed_temp_ratio(step, state, data, call=None) -> float:
+    """The temporaries of `step` (`call`, else `rolling(step)`) on its state packed with its layers stacked, over
     jax.jit's (donated), from the compiled executables."""
-    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    call = call or rolling(step)
     jit_temp = jax.jit(step, donate_argnums=0).lower(fresh(state), data).compile().memory_analysis().temp_size_in_bytes
     return call.memory_stats(loopfuse.pack(fresh(state), layers=True), data).temp / jit_temp
 
@@ -262,7 +268,7 @@ def test_a_part_whose_layers_are_alike_but_do_not_pay_says_so():
     run's reason: one sequence of 4 tokens has too few activations to repay reading the left-out rows."""
     step, state, tokens = layered.gpt_variant("stem_and_last", **dict(TINY, layers=5, batch=1, seq=4),
                                               opt=optax.adamw(3e-4, eps=EPS))
-    report = roll_report(loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0),
+    report = roll_report(rolling(step),
                          loopfuse.pack(fresh(state), layers=True), tokens)
     assert rolled_runs(report) == []
     assert re.search(r"did not roll .*\[0:5\]: no backward op is the same at every layer .*; layers 1-3 are alike "
@@ -279,7 +285,7 @@ def test_parts_too_short_to_beat_the_rolled_whole_run_are_not_analyzed(monkeypat
     monkeypatch.setattr(layer_roles.Layout, "roles", lambda self, g, first=0, last=0: analyzed.append((first, last))
                         or roles(self, g, first, last))
     step, state, data = layered.tied_mlp(4, 8, 4)
-    report = roll_report(loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0),
+    report = roll_report(rolling(step),
                          loopfuse.pack(fresh(state), layers=True), data)
     assert rolled_runs(report) == [range(0, 4)], report
     assert analyzed == [(0, 0)]
@@ -316,14 +322,14 @@ def test_named_layers_packed_in_key_order_roll_in_place():
     state (stacking inside the call would cost more than it saves), says so, and keeps jax.jit's results."""
     step, state, tokens = layered.gpt_variant("named_iterated", **TINY, opt=optax.adamw(3e-4, eps=EPS))
     packed = loopfuse.pack(fresh(state), layers=True)
-    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    call = rolling(step)
     text = call.compiled(packed, tokens).reports["roll-layers"]
     assert text.startswith("rolled [0]['blocks'][*]") and "36 stacked leaves updated inside the backward loop" in text
     jit_temp = jax.jit(step, donate_argnums=0).lower(state, tokens).compile().memory_analysis().temp_size_in_bytes
     assert call.memory_stats(packed, tokens).temp < 0.6 * jit_temp
     leaves_close(run(call, packed, tokens, 2)[0].unpack(), run(jax.jit(step), fresh(state), tokens, 2)[0])
     step, state, tokens = layered.gpt_variant("named", **TINY, opt=optax.adamw(3e-4, eps=EPS))
-    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    call = rolling(step)
     text = call.compiled(loopfuse.pack(fresh(state), layers=True), tokens).reports["roll-layers"]
     assert text.startswith("did not roll") and text.endswith("the packed state holds them in another order than the "
                                                              "step reads them (loopfuse.pack stacks layers held under "
@@ -389,7 +395,7 @@ def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monk
     packs, pack = [], chunks.packed.pack
     monkeypatch.setattr(chunks.packed, "pack", lambda state, **kw: packs.append(kw) or pack(state, **kw))
     step, state, tokens = layered.rms_mlp(4, 8, 4, opt=optax.adamw(3e-4, eps=EPS))
-    call = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0)
+    call = rolling(step)
     result = loopfuse.fit(call, fresh(state), tokens, 4, chunk=2, progress=False, checkpoint_dir=tmp_path / "a")
     assert packs == [{"layers": True}]
     assert jax.tree_util.tree_structure(result.state) == jax.tree_util.tree_structure(state)
@@ -518,10 +524,10 @@ def test_gradient_accumulation_rolls_its_update_in_place():
     one updates); `fit` carries the stacked layout."""
     opt = optax.MultiSteps(optax.adamw(1e-3, eps=EPS), every_k_schedule=2)
     step, state, data = layered.rms_mlp(4, 32, 64, opt=opt)
-    report = check_rolls(step, state, data, range(0, 4))
+    report = check_rolls(step, state, data, range(0, 4), call=(call := rolling(step)))
     assert "stacked leaves updated inside the backward loop" in report and "(cond-to-select)" in report, report
-    assert packed_temp_ratio(step, state, data) < 0.5
-    loop = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0).loop(2)
+    assert packed_temp_ratio(step, state, data, call) < 0.5
+    loop = rolling(step).loop(2)
     assert isinstance(chunks.carried(loop, fresh(state), data)[0], loopfuse.PackedState)
 
 
@@ -534,9 +540,9 @@ def test_an_update_after_the_loops_reads_the_leaves_there_and_rolls_over_the_row
     64, batch 128: 0.64x, was 1.28x, 1.68x with the update run alone)."""
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, eps=EPS))
     step, state, data = layered.rms_mlp(4, 32, 64, opt=opt)
-    report = check_rolls(step, state, data, range(0, 4))
+    report = check_rolls(step, state, data, range(0, 4), call=(call := rolling(step)))
     assert "the optimizer update runs after the backward loop" in report and "rolled the update of" in report, report
-    assert packed_temp_ratio(step, state, data) < 0.8
+    assert packed_temp_ratio(step, state, data, call) < 0.8
 
 
 def test_layer_wise_learning_rates_roll_the_moments_kept_per_label():
@@ -547,13 +553,13 @@ def test_layer_wise_learning_rates_roll_the_moments_kept_per_label():
     temporaries packed, where the parameters alone rolled and the moments, read per layer, held 1.12x (six
     blocks of 128: 0.56x, was 1.88x). A label per two layers too."""
     step, state, data = layered.rms_mlp(4, 32, 64, opt=layered.layer_wise_rates(4, eps=EPS))
-    report = check_rolls(step, state, data, range(0, 4))
+    report = check_rolls(step, state, data, range(0, 4), call=(call := rolling(step)))
     assert report.startswith("rolled [0]['layers'], [1].inner_states['l*'].inner_state[0].mu['layers'], "
                              "[1].inner_states['l*'].inner_state[0].nu['layers'] [0:4]"), report
     assert "12 stacked leaves updated inside the backward loop" in report, report
-    assert packed_temp_ratio(step, state, data) < 0.5
+    assert packed_temp_ratio(step, state, data, call) < 0.5
     step, state, data = layered.rms_mlp(4, 32, 64, opt=layered.layer_wise_rates(4, eps=EPS, per=2))
-    report = roll_report(loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0),
+    report = roll_report(rolling(step),
                          loopfuse.pack(fresh(state), layers=True), data)
     assert report.startswith("rolled [0]['layers'], [1].inner_states['l*'].inner_state[0].mu['layers'], "), report
     assert "12 stacked leaves updated inside the backward loop" in report, report
@@ -567,12 +573,12 @@ def test_fit_keeps_the_pytree_where_the_stacked_program_would_hold_more():
     which rolls over the packed rows in place, keeps the stacked layout."""
     opt = optax.apply_if_finite(optax.adamw(1e-3, eps=EPS), 3)
     step, state, data = layered.rms_mlp(4, 32, 16, opt=opt)
-    loop = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0).loop(2)
+    loop = rolling(step).loop(2)
     stacked = loop.compiled(loopfuse.pack(fresh(state), layers=True), data)
     assert "the optimizer update runs after the backward loop" in stacked.reports["roll-layers"]
     assert loop.compiled(fresh(state), data).memory.temp < stacked.memory.temp
     assert not isinstance(chunks.carried(loop, fresh(state), data)[0], loopfuse.PackedState)
     clipped = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, eps=EPS))
     step, state, data = layered.rms_mlp(4, 32, 64, opt=clipped)
-    loop = loopfuse.compile_step(step, keep_aux=("loss",), memory_budget=0.0).loop(2)
+    loop = rolling(step).loop(2)
     assert isinstance(chunks.carried(loop, fresh(state), data)[0], loopfuse.PackedState)

@@ -94,6 +94,7 @@ def test_quick_gpu_check_runs_on_cpu(tmp_path):
     assert "## Rolled layers (issues 31 and 38): ok" in proc.stdout
 
 
+@pytest.mark.slow     # the script runs on a lent GPU; default: its rows' and report's logic below
 def test_sections_runs_only_those(tmp_path):
     proc, report = run_check(tmp_path, "--sections", "ensemble", "anatomy")     # two of the cheapest
     assert proc.returncode == 0, proc.stderr[-3000:]

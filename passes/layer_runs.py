@@ -11,9 +11,10 @@ with no container at all), or one of the ``/``-separated names of a dict key (ha
 lists give one index per level. The optimizer's moments mirror
 them (``[1][0].mu['blocks'][3]['up']['kernel']``), also where the optimizer keeps the list in pieces, under
 numbers before its index (``optax.multi_transform`` with a label per layer or group of layers:
-``[1].inner_states['l3'].inner_state[0].mu['blocks'][3]``, the other layers masked out). A *family* is the leaves under one such index (the
-path up to it, and the key with ``*`` for the number, the prefix) by position; a *run* is a range of
-consecutive indices in which every family has the same leaves (suffixes) with the same types, and the
+``[1].inner_states['l3'].inner_state[0].mu['blocks'][3]``, the other layers masked out). A *family* is the
+leaves under one such index (the path up to it, and the key with ``*`` for the number, the prefix) by
+position; a *run* is a range of consecutive indices in which every family has the same leaves (suffixes)
+with the same types, and the
 families of one run are those sharing its range and its leaves: the parameters and each moment, but
 for two stacks of the same block (``['enc']``, ``['dec']``, each with its moments), which the step reads
 one after the other (`_stacks`). Runs

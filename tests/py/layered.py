@@ -437,4 +437,3 @@ def layer_wise_rates(layers: int, key: str = "layers", rate: float = 1e-3, decay
                 else jax.tree.map(lambda _: "rest", v) for k, v in p.items()}
     rates = {f"l{g}": optax.adamw(rate * decay ** (layers // per - g), eps=eps) for g in range(-(-layers // per))}
     return optax.multi_transform({**rates, "rest": optax.adamw(rate, eps=eps)}, labels)
-

@@ -139,7 +139,8 @@ def test_transformer_gradients_in_the_reference_interpreter():
     leaves_close(got, plain)
 
 
-@pytest.mark.parametrize("problem", ["mlp mean adam", "mlp sum sgd", pytest.param("transformer adamw", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("problem", ["mlp mean adam", "mlp sum sgd",
+                                     pytest.param("transformer adamw", marks=pytest.mark.slow)])
 def test_matches_jit_within_the_tolerance(problem):
     if problem == "transformer adamw":
         step, state, batch = transformer.gpt(**TINY4, opt=optax.adamw(3e-4, eps=EPS))

@@ -137,7 +137,8 @@ def stack_copies(folder: Path, block: dict, layers: int) -> list[str]:
             if hlo.instructions[n].opcode == "copy" and shapes.get(n) in stacks]
 
 
-@pytest.mark.slow     # default: the stem test counts copies of stacked buffers in XLA's dump, the GPT variants roll packed
+# default: the stem test counts copies of stacked buffers in XLA's dump, the GPT variants roll packed
+@pytest.mark.slow
 def test_packed_gpt_rolls_and_matches_jit(tmp_path):
     step, state, tokens = transformer.gpt(**SMALL, opt=optax.adamw(3e-4, eps=EPS))
     call = rolled(step, xla_options={"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})

@@ -41,8 +41,9 @@ def rolled_runs(report: str) -> list[range]:
 
 def check_rolls(step, state, batch, expected: range | list[range], packed: bool = True, call=None, **options):
     """`step` rolls the layers `expected` (a run's, or several runs', in any order) and matches jax.jit within
-    the tolerance after two steps (`call`: the compiled step to check, else ``compile_step`` with `options`)."""
-    call = call or loopfuse.compile_step(step, keep_aux=("loss",), **(options or {"memory_budget": 0.0}))
+    the tolerance after two steps (`call`: the compiled step to check, else ``compile_step`` with `options`, or
+    `rolling`'s without)."""
+    call = call or (loopfuse.compile_step(step, keep_aux=("loss",), **options) if options else rolling(step))
     s = loopfuse.pack(fresh(state), layers=True) if packed else fresh(state)
     report = call.compiled(s, batch).reports["roll-layers"]
     in_order = lambda found: sorted(found, key=lambda r: (r.start, r.stop))  # noqa: E731
@@ -76,7 +77,8 @@ def test_the_outer_index_is_proposed_first():
     assert [(r.length, list(r.families)) for r in found][0] == (3, ["['Block_*']"])
 
 
-@pytest.mark.slow     # default: linen's key spelling (test_runs_are_found_however_the_blocks_are_held), keyed layers (test_packed)
+# default: linen's key spelling (test_runs_are_found_however_the_blocks_are_held), keyed layers (test_packed)
+@pytest.mark.slow
 def test_a_flax_linen_gpt_rolls_every_block():
     step, state, tokens = layered.linen_gpt(**TINY, opt=optax.adamw(3e-4, eps=EPS))
     check_rolls(step, state, tokens, range(0, 4))
@@ -268,8 +270,7 @@ def test_a_part_whose_layers_are_alike_but_do_not_pay_says_so():
     run's reason: one sequence of 4 tokens has too few activations to repay reading the left-out rows."""
     step, state, tokens = layered.gpt_variant("stem_and_last", **dict(TINY, layers=5, batch=1, seq=4),
                                               opt=optax.adamw(3e-4, eps=EPS))
-    report = roll_report(rolling(step),
-                         loopfuse.pack(fresh(state), layers=True), tokens)
+    report = roll_report(rolling(step), loopfuse.pack(fresh(state), layers=True), tokens)
     assert rolled_runs(report) == []
     assert re.search(r"did not roll .*\[0:5\]: no backward op is the same at every layer .*; layers 1-3 are alike "
                      r"but did not roll: reading the packed rows of the layers left out of the run would cost", report)
@@ -285,8 +286,7 @@ def test_parts_too_short_to_beat_the_rolled_whole_run_are_not_analyzed(monkeypat
     monkeypatch.setattr(layer_roles.Layout, "roles", lambda self, g, first=0, last=0: analyzed.append((first, last))
                         or roles(self, g, first, last))
     step, state, data = layered.tied_mlp(4, 8, 4)
-    report = roll_report(rolling(step),
-                         loopfuse.pack(fresh(state), layers=True), data)
+    report = roll_report(rolling(step), loopfuse.pack(fresh(state), layers=True), data)
     assert rolled_runs(report) == [range(0, 4)], report
     assert analyzed == [(0, 0)]
 
@@ -527,8 +527,7 @@ def test_gradient_accumulation_rolls_its_update_in_place():
     report = check_rolls(step, state, data, range(0, 4), call=(call := rolling(step)))
     assert "stacked leaves updated inside the backward loop" in report and "(cond-to-select)" in report, report
     assert packed_temp_ratio(step, state, data, call) < 0.5
-    loop = rolling(step).loop(2)
-    assert isinstance(chunks.carried(loop, fresh(state), data)[0], loopfuse.PackedState)
+    assert isinstance(chunks.carried(call.loop(2), fresh(state), data)[0], loopfuse.PackedState)
 
 
 def test_an_update_after_the_loops_reads_the_leaves_there_and_rolls_over_the_rows():
@@ -559,8 +558,7 @@ def test_layer_wise_learning_rates_roll_the_moments_kept_per_label():
     assert "12 stacked leaves updated inside the backward loop" in report, report
     assert packed_temp_ratio(step, state, data, call) < 0.5
     step, state, data = layered.rms_mlp(4, 32, 64, opt=layered.layer_wise_rates(4, eps=EPS, per=2))
-    report = roll_report(rolling(step),
-                         loopfuse.pack(fresh(state), layers=True), data)
+    report = roll_report(rolling(step), loopfuse.pack(fresh(state), layers=True), data)
     assert report.startswith("rolled [0]['layers'], [1].inner_states['l*'].inner_state[0].mu['layers'], "), report
     assert "12 stacked leaves updated inside the backward loop" in report, report
 

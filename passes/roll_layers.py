@@ -6,7 +6,9 @@ pass keeps every layer's activations alive until it reaches that layer. This pas
 (`layer_runs` proposes it from the state leaves' paths, `layer_roles` checks that the ops are the
 same at every layer) and rewrites the step as
 
-* the run's state leaves stacked (``[L, ...]`` per leaf: parameters and optimizer moments);
+* the run's state leaves stacked (``[L, ...]`` per leaf: parameters and optimizer moments), and the
+  values from outside the run that differ between layers (a layer-wise rate) stacked too: where each
+  layer's is a broadcast, the smaller values broadcast, broadcast again in the loop (`_broadcast_sources`);
 * a **forward loop** (``stablehlo.while``, layer l = 0 .. L-1) running one copy of the forward
   ops, carrying the block's input from layer to layer and saving it per layer (``[L, ...]``);
 * the ops before, between and after the run as they were (embeddings, head, loss, its backward);
@@ -50,9 +52,9 @@ operand order as the unrolled adds (its first iteration selects layer L-1's valu
 sum added to in the backward loop is the same add on the same operands, in the same operand order, its
 row read before the loop writes it; the stacked sums start from the micro-batch loop's starts (stacked,
 or +0.0 where every one is +0.0). An update run's layers read nothing another layer computes, so the
-loop's order of layers computes each the same. Stacking, selecting, slicing and dynamic (update) slices only move
-elements. XLA may compile the loop bodies to other last bits than the unrolled ops, so the pass is
-opt-in (``compile_step(..., memory_budget=b)``), its tolerance tested.
+loop's order of layers computes each the same. Stacking, broadcasting, selecting, slicing and dynamic
+(update) slices only move elements. XLA may compile the loop bodies to other last bits than the unrolled
+ops, so the pass is opt-in (``compile_step(..., memory_budget=b)``), its tolerance tested.
 
 The pass reports what it did (and why a run did not roll) with `ModulePass.report`: in the dump
 (``roll-layers.txt``) and in ``Executable.reports``.
@@ -594,7 +596,8 @@ class Plan:
         saves = self._update_saves() if self.update else self._activations_saved()
         seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
         stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
-        stack += sum(n * g.nbytes(c.values[0]) for c in _per_layer(roles) if _stack_rows(g, c.values) is None)
+        stack += sum(n * g.nbytes(_broadcast_sources(g, c.values)[0][0]) for c in _per_layer(roles)
+                     if _stack_rows(g, c.values) is None)
         left_out = sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)
                        for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))
         cost = stack + left_out
@@ -953,7 +956,7 @@ class _Rewrite:
         self.before = Builder.before(enclosing) if enclosing.name == "stablehlo.while" else self.outer
         self.seeds = sorted({c.leaf for classes in self.roles.operands for c in classes if isinstance(c, Seed)}
                             | set(plan.state.values()))     # read, or written in place (an update run's: maybe not read)
-        self.per_layer: dict = {}    # PerLayer class -> (its values stacked, before both loops; the row of layer 0)
+        self.per_layer: dict = {}    # PerLayer class -> its stack (`_PerLayerStack`), built before both loops
         self.sources: list = []      # the value ids the per-layer values are read from (`last_input`)
         self.stacked: dict = {}      # seed -> its stack, as the forward loop passes it through
         self.first: dict = {}        # seed -> the row of its layer 0 in its stack (`_stacked`)
@@ -975,10 +978,14 @@ class _Rewrite:
         self.stacked = {s: v for s, (v, _) in zip(self.seeds, pairs)}
         for c in _per_layer(roles):          # values from outside the block: stacked once, before it
             found = _stack_rows(g, c.values)
-            self.sources += [found[0]] if found else c.values
-            with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in c.values) else self.outer:
-                self.per_layer[c] = (g.values[found[0]], found[1]) if found else \
-                    (rw.stack([g.values[v] for v in c.values]), 0)
+            if found:
+                self.sources.append(found[0])
+                self.per_layer[c] = _PerLayerStack(g.values[found[0]], found[1])
+                continue
+            sources, broadcast = _broadcast_sources(g, c.values)
+            self.sources += sources
+            with self.before if all(g.owner[v] == ARG and g.arg_number(v) is None for v in sources) else self.outer:
+                self.per_layer[c] = _PerLayerStack(rw.stack([g.values[v] for v in sources]), 0, broadcast)
 
     def last_input(self) -> ir.Operation | None:
         """The op, latest in the block, that computes the per-layer values the roles read (an update run's
@@ -1229,9 +1236,12 @@ class _Body:
         if c not in self.rows and isinstance(c, Seed):
             self.rows[c] = rw.row(self.stacks[c.leaf], self._at(self.first[c.leaf]))
         elif c not in self.rows and isinstance(c, PerLayer):
-            stack, first = self.per_layer[c]
-            self.rows[c] = rw.reshape(rw.row(stack, self._at(first)),
-                                      list(ir.RankedTensorType(self.g.values[c.values[0]].type).shape))
+            stacked = self.per_layer[c]
+            row = rw.row(stacked.stack, self._at(stacked.first))
+            if stacked.broadcast is None:
+                self.rows[c] = rw.reshape(row, list(ir.RankedTensorType(self.g.values[c.values[0]].type).shape))
+            else:
+                self.rows[c] = rw.clone(stacked.broadcast, [row]).results[0]
         return self.rows[c]
 
     def _at(self, first: int) -> ir.Value:
@@ -1248,6 +1258,32 @@ class _Body:
         if v not in self.built:
             self.built[v] = rw.clone(g.ops[op], [g.values[g.operands[op][0]]]).results[0]
         return self.built[v]
+
+
+@dataclass(frozen=True)
+class _PerLayerStack:
+    """How the loops read a per-layer value: row `first` + l of `stack` at layer l, broadcast again by
+    `broadcast` (an op of the step, `_broadcast_sources`) where the stack holds what each layer's value
+    is a broadcast of."""
+
+    stack: ir.Value
+    first: int
+    broadcast: ir.Operation | None = None
+
+
+def _broadcast_sources(g: Dataflow, values: tuple) -> tuple[tuple, ir.Operation | None]:
+    """``(what to stack, the broadcast to apply to its rows)`` for per-layer `values`: where each is a
+    ``broadcast_in_dim`` of a smaller value, alike at every layer (one signature: one shape, the same
+    dimensions), those smaller values and the first layer's broadcast; else the values, None. A rate shared
+    by a group of layers (one label per group) is one broadcast per leaf shape that the group's layers read:
+    stacked as it is, it costs a weight's size per layer. A broadcast only moves elements, so each layer's
+    row reads the same values either way."""
+    owners = [g.owner[v] for v in values]
+    if ARG in owners or g.ops[owners[0]].name != "stablehlo.broadcast_in_dim" \
+            or len({g.signature[o] for o in owners}) > 1:
+        return values, None
+    sources = tuple(g.operands[o][0] for o in owners)
+    return (sources, g.ops[owners[0]]) if g.nbytes(sources[0]) < g.nbytes(values[0]) else (values, None)
 
 
 def _per_layer(roles: Roles) -> list[PerLayer]:

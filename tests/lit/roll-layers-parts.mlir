@@ -4,27 +4,30 @@
 // case is a traced SGD step over a list of layers ['w'][l] (jax's own lowering of @main and its functions).
 
 // (a) A per-layer constant and a first layer that reads the data: x_{l+1} = x_l + tanh(x_l * w_l) / (l + 1)
-// with x_0 the batch. The constants 1, 1/2, 1/3 differ between layers and nothing else does: their
-// broadcasts are stacked before the loops and read at the layer's row in both. Layer 0's input has no
+// with x_0 the batch. The constants 1, 1/2, 1/3 differ between layers and nothing else does: each layer's
+// is a broadcast of a scalar, so the scalars are stacked before the loops, and both loops read the layer's
+// row and broadcast it (a stack of the broadcasts would hold the activation's size per layer). Layer 0's input has no
 // gradient, so jax computes no input gradient there: the backward loop computes it at every layer
 // (`x_l`'s cotangent, the carry's add), and at layer 0 it leaves the loop unread.
 // CHECK-LABEL: module
 // CHECK-SAME: "loopfuse.report.roll-layers" = "rolled ['w'] [0:3]: 3 layers of 14 ops each (5 forward, 9 backward)
+// CHECK: %[[ONE_C:[a-z_0-9]+]] = stablehlo.constant dense<1.000000e+00> : tensor<f32>
 // CHECK: %[[HALF_C:[a-z_0-9]+]] = stablehlo.constant dense<5.000000e-01> : tensor<f32>
-// CHECK-NEXT: %[[HALF:[0-9]+]] = stablehlo.broadcast_in_dim %[[HALF_C]], dims = [] : (tensor<f32>) -> tensor<2xf32>
-// CHECK: %[[THIRD_C:[a-z_0-9]+]] = stablehlo.constant dense<0.333333343> : tensor<f32>
-// CHECK-NEXT: %[[THIRD:[0-9]+]] = stablehlo.broadcast_in_dim %[[THIRD_C]], dims = [] : (tensor<f32>) -> tensor<2xf32>
-// CHECK: %[[R1:[0-9]+]] = stablehlo.reshape %[[HALF]] : (tensor<2xf32>) -> tensor<1x2xf32>
-// CHECK: %[[R2:[0-9]+]] = stablehlo.reshape %[[THIRD]] : (tensor<2xf32>) -> tensor<1x2xf32>
-// CHECK: %[[SCALES:[0-9]+]] = stablehlo.concatenate %{{[0-9]+}}, %[[R1]], %[[R2]], dim = 0 : (tensor<1x2xf32>, tensor<1x2xf32>, tensor<1x2xf32>) -> tensor<3x2xf32>
+// CHECK-NEXT: %[[THIRD_C:[a-z_0-9]+]] = stablehlo.constant dense<0.333333343> : tensor<f32>
+// CHECK: %[[R0:[0-9]+]] = stablehlo.reshape %[[ONE_C]] : (tensor<f32>) -> tensor<1xf32>
+// CHECK-NEXT: %[[R1:[0-9]+]] = stablehlo.reshape %[[HALF_C]] : (tensor<f32>) -> tensor<1xf32>
+// CHECK-NEXT: %[[R2:[0-9]+]] = stablehlo.reshape %[[THIRD_C]] : (tensor<f32>) -> tensor<1xf32>
+// CHECK-NEXT: %[[SCALES:[0-9]+]] = stablehlo.concatenate %[[R0]], %[[R1]], %[[R2]], dim = 0 : (tensor<1xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<3xf32>
 // CHECK: stablehlo.while(%{{.*}}, %{{[a-zA-Z0-9_]+}} = %arg3,
 // CHECK: } do {
-// CHECK: stablehlo.dynamic_slice %[[SCALES]], %iterArg,
+// CHECK: %[[ROW:[0-9]+]] = stablehlo.dynamic_slice %[[SCALES]], %iterArg, sizes = [1]
+// CHECK-NEXT: %[[SCALE:[0-9]+]] = stablehlo.reshape %[[ROW]] : (tensor<1xf32>) -> tensor<f32>
+// CHECK-NEXT: stablehlo.broadcast_in_dim %[[SCALE]], dims = [] : (tensor<f32>) -> tensor<2xf32>
 // CHECK: stablehlo.return
 // CHECK: stablehlo.while
 // CHECK: } do {
 // CHECK: %[[LAYER:[0-9]+]] = stablehlo.subtract %{{.*}}, %iterArg : tensor<i32>
-// CHECK: stablehlo.dynamic_slice %[[SCALES]], %[[LAYER]],
+// CHECK: stablehlo.dynamic_slice %[[SCALES]], %[[LAYER]], sizes = [1]
 // CHECK: %[[DX:[0-9]+]] = stablehlo.add %iterArg_{{[0-9]+}}, %{{[0-9]+}} : tensor<2xf32>
 // CHECK: stablehlo.return %{{[0-9]+}}, %[[DX]],
 module @jit_flat attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {

@@ -241,6 +241,32 @@ def with_partners(run: Run, others: list[Run], first_use: list) -> Run:
     return run
 
 
+def sub_partner(run: Run, others: list[Run]) -> Run:
+    """`run`'s part over the layers of the first of `others` that holds some of its layers, not all, in
+    families that mirror one of `run`'s (the same leaves per layer), joined by it; else `run`. An optimizer
+    keeps moments for the layers it trains only where the others are frozen (``optax.multi_transform``
+    with ``optax.set_to_zero`` for the first layers): the moments of layers 2 and 3 roll with those
+    layers' parameters.
+
+    Examples:
+        >>> paths = [f"[0]['b'][{l}]['w']" for l in range(4)] + [f"[1].mu['b'][{l}]['w']" for l in (2, 3)]
+        >>> params, moments = runs(paths, ["f32[2]"] * 6)
+        >>> part = sub_partner(params, [moments])
+        >>> (part.start, part.stop, sorted(part.families))
+        (2, 4, ["[0]['b']", "[1].mu['b']"])
+        >>> [sorted(layer.values()) for layer in part.families["[0]['b']"]]
+        [[2], [3]]
+    """
+    suffixes = [set(layers[0]) for layers in run.families.values()]
+    for other in others:
+        if run.start <= other.start and other.stop <= run.stop and other.length < run.length \
+                and not set(other.families) & set(run.families) \
+                and all(set(layers[0]) in suffixes for layers in other.families.values()):
+            part = run.trimmed(other.start - run.start, run.stop - other.stop)
+            return Run(other.start, other.stop, {**part.families, **other.families})
+    return run
+
+
 def keyed_runs(paths: list, types: list, first_use: list, min_length: int = 2) -> list[Run]:
     """Runs of layers held under keys that say nothing of their order (``['blocks']['cedar']``,
     ``['blocks']['alder']``, ...), where the paths propose none by an index: a family is the leaves

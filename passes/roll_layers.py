@@ -75,7 +75,7 @@ from .matchers import rows, sliced_rows, splat_value
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
-from .layer_runs import keyed_runs, runs, with_partners
+from .layer_runs import keyed_runs, runs, sub_partner, with_partners
 from .module_pass import ModulePass, option
 from .sink_leaf_ops import sink
 from . import rewriter as rw
@@ -182,14 +182,17 @@ class RollLayers(ModulePass):
                      by_index: bool):
         """(part, plan, leaf paths) of the first candidate run, joined by the candidates the step reads
         layer by layer with it (`with_partners`: one layer's modules held apart) where an index proposed
-        it, or alone where they do not roll together (`_plan`)."""
+        it, or its part over the layers of a candidate that mirrors it over some of its layers, joined by
+        that one (`sub_partner`: the moments of the layers an optimizer trains, the first ones frozen), or
+        alone where they do not roll together (`_plan`)."""
         whole, names = candidates[0]
         if by_index and len(candidates) > 1:
-            joined = with_partners(whole, [r for r, _ in candidates[1:]], _first_use(g, leaves))
-            if joined is not whole:
-                run, plan = self._plan(g, main, joined, leaves, update)
-                if not plan.why_not:
-                    return run, plan, _leaf_paths(joined, [path for _, path in leaves])
+            others = [r for r, _ in candidates[1:]]
+            for joined in (with_partners(whole, others, _first_use(g, leaves)), sub_partner(whole, others)):
+                if joined is not whole:
+                    run, plan = self._plan(g, main, joined, leaves, update)
+                    if not plan.why_not:
+                        return run, plan, _leaf_paths(joined, [path for _, path in leaves])
         return (*self._plan(g, main, whole, leaves, update), names)
 
     def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list, update: bool):

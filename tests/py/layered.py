@@ -426,6 +426,16 @@ def gpt_variant(variant: str, layers: int, width: int, heads: int, seq: int, bat
     return transformer.optax_step(loss, opt), (p, opt.init(p)), transformer.tokens(seq, batch, vocab)
 
 
+def frozen_first(frozen: int, inner: optax.GradientTransformation, key: str = "layers") -> optax.GradientTransformation:
+    """`inner` on every leaf but the first `frozen` layers of ``params[key]``, which stay as they are (fine-tuning
+    the last layers: ``optax.multi_transform`` with ``optax.set_to_zero``): `inner`'s state holds the trained
+    layers' moments only, ``[key][frozen]`` ..."""
+    def labels(p):
+        return {k: [jax.tree.map(lambda _: "frozen" if i < frozen else "train", layer) for i, layer in enumerate(v)]
+                if k == key else jax.tree.map(lambda _: "train", v) for k, v in p.items()}
+    return optax.multi_transform({"frozen": optax.set_to_zero(), "train": inner}, labels)
+
+
 def layer_wise_rates(layers: int, key: str = "layers", rate: float = 1e-3, decay: float = 0.8,
                      eps: float = 1e-8, per: int = 1) -> optax.GradientTransformation:
     """AdamW with a learning rate per layer of the list ``params[key]`` (layer-wise rate decay, as fine-tuning

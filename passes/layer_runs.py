@@ -242,11 +242,14 @@ def with_partners(run: Run, others: list[Run], first_use: list) -> Run:
 
 
 def sub_partner(run: Run, others: list[Run]) -> Run:
-    """`run`'s part over the layers of the first of `others` that holds some of its layers, not all, in
-    families that mirror one of `run`'s (the same leaves per layer), joined by it; else `run`. An optimizer
-    keeps moments for the layers it trains only where the others are frozen (``optax.multi_transform``
-    with ``optax.set_to_zero`` for the first layers): the moments of layers 2 and 3 roll with those
-    layers' parameters.
+    """`run`'s part over the layers of the first of `others` that mirrors part of it, joined by it; else `run`.
+    A mirror holds, in each of its families, leaves of each layer that one of `run`'s families holds too,
+    over some of `run`'s layers or over all of them with fewer leaves each, under the same last key (the
+    list's name): an optimizer keeps moments for the layers it trains only where the first ones are frozen
+    (``optax.multi_transform`` with ``optax.set_to_zero``, or ``optax.masked``), and for each layer's
+    adapters only (LoRA's, the base weights frozen). A run under another name is another stack (an
+    encoder's blocks beside a decoder's, whose blocks hold more leaves), and so is a run over the same
+    layers with the same leaves (`_stacks`).
 
     Examples:
         >>> paths = [f"[0]['b'][{l}]['w']" for l in range(4)] + [f"[1].mu['b'][{l}]['w']" for l in (2, 3)]
@@ -256,12 +259,23 @@ def sub_partner(run: Run, others: list[Run]) -> Run:
         (2, 4, ["[0]['b']", "[1].mu['b']"])
         >>> [sorted(layer.values()) for layer in part.families["[0]['b']"]]
         [[2], [3]]
+        >>> lora = [f"[0]['b'][{l}]['{k}']" for l in range(2) for k in "aw"] + [f"[1].mu['b'][{l}]['a']" for l in range(2)]
+        >>> params, moments = runs(lora, ["f32[2]", "f32[2,2]"] * 2 + ["f32[2]"] * 2)
+        >>> sorted(sub_partner(params, [moments]).families)
+        ["[0]['b']", "[1].mu['b']"]
+        >>> stacks = [f"[0]['enc'][{l}]['a']" for l in range(2)] + [f"[0]['dec'][{l}]['{k}']" for l in range(2) for k in "ac"]
+        >>> enc, dec = runs(stacks, ["f32[2]"] * 6)                 # a decoder block: the encoder's, and more
+        >>> sorted(dec.families), sub_partner(dec, [enc]) is dec
+        (["[0]['dec']"], True)
     """
-    suffixes = [set(layers[0]) for layers in run.families.values()]
+    def last(prefix: str) -> str:
+        return (tokens(prefix) or [""])[-1]
+    mine = [(last(prefix), set(layers[0])) for prefix, layers in run.families.items()]
     for other in others:
-        if run.start <= other.start and other.stop <= run.stop and other.length < run.length \
-                and not set(other.families) & set(run.families) \
-                and all(set(layers[0]) in suffixes for layers in other.families.values()):
+        held = [(last(prefix), set(layers[0])) for prefix, layers in other.families.items()]
+        if run.start <= other.start and other.stop <= run.stop and not set(other.families) & set(run.families) \
+                and all(any(k == key and h <= s for key, s in mine) for k, h in held) \
+                and (other.length < run.length or not all(x in mine for x in held)):
             part = run.trimmed(other.start - run.start, run.stop - other.stop)
             return Run(other.start, other.stop, {**part.families, **other.families})
     return run

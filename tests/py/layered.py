@@ -333,6 +333,29 @@ def rms_mlp(layers: int, width: int, batch: int, opt=None):
     return transformer.optax_step(loss, opt), (params, opt.init(params)), data
 
 
+def lora_mlp(layers: int, width: int, batch: int, rank: int = 4, eps: float = 1e-8):
+    """Residual blocks ``x + tanh(x (w_l + a_l b_l))`` fine-tuned with low-rank adapters (LoRA): the base weights
+    ``w`` frozen (``optax.set_to_zero``), ``a`` and ``b`` trained by AdamW, whose moments are kept for them only."""
+    rng = np.random.default_rng(0)
+    params = {"layers": [{"w": rng.normal(size=(width, width)).astype(np.float32) / 8,
+                          "a": rng.normal(size=(width, rank)).astype(np.float32) / 8,
+                          "b": np.zeros((rank, width), np.float32)} for _ in range(layers)],
+              "head": rng.normal(size=(width, 1)).astype(np.float32) / 8}
+    data = {"x": rng.normal(size=(batch, width)).astype(np.float32), "y": rng.normal(size=(batch, 1)).astype(np.float32)}
+
+    def loss(p, d):
+        x = d["x"]
+        for b in p["layers"]:
+            x = x + jnp.tanh(x @ (b["w"] + b["a"] @ b["b"]))
+        return jnp.mean((x @ p["head"] - d["y"]) ** 2)
+
+    def labels(p):
+        return {k: [{"w": "frozen", "a": "train", "b": "train"} for _ in v] if k == "layers"
+                else jax.tree.map(lambda _: "train", v) for k, v in p.items()}
+    opt = optax.multi_transform({"frozen": optax.set_to_zero(), "train": optax.adamw(1e-3, eps=eps)}, labels)
+    return transformer.optax_step(loss, opt), (params, opt.init(params)), data
+
+
 def bfloat16_mlp(layers: int, width: int, batch: int, opt=None, scan: bool = False):
     """Residual blocks ``x + gelu((x s_l) w1_l) w2_l`` computed in bfloat16 from float32 params (mixed
     precision: each block casts its leaves), the loss in float32; `scan`: the same blocks as a ``lax.scan``

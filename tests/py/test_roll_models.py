@@ -572,13 +572,17 @@ def test_frozen_first_layers_leave_the_trained_ones_to_roll_with_their_moments()
     keeps moments for the trained layers only, a run of its own over layers 1-3, which joins the parameters'
     run over those layers (`layer_runs.sub_partner`): they roll with their moments, updated in place, and the
     frozen layer is left as it is. 0.50x jax.jit's temporaries packed, where the parameters' layers 1-3 rolled
-    without their moments and held 1.15x."""
+    without their moments and held 1.15x. LoRA too (`layered.lora_mlp`): the base weights frozen, the adapters'
+    moments, a run over every layer with fewer leaves each, roll with the layers."""
     step, state, data = layered.rms_mlp(4, 32, 64, opt=layered.frozen_first(1, optax.adamw(1e-3, eps=EPS)))
     report = check_rolls(step, state, data, range(1, 4), call=(call := rolling(step)))
     assert report.startswith("rolled [0]['layers'], [1].inner_states['train'].inner_state[0].mu['layers'], "
                              "[1].inner_states['train'].inner_state[0].nu['layers'] [1:4]"), report
     assert report.endswith("layer 0 left as it is: its ops differ from the others'"), report
     assert packed_temp_ratio(step, state, data, call) < 0.75
+    step, state, data = layered.lora_mlp(4, 16, 32, eps=EPS)
+    report = check_rolls(step, state, data, range(0, 4))
+    assert report.startswith("rolled [0]['layers'], [1].inner_states['train'].inner_state[0].mu['layers'], "), report
 
 
 def test_fit_keeps_the_pytree_where_the_stacked_program_would_hold_more():

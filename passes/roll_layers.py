@@ -182,9 +182,9 @@ class RollLayers(ModulePass):
                      by_index: bool):
         """(part, plan, leaf paths) of the first candidate run, joined by the candidates the step reads
         layer by layer with it (`with_partners`: one layer's modules held apart) where an index proposed
-        it, or its part over the layers of a candidate that mirrors it over some of its layers, joined by
-        that one (`sub_partner`: the moments of the layers an optimizer trains, the first ones frozen), or
-        alone where they do not roll together (`_plan`)."""
+        it, or its part over the layers of a candidate that mirrors part of it, joined by that one
+        (`sub_partner`: the moments an optimizer keeps for the layers it trains, the first ones frozen, or
+        for each layer's adapters), or alone where they do not roll together (`_plan`)."""
         whole, names = candidates[0]
         if by_index and len(candidates) > 1:
             others = [r for r, _ in candidates[1:]]

@@ -1,6 +1,6 @@
 """The whole `minimize` call on a family of tiny problems, repeated: its fixed cost against hand-written loops.
 
-    python bench/bench_minimize_call.py [--rounds 61] [--sizes 8x4,32x8] [--json PATH]   # ~2 min on 2 cores
+    python bench/bench_minimize_call.py [--rounds 61] [--sizes 8x4,32x8] [--steps 2000] [--json PATH]   # ~2 min on 2 cores
 
 Problems: 2,000 Adam(1e-3) steps of ``mean((tanh(x @ w0) @ w1 - y) ** 2)``, a 4-W-1 tanh MLP on a
 fixed batch of B rows, for B x W in `SIZES` (batch 8 to 256, hidden width 4 to 64; 32 x 8 is issue
@@ -26,7 +26,8 @@ results on the host, timed as wall time after a warm-up call (every variant's ex
 Rounds interleave the variants of one problem (bench/harness.py): per-variant medians with min-max, and
 the ratio of the medians, the reference's time over minimize's (>= 1.0: minimize is as fast or faster).
 Targets: every problem >= 1.0x of the fori_loop and of the while_loop, and >= 1.2x of optimistix
-(figure "minimize_call").
+(figure "minimize_call"). ``--steps N``: N steps per solve instead, the fixed cost of a short solve (figure
+"minimize_call_N_steps"; no target of its own).
 
 Where the time goes, per problem (the same rounds): the calling thread's CPU time per call (the host's
 own work: Python, dispatch, copies; the device loop runs on XLA's threads), and the device loops alone:
@@ -168,8 +169,8 @@ def device_us_per_step(params, data, rounds: int) -> dict:
     which changes the results' last bits: `unrolled_bitwise`)."""
     init, program = minimize_programs()
     loop, stopping = program.loop(STEPS), program.loop(STEPS, stop_on_nonfinite=True)
-    calls = {"minimize's loop(2000)": lambda: loop(init(params, data), data)[0],
-             "loop(2000) with the stop": lambda: stopping(init(params, data), data)[0],
+    calls = {f"minimize's loop({STEPS})": lambda: loop(init(params, data), data)[0],
+             f"loop({STEPS}) with the stop": lambda: stopping(init(params, data), data)[0],
              "fori_loop": lambda: fori_run(params, data)[0], "while_loop": lambda: while_run(params, data)[0],
              "fori_loop, unroll=2": lambda: fori_run(params, data, unroll=2)[0]}
     for call in calls.values():
@@ -185,13 +186,16 @@ def same(a, b) -> bool:
 
 
 def main() -> None:
+    global STEPS
     ap = harness.parser(__doc__, rounds=61)
     ap.add_argument("--sizes", default=",".join(f"{b}x{w}" for b, w in SIZES), help="problems, BATCHxWIDTH,...")
+    ap.add_argument("--steps", type=int, default=STEPS, help="steps per solve (the targets are 2,000's)")
     ns = ap.parse_args()
+    STEPS = ns.steps
     if ns.quick:
         ns.rounds = 2
     sizes = [tuple(map(int, s.split("x"))) for s in ns.sizes.split(",")]
-    out = harness.Report("minimize_call", ns)
+    out = harness.Report("minimize_call" if STEPS == 2000 else f"minimize_call_{STEPS}_steps", ns)
     variants = {"minimize": minimize_solve(), "minimize_k100": minimize_solve(loopfuse.CompiledLoop(steps=100)),
                 "by_hand": by_hand_solve(), "fori_loop": fori_solve, "fori_apart": fori_apart_solve, "while_loop": while_solve,
                 "optimistix": optimistix_solve()}
@@ -243,7 +247,7 @@ def main() -> None:
               "", "| problem | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines += [f"| {p} | " + " | ".join(f"{h[v]:,.0f}" for v in names) + " |" for p, h in host.items()]
     loops = list(next(iter(device.values())))
-    lines += ["", "Device side: us per step of each device loop alone (one call of 2,000 steps, nothing read back; "
+    lines += ["", f"Device side: us per step of each device loop alone (one call of {STEPS:,} steps, nothing read back; "
               "median of interleaved rounds)", "", "| problem | " + " | ".join(loops) + " | unroll=2 bitwise = fori_loop |",
               "|---|" + "---:|" * len(loops) + "---|"]
     lines += [f"| {p} | " + " | ".join(f"{d[v]:.2f}" for v in loops) + f" | {unrolled[p]} |" for p, d in device.items()]

@@ -618,3 +618,99 @@ func.func public @main(%arg0: tensor<6xf32> {loopfuse.packed = ["['w'][0]", "['w
   %62 = stablehlo.concatenate %55, %58, %61, dim = 0 : (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<6xf32>
   return %62, %24 : tensor<6xf32>, tensor<f32>
 }
+
+// -----
+
+// (f) As (d) with its rates broadcasts of 0.2 and 0.1 (CSE leaves layers 1 and 2 one broadcast of 0.1), as
+// (d) was traced: each layer's rate is a broadcast of a scalar, so the update run is all three layers, the
+// scalars stacked and broadcast in the update loop (stacked as broadcasts, the rates cost as much as what
+// the run saves: then it was layers 0-1, layer 2 left as it is).
+// CHECK-LABEL: module
+// CHECK-SAME: rolled the update of ['w'] [0:3]: 3 layers of 5 ops each, one loop writing the rows of 1 stacked leaf in place"
+// CHECK: stablehlo.while{{.*}}attributes {loopfuse.micro_batch = 2 : i32}
+// CHECK: %[[RATES:[0-9]+]] = stablehlo.concatenate %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, dim = 0 : (tensor<1xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<3xf32>
+// CHECK: stablehlo.while
+// CHECK: } do {
+// CHECK: %[[ROW:[0-9]+]] = stablehlo.dynamic_slice %[[RATES]], %{{[0-9]+}}, sizes = [1]
+// CHECK-NEXT: %[[RATE:[0-9]+]] = stablehlo.reshape %[[ROW]] : (tensor<1xf32>) -> tensor<f32>
+// CHECK-NEXT: stablehlo.broadcast_in_dim %[[RATE]], dims = [] : (tensor<f32>) -> tensor<2xf32>
+func.func public @main(%arg0: tensor<6xf32> {loopfuse.packed = ["['w'][0]", "['w'][1]", "['w'][2]"], loopfuse.state = ".buffers[0]"}, %arg1: tensor<2x2xf32>) -> (tensor<6xf32> {loopfuse.result = 0 : i32, loopfuse.state = ".buffers[0]"}, tensor<f32> {loopfuse.result = 1 : i32}) {
+  %0 = stablehlo.slice %arg0 [0:2] : (tensor<6xf32>) -> tensor<2xf32>
+  %1 = stablehlo.slice %arg0 [2:4] : (tensor<6xf32>) -> tensor<2xf32>
+  %2 = stablehlo.slice %arg0 [4:6] : (tensor<6xf32>) -> tensor<2xf32>
+  %3 = stablehlo.broadcast_in_dim %0, dims = [1] : (tensor<2xf32>) -> tensor<1x2xf32>
+  %4 = stablehlo.broadcast_in_dim %3, dims = [0, 1] : (tensor<1x2xf32>) -> tensor<2x2xf32>
+  %5 = stablehlo.multiply %arg1, %4 : tensor<2x2xf32>
+  %6 = stablehlo.tanh %5 : tensor<2x2xf32>
+  %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %7 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2x2xf32>
+  %8 = stablehlo.subtract %7, %6 : tensor<2x2xf32>
+  %9 = stablehlo.add %arg1, %6 : tensor<2x2xf32>
+  %10 = stablehlo.broadcast_in_dim %1, dims = [1] : (tensor<2xf32>) -> tensor<1x2xf32>
+  %11 = stablehlo.broadcast_in_dim %10, dims = [0, 1] : (tensor<1x2xf32>) -> tensor<2x2xf32>
+  %12 = stablehlo.multiply %9, %11 : tensor<2x2xf32>
+  %13 = stablehlo.tanh %12 : tensor<2x2xf32>
+  %cst_0 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %14 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<2x2xf32>
+  %15 = stablehlo.subtract %14, %13 : tensor<2x2xf32>
+  %16 = stablehlo.add %9, %13 : tensor<2x2xf32>
+  %17 = stablehlo.broadcast_in_dim %2, dims = [1] : (tensor<2xf32>) -> tensor<1x2xf32>
+  %18 = stablehlo.broadcast_in_dim %17, dims = [0, 1] : (tensor<1x2xf32>) -> tensor<2x2xf32>
+  %19 = stablehlo.multiply %16, %18 : tensor<2x2xf32>
+  %20 = stablehlo.tanh %19 : tensor<2x2xf32>
+  %cst_1 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %21 = stablehlo.broadcast_in_dim %cst_1, dims = [] : (tensor<f32>) -> tensor<2x2xf32>
+  %22 = stablehlo.subtract %21, %20 : tensor<2x2xf32>
+  %23 = stablehlo.add %16, %20 : tensor<2x2xf32>
+  %cst_2 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %24 = stablehlo.reduce(%23 init: %cst_2) applies stablehlo.add across dimensions = [0, 1] : (tensor<2x2xf32>, tensor<f32>) -> tensor<f32>
+  %cst_3 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+  %25 = stablehlo.broadcast_in_dim %cst_3, dims = [] : (tensor<f32>) -> tensor<2x2xf32>
+  %26 = stablehlo.multiply %25, %22 : tensor<2x2xf32>
+  %27 = stablehlo.multiply %26, %20 : tensor<2x2xf32>
+  %28 = stablehlo.add %26, %27 : tensor<2x2xf32>
+  %29 = stablehlo.multiply %16, %28 : tensor<2x2xf32>
+  %cst_4 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %30 = stablehlo.reduce(%29 init: %cst_4) applies stablehlo.add across dimensions = [0] : (tensor<2x2xf32>, tensor<f32>) -> tensor<2xf32>
+  %31 = stablehlo.reshape %30 : (tensor<2xf32>) -> tensor<1x2xf32>
+  %32 = stablehlo.broadcast_in_dim %17, dims = [0, 1] : (tensor<1x2xf32>) -> tensor<2x2xf32>
+  %33 = stablehlo.multiply %28, %32 : tensor<2x2xf32>
+  %34 = stablehlo.add %25, %33 : tensor<2x2xf32>
+  %cst_5 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %35 = stablehlo.reduce(%31 init: %cst_5) applies stablehlo.add across dimensions = [0] : (tensor<1x2xf32>, tensor<f32>) -> tensor<2xf32>
+  %36 = stablehlo.multiply %34, %15 : tensor<2x2xf32>
+  %37 = stablehlo.multiply %36, %13 : tensor<2x2xf32>
+  %38 = stablehlo.add %36, %37 : tensor<2x2xf32>
+  %39 = stablehlo.multiply %9, %38 : tensor<2x2xf32>
+  %cst_6 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %40 = stablehlo.reduce(%39 init: %cst_6) applies stablehlo.add across dimensions = [0] : (tensor<2x2xf32>, tensor<f32>) -> tensor<2xf32>
+  %41 = stablehlo.reshape %40 : (tensor<2xf32>) -> tensor<1x2xf32>
+  %42 = stablehlo.broadcast_in_dim %10, dims = [0, 1] : (tensor<1x2xf32>) -> tensor<2x2xf32>
+  %43 = stablehlo.multiply %38, %42 : tensor<2x2xf32>
+  %44 = stablehlo.add %34, %43 : tensor<2x2xf32>
+  %cst_7 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %45 = stablehlo.reduce(%41 init: %cst_7) applies stablehlo.add across dimensions = [0] : (tensor<1x2xf32>, tensor<f32>) -> tensor<2xf32>
+  %46 = stablehlo.multiply %44, %8 : tensor<2x2xf32>
+  %47 = stablehlo.multiply %46, %6 : tensor<2x2xf32>
+  %48 = stablehlo.add %46, %47 : tensor<2x2xf32>
+  %49 = stablehlo.multiply %arg1, %48 : tensor<2x2xf32>
+  %cst_8 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %50 = stablehlo.reduce(%49 init: %cst_8) applies stablehlo.add across dimensions = [0] : (tensor<2x2xf32>, tensor<f32>) -> tensor<2xf32>
+  %51 = stablehlo.reshape %50 : (tensor<2xf32>) -> tensor<1x2xf32>
+  %cst_9 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %52 = stablehlo.reduce(%51 init: %cst_9) applies stablehlo.add across dimensions = [0] : (tensor<1x2xf32>, tensor<f32>) -> tensor<2xf32>
+  %cst_10 = stablehlo.constant dense<2.000000e-01> : tensor<f32>
+  %53 = stablehlo.broadcast_in_dim %cst_10, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %54 = stablehlo.multiply %53, %52 : tensor<2xf32>
+  %55 = stablehlo.subtract %0, %54 : tensor<2xf32>
+  %cst_11 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %56 = stablehlo.broadcast_in_dim %cst_11, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %57 = stablehlo.multiply %56, %45 : tensor<2xf32>
+  %58 = stablehlo.subtract %1, %57 : tensor<2xf32>
+  %cst_12 = stablehlo.constant dense<1.000000e-01> : tensor<f32>
+  %59 = stablehlo.broadcast_in_dim %cst_12, dims = [] : (tensor<f32>) -> tensor<2xf32>
+  %60 = stablehlo.multiply %59, %35 : tensor<2xf32>
+  %61 = stablehlo.subtract %2, %60 : tensor<2xf32>
+  %62 = stablehlo.concatenate %55, %58, %61, dim = 0 : (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<6xf32>
+  return %62, %24 : tensor<6xf32>, tensor<f32>
+}

@@ -15,6 +15,7 @@ given), the data an argument of the step.
 * `linen_batch_norm_mlp`: flax linen residual blocks ``x + relu(BatchNorm(Dense(x)))``, their running
   statistics part of the state.
 * `rms_mlp`: residual blocks through an RMS norm (Llama's MLP block), the first reading the data.
+* `lora_mlp`: residual blocks fine-tuned with low-rank adapters, the base weights frozen.
 * `bfloat16_mlp`: residual blocks computed in bfloat16 from float32 params (mixed precision), or the same
   blocks as a ``lax.scan``.
 * `normed_mlp`: residual blocks ``x + act(layer_norm(x) w)``, the first reading the batch, the last
@@ -451,8 +452,8 @@ def gpt_variant(variant: str, layers: int, width: int, heads: int, seq: int, bat
 
 def frozen_first(frozen: int, inner: optax.GradientTransformation, key: str = "layers") -> optax.GradientTransformation:
     """`inner` on every leaf but the first `frozen` layers of ``params[key]``, which stay as they are (fine-tuning
-    the last layers: ``optax.multi_transform`` with ``optax.set_to_zero``): `inner`'s state holds the trained
-    layers' moments only, ``[key][frozen]`` ..."""
+    the last layers: ``optax.multi_transform`` with ``optax.set_to_zero``): `inner`'s state holds moments for
+    the trained layers only, from ``[key][frozen]`` on."""
     def labels(p):
         return {k: [jax.tree.map(lambda _: "frozen" if i < frozen else "train", layer) for i, layer in enumerate(v)]
                 if k == key else jax.tree.map(lambda _: "train", v) for k, v in p.items()}

@@ -17,7 +17,8 @@ position; a *run* is a range of consecutive indices in which every family has th
 with the same types, and the
 families of one run are those sharing its range and its leaves: the parameters and each moment, but
 for two stacks of the same block (``['enc']``, ``['dec']``, each with its moments), which the step reads
-one after the other (`_stacks`). Runs
+one after the other (`_stacks`). A mirror over part of a run (moments kept only for the layers an optimizer
+trains, or for some leaves of each) is a run of its own, which `sub_partner` joins to that part. Runs
 of outer indices come first (a block before the layer norms inside it). The paths only propose runs;
 `roll-layers` rolls one only where the ops that read and write its leaves are the same for every layer.
 
@@ -178,11 +179,16 @@ def _stacks(families: dict) -> list[dict]:
     """
     roots: dict = {}      # last key -> {the prefix before it: the prefix}
     for prefix in families:
-        keys = tokens(prefix) or [""]
-        roots.setdefault(keys[-1], {})["".join(keys[:-1])] = prefix
+        last = _last_key(prefix)
+        roots.setdefault(last, {})[prefix.removesuffix(last)] = prefix
     if len(roots) < 2 or len({frozenset(r) for r in roots.values()}) > 1:
         return [families]
     return [{prefix: families[prefix] for prefix in r.values()} for r in roots.values()]
+
+
+def _last_key(prefix: str) -> str:
+    """The last key of a family's prefix: the list's name (``['enc']`` of ``[1].mu['enc']``)."""
+    return (tokens(prefix) or [""])[-1]
 
 
 def _indices(key: str) -> list[tuple[str, int | None, str]]:
@@ -268,11 +274,9 @@ def sub_partner(run: Run, others: list[Run]) -> Run:
         >>> sorted(dec.families), sub_partner(dec, [enc]) is dec
         (["[0]['dec']"], True)
     """
-    def last(prefix: str) -> str:
-        return (tokens(prefix) or [""])[-1]
-    mine = [(last(prefix), set(layers[0])) for prefix, layers in run.families.items()]
+    mine = [(_last_key(prefix), set(layers[0])) for prefix, layers in run.families.items()]
     for other in others:
-        held = [(last(prefix), set(layers[0])) for prefix, layers in other.families.items()]
+        held = [(_last_key(prefix), set(layers[0])) for prefix, layers in other.families.items()]
         if run.start <= other.start and other.stop <= run.stop and not set(other.families) & set(run.families) \
                 and all(any(k == key and h <= s for key, s in mine) for k, h in held) \
                 and (other.length < run.length or not all(x in mine for x in held)):

@@ -10,13 +10,15 @@ results on the host, timed as wall time after a warm-up call (every variant's ex
 * ``minimize``:      ``loopfuse.minimize(loss, params, data, adam, steps=2000)`` (default backend),
                      the loss history on the host;
 * ``minimize_k100``: the same with ``backend=CompiledLoop(steps=100)``: 20 device calls of 100 steps;
-* ``by_hand``:       minimize's own programs called by hand, no driver: its cached initial-state call and
-                     ``loop(2000)``, the history moved to the host (what minimize's whole call would cost
-                     with no host work of its own);
+* ``by_hand``:       minimize's own program called by hand, no driver: its cached step's ``loop(2000)``
+                     started from the initial state inside the program (``init=``, one device call), the
+                     history moved to the host (what minimize's whole call would cost with no host work of
+                     its own);
 * ``fori_loop``:     ``jax.jit`` of a ``lax.fori_loop`` of the same step, the loss history as an output,
                      then moved to the host (what the Solution holds);
-* ``fori_apart``:    the same fori_loop from a state made by a jitted initial-state call of its own, as
-                     minimize's and by_hand's is (what the second device call costs the hand-written loop);
+* ``fori_apart``:    the same fori_loop from a state made by a jitted initial-state call of its own (what
+                     a second device call costs: minimize made one until it started its loop from the
+                     params);
 * ``while_loop``:    ``jax.jit`` of a ``lax.while_loop`` of the same step that also stops after a
                      non-finite loss (minimize's work: ``stop_on_nonfinite=True``), returning the history
                      and the steps run; the history's rows run moved to the host;
@@ -116,7 +118,7 @@ def fori_solve(params, data):
 
 
 def fori_apart_solve(params, data):
-    """The fori_loop fed by a jitted initial-state call of its own, as minimize and by_hand compute it."""
+    """The fori_loop fed by a jitted initial-state call of its own (two device calls)."""
     params, losses = fori_from(initial_state(params), data)
     return jax.block_until_ready(params), np.asarray(losses)
 
@@ -142,12 +144,12 @@ def minimize_programs():
 
 
 def by_hand_solve():
-    """minimize's init and loop(2000) called directly (`minimize_programs`)."""
+    """minimize's loop(2000) from its init, called directly (`minimize_programs`)."""
     init, program = minimize_programs()
-    loop = program.loop(STEPS)
+    loop = program.loop(STEPS, init=init)
 
     def solve(params, data):
-        state, aux = loop(init(params, data), data)
+        state, aux = loop(params, data)
         return state[0], np.asarray(aux["loss"])
     return solve
 
@@ -162,14 +164,15 @@ def minimize_solve(backend=None):
 
 
 def device_us_per_step(params, data, rounds: int) -> dict:
-    """{loop: median us per step}: minimize's own device loops (its cached program's ``loop(2000)``, which it
-    runs, the host checking the losses after it, and the same loop stopping on a non-finite loss) and the
+    """{loop: median us per step}: minimize's own device loops (its cached program's ``loop(2000)`` from its
+    init, which it runs, the host checking the losses after it, and the same loop stopping on a non-finite loss,
+    on the initial state) and the
     jitted fori_loop and while_loop, each called on its state without reading anything back, interleaved rounds;
     and the fori_loop with two steps per iteration (``unroll=2``, faster where XLA fuses across the two steps,
     which changes the results' last bits: `unrolled_bitwise`)."""
     init, program = minimize_programs()
-    loop, stopping = program.loop(STEPS), program.loop(STEPS, stop_on_nonfinite=True)
-    calls = {f"minimize's loop({STEPS})": lambda: loop(init(params, data), data)[0],
+    loop, stopping = program.loop(STEPS, init=init), program.loop(STEPS, stop_on_nonfinite=True)
+    calls = {f"minimize's loop({STEPS})": lambda: loop(params, data)[0],
              f"loop({STEPS}) with the stop": lambda: stopping(init(params, data), data)[0],
              "fori_loop": lambda: fori_run(params, data)[0], "while_loop": lambda: while_run(params, data)[0],
              "fori_loop, unroll=2": lambda: fori_run(params, data, unroll=2)[0]}

@@ -9,6 +9,7 @@ from .canonicalize import FoldSlices
 from .cond_to_select import CondToSelect
 from .drop_unused_outputs import DropUnusedOutputs
 from .flatten_update import FlattenUpdate
+from .fold_init import FoldInit
 from .micro_batch import MicroBatch
 from .module_pass import ModulePass, PassError, PassOptionError
 from .pack_state import PackState
@@ -17,5 +18,5 @@ from .simplify import Simplify
 from .wrap_loop import WrapLoop
 
 PASSES: dict[str, type[ModulePass]] = {p.name: p for p in (
-    AliasState, CondToSelect, DropUnusedOutputs, FlattenUpdate, FoldSlices, MicroBatch, PackState, RollLayers, Simplify,
-    WrapLoop)}
+    AliasState, CondToSelect, DropUnusedOutputs, FlattenUpdate, FoldInit, FoldSlices, MicroBatch, PackState, RollLayers,
+    Simplify, WrapLoop)}

@@ -19,6 +19,7 @@ import loopfuse
 from loopfuse import CompiledLoop, Dataset
 from loopfuse.compile import compiler
 from loopfuse.drivers.chunks import CALL_BYTES, CHUNK, OP_BYTES, LoopChunks, steps_per_call
+from loopfuse.drivers.ensemble import Solo
 from loopfuse.drivers import solve
 from loopfuse.drivers.solve import _Loop
 from loopfuse.compile.mlir_context import parse_module
@@ -72,9 +73,9 @@ def assert_same_solution(s, reference):
 @pytest.fixture
 def calls(monkeypatch):
     """(steps, stops on a non-finite loss) of every device call a loop runner makes: chunks of `drive` and a
-    run of one unwatched call (`_Loop.whole`)."""
+    run of one unwatched call (`_Loop.whole`, `_Loop.started`)."""
     seen = []
-    run, whole = LoopChunks.run, _Loop.whole
+    run, whole, started = LoopChunks.run, _Loop.whole, _Loop.started
 
     def recording(self, state, start, k, after=None):
         seen.append((k, self.stop_on_nonfinite))
@@ -83,8 +84,13 @@ def calls(monkeypatch):
     def recording_whole(self, state, steps):
         seen.append((steps, self.stop_on_nonfinite))
         return whole(self, state, steps)
+
+    def recording_started(self, init, params, steps):
+        seen.append((steps, self.stop_on_nonfinite))
+        return started(self, init, params, steps)
     monkeypatch.setattr(LoopChunks, "run", recording)
     monkeypatch.setattr(_Loop, "whole", recording_whole)
+    monkeypatch.setattr(_Loop, "started", recording_started)
     return seen
 
 
@@ -112,6 +118,9 @@ def test_a_diverging_solve_stops_after_its_first_non_finite_loss_as_the_stopping
     assert s.retcode == "non_finite" and s.steps < 300 and s.loss_history.shape == (s.steps,)
     assert np.isfinite(s.loss_history[:-1]).all() and not np.isfinite(s.loss_history[-1])
     assert_same_solution(s, loopfuse.minimize(loss, params, data, opt, steps=300, backend=CompiledLoop(steps=100)))
+    calls.clear()
+    assert_same_solution(loopfuse.minimize(loss, params, data, opt, steps=300), s)    # repeated: as planned
+    assert calls == [(300, False), (300, True)]
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(params))
 
 
@@ -167,14 +176,26 @@ def test_calls_of_100_steps_where_the_host_follows_the_run_or_the_step_has_loops
     assert calls == [(CHUNK, True), (CHUNK, True), (50, True)] and s.steps == 250
 
 
-def test_a_repeated_solve_traces_and_compiles_nothing(monkeypatch, calls):
+def test_a_repeated_solve_traces_compiles_and_plans_nothing(monkeypatch, calls):
+    """The second solve of a signature traces and compiles nothing, and makes no initial state of its own: the
+    first one's plan (`solve._whole`) runs its loop from the params in one call, the caller's params kept."""
     params, data = mlp(32, 8)
-    loopfuse.minimize(loss, params, data, ADAM, steps=300)
-    traces = []
-    trace = compiler.trace
+    first = loopfuse.minimize(loss, params, data, ADAM, steps=300)
+    traces, planned = [], []
+    trace, wrap = compiler.trace, Solo.wrap
     monkeypatch.setattr(compiler, "trace", lambda *args, **kwargs: traces.append(1) or trace(*args, **kwargs))
-    loopfuse.minimize(loss, mlp(32, 8)[0], data, ADAM, steps=300)
-    assert traces == [] and calls == [(300, False)] * 2
+    monkeypatch.setattr(Solo, "wrap", lambda *args, **kwargs: planned.append(1) or wrap(*args, **kwargs))
+    again = jax.tree_util.tree_map(jnp.copy, params)
+    assert_same_solution(loopfuse.minimize(loss, again, data, ADAM, steps=300), first)
+    assert traces == planned == [] and calls == [(300, False)] * 2
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(again))
+    other = mlp(32, 8)[1] | {"y": -data["y"]}       # other data of the same signature: its own solve
+    monkeypatch.setattr(Solo, "wrap", wrap)
+    assert_same_solution(loopfuse.minimize(loss, params, other, ADAM, steps=300),
+                         loopfuse.minimize(loss, params, other, ADAM, steps=300, backend=CompiledLoop(steps=100)))
+    sgd = optax.sgd(1e3)
+    assert loopfuse.minimize(loss, params, data, sgd, steps=300).retcode == "non_finite"   # planned with the stop,
+    assert loopfuse.minimize(loss, params, data, sgd, steps=300, stop_on_nonfinite=False).retcode == "max_steps"
 
 
 def test_steps_per_call_reads_the_step():

@@ -95,7 +95,8 @@ def test_pass_failure_in_a_chunk_without_location_names_the_chunks_first_line(ca
     second = len(MODULE.splitlines()) + 2  # the line after the marker
     assert code == 1
     assert err.splitlines() == [f"<stdin>:{n}: error: pass 'no-such-pass' failed: unknown pass (loopfuse passes: "
-                                "alias-state, cond-to-select, drop-unused-outputs, flatten-update, fold-slices, micro-batch, pack-state, roll-layers, "
+                                "alias-state, cond-to-select, drop-unused-outputs, flatten-update, fold-init, fold-slices, "
+                                "micro-batch, pack-state, roll-layers, "
                                 "simplify, wrap-loop; others "
                                 "come from MLIR's registry)" for n in (1, second)]
 

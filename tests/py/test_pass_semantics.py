@@ -13,8 +13,8 @@ from loopfuse.run import runtime
 from loopfuse.passes.functions import arg_attrs, main_func, result_attrs, string_attr
 from loopfuse.passes.vocabulary import ALIAS, STATE
 from loopfuse.compile.pass_manager import run_pass
-from loopfuse.passes import AliasState, DropUnusedOutputs, WrapLoop
-from loopfuse.compile.trace import trace
+from loopfuse.passes import AliasState, DropUnusedOutputs, FoldInit, WrapLoop
+from loopfuse.compile.trace import trace, with_init
 from ir_helpers import interpret
 from problems import batch, init_state, mlp_params, train_step
 
@@ -119,6 +119,25 @@ def test_wrap_loop_equals_k_interpreted_steps():
     for a, b in zip(looped[:n_state], state):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(looped[n_state], np.stack(losses))
+
+
+def test_fold_init_equals_the_loop_interpreted_on_the_inits_state():
+    """fold-init's @main on (params, batch) computes, in the reference interpreter, bit for bit what the loop before
+    it computes on the state jax.jit of the init makes from them."""
+    opt = optax.adam(1e-2)
+    params, b = mlp_params((3, 4, 1)), batch(n=4, d_in=3)
+
+    def init(p, _):
+        return p, opt.init(p)
+    t = with_init(trace(train_step(opt), init_state(opt, params), b, {}, ("loss",), loop=True), init, params, b)
+    for p in (DropUnusedOutputs(), WrapLoop(steps=3), AliasState()):
+        run_pass(t.module, p)
+    looped = interpret(t.module, jax.tree_util.tree_leaves((jax.jit(init)(params, b), b)))
+    run_pass(t.module, FoldInit())
+    folded = interpret(t.module, jax.tree_util.tree_leaves((params, b)))
+    assert len(folded) == len(looped)
+    for a, c in zip(folded, looped):
+        np.testing.assert_array_equal(a, c)
 
 
 def test_wrap_loop_complex_aux_history_equals_k_jit_steps():

@@ -7,8 +7,8 @@ import pytest
 
 import loopfuse
 from loopfuse.errors import DonatedArrayError, StateMismatchError
-from problems import (adam_mlp_8x1024, assert_trees_close, batch, fresh, init_state, jit_memory, mlp_loss, mlp_params,
-                      train_step)
+from problems import (adam_mlp_8x1024, assert_trees_close, assert_trees_equal, batch, fresh, init_state, jit_memory,
+                      mlp_loss, mlp_params, train_step)
 
 OPTIMIZERS = {
     "sgd": optax.sgd(0.1),
@@ -121,7 +121,7 @@ def test_compile_step_takes_the_step_options_and_their_defaults():
     params = dict(list(inspect.signature(loopfuse.compile_step).parameters.items())[1:])
     fields = {f.name: f.default for f in dataclasses.fields(loopfuse.StepOptions) if f.init}
     assert {name: p.default for name, p in params.items()} == {
-        name: d for name, d in fields.items() if name not in ("until", "stop_on_nonfinite")}
+        name: d for name, d in fields.items() if name not in ("until", "stop_on_nonfinite", "init")}
     assert all(f"{name}:" in loopfuse.StepOptions.__doc__ for name in fields)
     assert all(f"\n    {name}: " in loopfuse.compile_step.__doc__ for name in params)        # help(compile_step)
     with pytest.raises(TypeError, match="compile_step\\(\\) got an unexpected keyword argument 'until'"):
@@ -268,6 +268,28 @@ def test_loop_options_are_the_steps_options_with_steps_replaced():
     assert step.loop(3).options == dataclasses.replace(step.options, steps=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         step.options.steps = 2
+
+
+def test_a_loop_started_from_its_init_is_the_init_then_the_loop_in_one_call():
+    """`Step.loop(K, init=...)` takes x in the state's place and computes, bit for bit, the K steps from jax.jit
+    of the init (verified by `verify` too); x is never donated, and what it refuses it names."""
+    opt = optax.adam(1e-2)
+    fn, x, b = train_step(opt), mlp_params((3, 4, 1)), batch(n=4, d_in=3)
+
+    def init(params, batch):
+        return jax.tree_util.tree_map(jnp.copy, (params, opt.init(params)))
+    step = loopfuse.compile_step(fn, keep_aux=("loss",), verify=True)
+    got = step.loop(5, init=init)(x, b)
+    assert_trees_equal(got, step.loop(5)(jax.jit(init)(x, b), b))
+    assert not any(leaf.is_deleted() for leaf in jax.tree_util.tree_leaves(x))
+    assert_trees_equal(step.loop(5, init=init)(x, b), got)                     # x again: kept, same program
+    assert step.compile_count == 0 and step.loop(5, init=init).compile_count == 1
+    with pytest.raises(ValueError, match=r"init starts a loop .* not with until=.*stop_on_nonfinite=True"):
+        step.loop(5, until=lambda s, a: a["loss"] < 0, stop_on_nonfinite=True, init=init)
+    with pytest.raises(TypeError, match="init must be callable"):
+        step.loop(5, init=1)
+    with pytest.raises(TypeError, match="a loop started from its init takes a fixed batch, not a Dataset"):
+        step.loop(5, init=init)(x, loopfuse.Dataset(b, batch_size=2))
 
 
 def test_start_is_reserved_and_cannot_swallow_a_static_argument():

@@ -73,6 +73,11 @@ def trace(fn: Callable, options: StepOptions, state, batch, static: dict) -> Pla
     passes (a loop's histories written in blocks where that keeps its body's buffers small enough for XLA:CPU
     to run it sequentially, `xla.history_rows`), the XLA options, the dump folder."""
     t0 = time.perf_counter()
+    x = state
+    if options.init is not None:        # the state the loop starts from, made from x inside its program
+        if isinstance(batch, Dataset):
+            raise TypeError("a loop started from its init takes a fixed batch, not a Dataset")
+        state = jax.eval_shape(options.init, x, batch)
     packed.check_not_nested(state)
     if options.micro_batches is not None and options.micro_batches > 1:
         _check_slices(batch, options.micro_batches, options.placement)
@@ -80,7 +85,9 @@ def trace(fn: Callable, options: StepOptions, state, batch, static: dict) -> Pla
                            stopping.flag(options.until, options.stop_on_nonfinite), stopped_arg=options.stops,
                            loop=options.steps is not None, packed_paths=packed.buffer_paths(state),
                            dataset=isinstance(batch, Dataset))
-    avals = tuple(map(aval, jax.tree_util.tree_leaves((state, batch))))
+    if options.init is not None:
+        traced = tracing.with_init(traced, options.init, x, batch)
+    avals = tuple(map(aval, jax.tree_util.tree_leaves((x, batch))))
     return _planned(traced, options, fn_name(fn), avals, tuple(keyed_paths(batch)), {"trace": time.perf_counter() - t0})
 
 

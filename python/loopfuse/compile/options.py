@@ -60,6 +60,9 @@ class StepOptions:
               "option unset.")
     until: Callable | None = option(None, "a loop's stop predicate ``pred(new_state, aux) -> scalar bool`` (see "
                                           "`Step.loop`).", loop=True)
+    init: Callable | None = option(None, "a loop's initial state ``init(x, batch)``, computed inside its program: a "
+                                         "call takes x, never donated, in the state's place (see `Step.loop`).",
+                                   loop=True)
     stop_on_nonfinite: bool = option(False, "a loop stops after a step whose kept floating aux leaves hold a NaN or "
                                             "Inf (see `Step.loop`).", loop=True)
     cache_dir: str | Path | None = option(None, "folder of the persistent compile cache (or $LOOPFUSE_CACHE_DIR); a "
@@ -99,7 +102,7 @@ class StepOptions:
         """The passes the program runs (`pipeline.build` of these options; wrap-loop's `rows`, see
         `xla.history_rows`)."""
         return pipeline.build(self.passes, steps=self.steps, donate=self.donate, memory_budget=self.memory_budget,
-                              rows=rows, micro_batches=self.micro_batches)
+                              rows=rows, micro_batches=self.micro_batches, init=self.init is not None)
 
     @property
     def stops(self) -> bool:
@@ -133,6 +136,8 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
     stopping.check(o["until"], o["stop_on_nonfinite"], o["steps"])
     if o["devices"] is not None:
         o["devices"] = _devices(o["devices"], name("devices"))
+    if o["init"] is not None:
+        _check_init(o, name)
     if o["sharding"] not in (None, "data", "params", "members"):    # "members": an ensemble's (see `ensemble`)
         raise ValueError(f"{name('sharding')} must be None, 'data' or 'params', got {o['sharding']!r}")
     if o["device"] is not None and o["devices"] is not None:
@@ -146,6 +151,18 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
     if o["xla_options"] is not None:
         o["xla_options"] = MappingProxyType(validate.xla_options(o["xla_options"]))
     return o
+
+
+def _check_init(o: dict, name: Callable[[str], str]) -> None:
+    """`init` (`Step.loop`): a callable, starting a loop of `steps` on one device that cannot stop early,
+    under no memory limit."""
+    if not callable(o["init"]):
+        raise TypeError(f"{name('init')} must be callable, got {o['init']!r}")
+    conflicts = [f"{k}={o[k]!r}" for k in ("devices", "memory_limit", "until") if o[k] is not None]
+    conflicts += ["stop_on_nonfinite=True"] * o["stop_on_nonfinite"] + ["steps=None"] * (o["steps"] is None)
+    if conflicts:
+        raise ValueError(f"{name('init')} starts a loop of `steps` on one device that cannot stop early, under no "
+                         f"memory limit: not with {', '.join(conflicts)}")
 
 
 def _devices(devices, name: str) -> tuple:

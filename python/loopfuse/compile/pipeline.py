@@ -18,7 +18,7 @@ from jaxlib.mlir import ir
 
 from .. import settings
 from ..errors import LoopfuseError
-from ..passes import AliasState, DropUnusedOutputs, MicroBatch, RollLayers, WrapLoop
+from ..passes import AliasState, DropUnusedOutputs, FoldInit, MicroBatch, RollLayers, WrapLoop
 from ..passes.module_pass import reports
 from ..passes.vocabulary import FINAL_STAGE, PIPELINE_HEADER, TRACED_STAGE, after_pass_stage
 from .pass_manager import Pass, PassFailure, parse_pipeline, run_pass
@@ -28,7 +28,8 @@ DEFAULT_PASSES: tuple = ()
 
 
 def build(passes=None, *, steps: int | None = None, donate: bool = True,
-          memory_budget: float | None = None, rows: int = 0, micro_batches: int | None = None) -> list[Pass]:
+          memory_budget: float | None = None, rows: int = 0, micro_batches: int | None = None,
+          init: bool = False) -> list[Pass]:
     """Structural passes around the optimization passes (default ``DEFAULT_PASSES``).
 
     `passes` is a pipeline string or a sequence of pass objects and pipeline strings (``"simplify"``,
@@ -36,7 +37,8 @@ def build(passes=None, *, steps: int | None = None, donate: bool = True,
     micro-batch for `micro_batches` above 1, roll-layers for a `memory_budget` below 1, the chosen passes,
     wrap-loop for ``steps`` (its histories written in blocks of `rows`, where no pass adds loops of its own
     (`adds_control_flow`) or rewrites wrap-loop's loop),
-    then the chosen passes that rewrite its loop (``after_wrap_loop``: pack-state), alias-state last.
+    then the chosen passes that rewrite its loop (``after_wrap_loop``: pack-state), alias-state, and fold-init
+    last for a loop started from its `init` (its program takes the init's arguments, not the state).
     """
     opt = chosen(passes)
     if memory_budget is not None and memory_budget < 1.0:
@@ -50,6 +52,8 @@ def build(passes=None, *, steps: int | None = None, donate: bool = True,
     specs += on_loop
     if donate:
         specs.append(AliasState())
+    if init:
+        specs.append(FoldInit())
     return specs
 
 

@@ -14,7 +14,10 @@ first; they are tagged as state (``loopfuse.state = "<effect token N>"``, no
 ``loopfuse.result``) so a loop carries the token from one iteration to the next. The host
 callbacks the module calls travel with the trace: the executable must be compiled with them.
 A step traced with a stop function (see `stopping`) returns its flag last, tagged ``loopfuse.stop``.
+The step of a loop started from its init (`Step.loop`'s ``init``) is traced on the init's state, and its
+module also holds the init as a private ``@loopfuse_init`` (`with_init`), which fold-init makes its start.
 """
+from dataclasses import replace
 from typing import Any, Callable
 
 import jax
@@ -24,10 +27,10 @@ from jaxlib.mlir import ir
 
 from .. import _jax_compat
 from ..errors import StateMismatchError
-from ..passes.functions import arg_attrs, main_func, result_attrs, set_arg_attrs, set_result_attrs
-from ..passes.vocabulary import PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
+from ..passes.functions import arg_attrs, main_func, module_functions, result_attrs, set_arg_attrs, set_result_attrs
+from ..passes.vocabulary import INIT, PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
 from ..state.leaves import aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, keyed, raw, wrap_keys
-from .mlir_context import copy_module
+from .mlir_context import copy_module, parse_module
 from .traced import Effects, Traced
 
 
@@ -138,6 +141,38 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], kept, dataset, in_sh, out_specs, effects,
                   stop is not None, promoted, stopped_arg)
+
+
+def with_init(traced: Traced, init: Callable, x, batch) -> Traced:
+    """`traced`, the step of a loop, with its initial state ``init(x, batch)`` as a private ``@loopfuse_init``
+    of its module (fold-init makes it the program's start): a function of the flat `x` then batch leaves (each
+    kept, used or not) returning the flat state leaves (typed keys as raw data), its functions renamed
+    ``loopfuse_init.<name>`` apart from the step's. The step was traced on init's state (`compiler.trace`:
+    its abstract value), so the results line up."""
+    x_leaves, x_def = jax.tree_util.tree_flatten_with_path(x)
+    batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
+    x_keys, batch_keys = key_impls(v for _, v in x_leaves), key_impls(v for _, v in batch_leaves)
+
+    def flat(*args):
+        state = init(jax.tree_util.tree_unflatten(x_def, wrap_keys(args[:len(x_leaves)], x_keys)),
+                     jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[len(x_leaves):], batch_keys)))
+        return [raw(v) for v in jax.tree_util.tree_leaves(state)]
+    specs = [input_spec("x", p, v) for p, v in x_leaves] + [input_spec("batch", p, v) for p, v in batch_leaves]
+    lowered = _jax_compat.lower_pruned(jax.jit(flat, keep_unused=True).trace(*specs)).compiler_ir("stablehlo")
+    assert lowered is not None
+    module = copy_module(traced.module)
+    own = parse_module(str(lowered), module.context)
+    with module.context:
+        functions = list(module_functions(own.operation))
+        for f in functions:
+            old = f.sym_name.value
+            new = INIT if old == "main" else f"{INIT}.{old}"
+            ir.SymbolTable.replace_all_symbol_uses(old, new, own.operation)
+            f.attributes["sym_name"] = ir.StringAttr.get(new)
+            f.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        for f in functions:
+            module.body.append(f.operation)
+    return replace(traced, module=module, promoted=())
 
 
 def _carried(jaxpr, promoted: tuple, weak_in: list, weak_out: list) -> tuple | None:

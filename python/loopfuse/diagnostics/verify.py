@@ -53,8 +53,12 @@ def enabled(explicit: bool | None) -> bool:
 
 def check(fn, options, executable, state, batch, start: int, static: dict) -> None:
     """Raise `MiscompileError` unless `executable` (of `fn` under `options`) computes what the reference
-    does on copies of ``(state, batch)``."""
-    got = _run(executable, state, batch, start)
+    does on copies of ``(state, batch)`` (`state`: what it takes, a loop's x where it starts from ``init(x,
+    batch)``, whose reference starts from jax.jit of that init)."""
+    given = state
+    if options.init is not None:
+        state = jax.jit(options.init)(given, batch)
+    got = _run(executable, given, batch, start)
     references = _references(fn, options, state, batch, start, static)
     reports = executable.reports
     reassociated = reports.get("roll-layers", "").startswith("rolled") or \
@@ -63,7 +67,7 @@ def check(fn, options, executable, state, batch, start: int, static: dict) -> No
     if _matches(got, references, tolerance):
         return
     culprits = [what for what, variant in _variants(options, executable)
-                if _matches(_run(compiler.build(fn, variant, state, batch, static), state, batch, start), references)]
+                if _matches(_run(compiler.build(fn, variant, given, batch, static), given, batch, start), references)]
     difference = _difference(got, references[0], tolerance)
     assert difference is not None   # no reference matched
     path, max_abs, max_rel = difference

@@ -158,8 +158,10 @@ def wrapper(ensemble, tree, what: str, data) -> tuple["Solo", Any, Any]:
     return Tiled(ensemble, n, isinstance(data, PerMember)), tree, data
 
 
+@dataclass(frozen=True)
 class Solo:
-    """One solve: the driver's own state, step, stop and result (each hook the identity)."""
+    """One solve: the driver's own state, step, stop and result (each hook the identity); equal to every
+    other of its class (a driver keys what it learned of a solve by it)."""
 
     def init(self, init: Callable) -> Callable:
         """``init(params, batch) -> state``, the solve's initial state from the member's `init`."""
@@ -181,6 +183,7 @@ class Solo:
         return None
 
 
+@dataclass(frozen=True)
 class Sole(Solo):
     """A 1-member ensemble: the plain solve on its member (`sole`), its result with the member axis."""
 

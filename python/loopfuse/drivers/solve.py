@@ -86,16 +86,27 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     t0 = time.perf_counter()
     init, program = _program(loss, data is not None, optimizer, backend, until)
     initial = members.init(init)
-    program, state, stop, stop_on_nonfinite = members.wrap(
-        program, initial(params, batch), batch, _flag if until is not None else None, stop_on_nonfinite, ("loss",))
-    runner = _runner(backend, program, batch, stop, stop_on_nonfinite)
     followed = progress or checkpoint_dir is not None      # the host sees each chunk
-    chunk = runner.chunk_size(state, steps, followed)
-    every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
-    checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-    plain = runner.unwatched(state, steps, chunk, followed)
-    state, checkpoints, back = carried((plain or runner).program(chunk), state, batch, checkpoints)
-    (plain or runner).compile(state, chunk_sizes(0, steps, chunk, every))
+    whole = _whole(program, members, params, batch, steps, stop_on_nonfinite, followed)
+    planned = whole.loops if whole is not None else None
+    started = planned is not None       # the loop starts from the params (one call, no initial state of ours)
+    if planned is not None:             # as the first such solve planned it: nothing to decide
+        plain, runner, chunk, back = planned[0].on(batch), planned[1].on(batch), steps, _same
+    else:
+        program, state, stop, stop_on_nonfinite = members.wrap(
+            program, initial(params, batch), batch, _flag if until is not None else None, stop_on_nonfinite, ("loss",))
+        runner = _runner(backend, program, batch, stop, stop_on_nonfinite)
+        chunk = runner.chunk_size(state, steps, followed)
+        every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
+        checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
+        plain = runner.unwatched(state, steps, chunk, followed)
+        carried_state, checkpoints, back = carried((plain or runner).program(chunk), state, batch, checkpoints)
+        if whole is not None and plain is not None and carried_state is state:   # carried as the init makes it
+            whole.loops, started = (plain, runner), True
+            plain.started_program(initial, steps).compiled(params, batch)
+        else:
+            state = carried_state
+            (plain or runner).compile(state, chunk_sizes(0, steps, chunk, every))
     compile_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -103,7 +114,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         result = drive(runner, state, steps, chunk=chunk, progress=progress, checkpoints=checkpoints, every=every,
                        pipelined=True)    # a Ctrl-C raises KeyboardInterrupt below
     else:
-        result = plain.whole(state, steps)
+        result = plain.started(initial, params, steps) if started else plain.whole(state, steps)
         if not np.isfinite(result.history["loss"]).all():
             state, _, back = carried(runner.program(chunk), initial(params, batch), batch)     # stop at the first one
             result = drive(runner, state, steps, chunk=chunk, pipelined=True)
@@ -157,6 +168,30 @@ def _build_program(loss, has_data, optimizer, backend, until):
 
 _PROGRAMS = 64
 _cached_program = functools.lru_cache(maxsize=_PROGRAMS)(_build_program)
+
+
+@dataclass
+class _Whole:
+    """How a solve at one signature runs as one device call from its params, once the first one planned it
+    (`loops`): its loop without a stop (`_Loop.unwatched`), started from the params (`_Loop.started`), and the
+    loop that stops, which runs the solve again from the start where a loss is not finite."""
+
+    loops: "tuple[_Loop, _Loop] | None" = None
+
+
+def _whole(program, members, params, batch, steps: int, stop_on_nonfinite: bool, followed: bool) -> _Whole | None:
+    """Where a solve of these `members` may run as one call started from its params (a compiled loop the host
+    does not follow, on a fixed batch), its `_Whole` for `steps`, `stop_on_nonfinite` and the abstract signature
+    of `params` and `batch` (kept with the Step, empty until the first such solve fills it); else None."""
+    if not isinstance(program, Step) or followed or isinstance(batch, Dataset):
+        return None
+    key = ("minimize", members, steps, stop_on_nonfinite, Step._signature(params, batch, {})[0])
+    return program.derived(key, _Whole)
+
+
+def _same(result: FitResult) -> FitResult:
+    """The result of a run whose state is the caller's layout."""
+    return result
 
 
 def _objective(loss: Callable, has_data: bool) -> Callable:
@@ -328,6 +363,20 @@ class _Loop(LoopChunks):
         own copy: nothing holds a Ctrl-C back (a KeyboardInterrupt loses that copy, never the caller's params),
         and nothing but its history is read."""
         state, aux = self.loop(steps)(state, self.batch)
+        return FitResult(state, host(aux), steps)
+
+    def on(self, batch) -> "_Loop":
+        """This runner on `batch`, of the same signature as its own (what it learned of its step holds)."""
+        return _Loop(self.step, self.steps, batch, self.until, self.stop_on_nonfinite, self.known)
+
+    def started_program(self, init: Callable, steps: int) -> Step:
+        """The loop of `steps` steps started from ``init(params, batch)`` inside its program (`Step.loop`)."""
+        return self.step.loop(steps, until=self.until, stop_on_nonfinite=self.stop_on_nonfinite, init=init)
+
+    def started(self, init: Callable, params, steps: int) -> FitResult:
+        """`whole` from ``init(params, batch)``, in one call of `started_program`: the state is its own, the
+        caller's params never donated."""
+        state, aux = self.started_program(init, steps)(params, self.batch)
         return FitResult(state, host(aux), steps)
 
     def prepare(self, state, k: int, start: int = 0):

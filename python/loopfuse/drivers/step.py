@@ -64,7 +64,8 @@ class Step:
                     value = self._derived[key] = build()
         return value
 
-    def loop(self, steps: int, *, until: Callable | None = None, stop_on_nonfinite: bool = False) -> "Step":
+    def loop(self, steps: int, *, until: Callable | None = None, stop_on_nonfinite: bool = False,
+             init: Callable | None = None) -> "Step":
         """The same step run `steps` times per call inside one device loop (one Step per options,
         so its executables are reused by every caller).
 
@@ -75,12 +76,15 @@ class Step:
         stop" (true also when the K-th step did); history rows of steps not run are NaN (0 for integers).
         A weakly typed state leaf that the step returns strongly typed, or computes from one that is, is
         carried strongly typed from the first step (`trace.trace`; README, "Results are jax.jit's").
+        init: ``init(x, batch) -> state``: a call takes `x` (never donated) in the state's place and the loop
+        starts from ``init(x, batch)``, computed in the same program (one device call where there would be
+        two: `minimize`'s solve in one call); for a loop on one device that cannot stop early, a fixed batch.
         """
         if type(steps) is not int or type(stop_on_nonfinite) is not bool:   # checked before a key equal to
             steps = validate.steps(steps)                                    # another's finds it (True == 1)
             stopping.check(until, stop_on_nonfinite, steps)
-        return self.derived(("loop", steps, until, stop_on_nonfinite), lambda: Step(
-            self.fn, replace(self.options, steps=steps, until=until, stop_on_nonfinite=stop_on_nonfinite)))
+        return self.derived(("loop", steps, until, stop_on_nonfinite, init), lambda: Step(
+            self.fn, replace(self.options, steps=steps, until=until, stop_on_nonfinite=stop_on_nonfinite, init=init)))
 
     def _for(self, state) -> "Step":
         """The Step that runs `state`: this one, or for a `packed.PackedState` the Step of its

@@ -1,0 +1,33 @@
+// RUN: not loopfuse-opt %s --split-input-file --fold-init 2>&1 | filecheck %s
+// Each chunk is refused with an error at the function it names, saying which roles do not line up.
+
+// CHECK: invalid-fold-init.mlir:[[# @LINE + 5]]:1: error: pass 'fold-init' failed: @loopfuse_init returns (tensor<2xf32>), not @main's state arguments (tensor<4xf32>)
+// The init returns other types than @main's state arguments.
+func.func @main(%w: tensor<4xf32> {loopfuse.state = "[0]"}, %g: tensor<4xf32>) -> (tensor<4xf32> {loopfuse.state = "[0]"}) {
+  return %w : tensor<4xf32>
+}
+func.func private @loopfuse_init(%p: tensor<2xf32>, %g: tensor<4xf32>) -> (tensor<2xf32>) {
+  return %p : tensor<2xf32>
+}
+
+// -----
+
+// CHECK: invalid-fold-init.mlir:[[# @LINE + 5]]:1: error: pass 'fold-init' failed: @loopfuse_init's last arguments (tensor<4xf32>) are not @main's arguments after the state (tensor<3xf32>)
+// The init does not end with @main's batch arguments.
+func.func @main(%w: tensor<4xf32> {loopfuse.state = "[0]"}, %g: tensor<3xf32>) -> (tensor<4xf32> {loopfuse.state = "[0]"}) {
+  return %w : tensor<4xf32>
+}
+func.func private @loopfuse_init(%p: tensor<4xf32>) -> (tensor<4xf32>) {
+  return %p : tensor<4xf32>
+}
+
+// -----
+
+// CHECK: invalid-fold-init.mlir:[[# @LINE + 2]]:1: error: pass 'fold-init' failed: @main takes no state, or not first
+// A state argument after a batch argument.
+func.func @main(%g: tensor<4xf32>, %w: tensor<4xf32> {loopfuse.state = "[0]"}) -> (tensor<4xf32> {loopfuse.state = "[0]"}) {
+  return %w : tensor<4xf32>
+}
+func.func private @loopfuse_init(%p: tensor<4xf32>, %g: tensor<4xf32>) -> (tensor<4xf32>) {
+  return %p : tensor<4xf32>
+}

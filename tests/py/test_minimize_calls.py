@@ -142,6 +142,17 @@ def test_ctrl_c_during_the_one_call_raises_and_leaves_the_callers_params(sigint_
     assert_same_solution(loopfuse.minimize(loss, params, data, ADAM, steps=300), reference)
 
 
+@pytest.mark.parametrize("backend", [CompiledLoop(devices=jax.devices()[:1]), CompiledLoop(memory_limit="1GiB")],
+                         ids=["mesh", "memory-limit"])
+def test_a_program_that_cannot_start_from_the_params_runs_its_one_call_on_the_initial_state(backend, calls):
+    """A mesh's program takes the state's shardings and a memory limit's plan is chosen on the state: their one
+    call runs from an initial state made apart (`options.init_refused`), as the calls of 100 steps do."""
+    params, data = mlp(32, 8)
+    s = loopfuse.minimize(loss, params, data, ADAM, steps=300, backend=backend)
+    assert calls == [(300, False)]
+    assert_same_solution(s, loopfuse.minimize(loss, params, data, ADAM, steps=300, backend=CompiledLoop(steps=100)))
+
+
 def test_a_followed_run_of_one_call_stops_in_the_loop(calls):
     """A run of one call that the host follows (a progress bar, checkpoints) stops in its loop: nothing it shows
     or saves is a state the solve does not return."""

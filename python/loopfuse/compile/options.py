@@ -154,15 +154,21 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
 
 
 def _check_init(o: dict, name: Callable[[str], str]) -> None:
-    """`init` (`Step.loop`): a callable, starting a loop of `steps` on one device that cannot stop early,
-    under no memory limit."""
+    """`init` (`Step.loop`): a callable, starting a loop of `steps` that cannot stop early, of a program that
+    can start from one (`init_refused`)."""
     if not callable(o["init"]):
         raise TypeError(f"{name('init')} must be callable, got {o['init']!r}")
-    conflicts = [f"{k}={o[k]!r}" for k in ("devices", "memory_limit", "until") if o[k] is not None]
+    conflicts = init_refused(o) + [f"until={o['until']!r}"] * (o["until"] is not None)
     conflicts += ["stop_on_nonfinite=True"] * o["stop_on_nonfinite"] + ["steps=None"] * (o["steps"] is None)
     if conflicts:
         raise ValueError(f"{name('init')} starts a loop of `steps` on one device that cannot stop early, under no "
                          f"memory limit: not with {', '.join(conflicts)}")
+
+
+def init_refused(values: Mapping[str, Any]) -> list[str]:
+    """The options (`values` by field name) with which a program cannot start from an init, as ``name=value``:
+    a mesh (its arguments' shardings are the state's) and a memory limit (its plans are chosen on the state)."""
+    return [f"{k}={values[k]!r}" for k in ("devices", "memory_limit") if values[k] is not None]
 
 
 def _devices(devices, name: str) -> tuple:

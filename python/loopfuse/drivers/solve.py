@@ -13,6 +13,7 @@ import optax
 
 from .. import validate
 from ..compile import stopping
+from ..compile.options import init_refused
 from ..passes.control_flow import own_control_flow
 from ..state.checkpoint import Checkpoints
 from ..state.data import Dataset
@@ -101,7 +102,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
         plain = runner.unwatched(state, steps, chunk, followed)
         carried_state, checkpoints, back = carried((plain or runner).program(chunk), state, batch, checkpoints)
-        if whole is not None and plain is not None and carried_state is state:   # carried as the init makes it
+        if whole is not None and plain is not None and carried_state is state and plain.can_start():  # as init makes it
             whole.loops, started = (plain, runner), True
             plain.started_program(initial, steps).compiled(params, batch)
         else:
@@ -368,6 +369,10 @@ class _Loop(LoopChunks):
     def on(self, batch) -> "_Loop":
         """This runner on `batch`, of the same signature as its own (what it learned of its step holds)."""
         return _Loop(self.step, self.steps, batch, self.until, self.stop_on_nonfinite, self.known)
+
+    def can_start(self) -> bool:
+        """Whether this loop can start from an init inside its program (`options.init_refused`)."""
+        return not init_refused(vars(self.step.options))
 
     def started_program(self, init: Callable, steps: int) -> Step:
         """The loop of `steps` steps started from ``init(params, batch)`` inside its program (`Step.loop`)."""

@@ -1,28 +1,31 @@
-"""start the program from its initial state computed inside it.
+"""fold-init: start the program from its initial state computed inside it.
 
-Rewrites: a module holding a private ``@loopfuse_init(x..., batch...) -> state`` (the tracer puts it there
-for `Step.loop(..., init=...)`) and an ``@main(state..., batch...)`` whose first arguments are the state's
-(tagged ``loopfuse.state``). ``@main``'s body moves to a private ``@loopfuse_run``, its argument attributes
-dropped (an alias of a state argument to a result means nothing once the state is made inside); ``@main``
-becomes ``@loopfuse_run(@loopfuse_init(x..., batch...), batch...)``: it takes the init's arguments (their
-attributes kept) and returns what ``@main`` returned (their attributes kept). A module without
-``@loopfuse_init`` is left as it is.
+Rewrites: a module holding ``@loopfuse_init(x..., batch...) -> state`` (the tracer puts it there, public so
+that no pass before this one drops it as unused, for `Step.loop(..., init=...)`) and an ``@main(state...,
+batch...)`` whose first arguments are the state's (tensors tagged ``loopfuse.state``). ``@main``'s body
+moves to a private ``@loopfuse_run``, its argument attributes dropped (an alias of a state argument to a
+result means nothing once the state is made inside); ``@loopfuse_init`` becomes private; ``@main`` becomes
+``@loopfuse_run(optimization_barrier(@loopfuse_init(x..., batch...)), batch...)``: it takes the init's
+arguments (their attributes kept) and returns what ``@main`` returned (their attributes kept).
 
-Why it is safe: ``@main`` computes exactly what calling the init program, then the loop on its result,
-computes: the same functions on the same values (XLA inlines the calls). Nothing the caller passes is
-donated: the new ``@main``'s arguments carry no alias, so the caller's `x` stays valid. Refused (a
-`PassError`) where the roles do not line up: the init's results not the state arguments' types in order, the
-batch arguments not the init's last ones, or an argument of ``@main`` that is neither (an effect token, a
-step index, a stopped flag).
+Why it is safe: ``@main`` computes what calling the init's program, then the loop's on its result, computes:
+the same functions on the same values (XLA inlines the calls). The barrier keeps it so: without it XLA sees
+the initial state, and a leaf that the init makes a constant and the loop never changes (a hyperparameter
+kept in an optimizer's state) would be folded into the loop's arithmetic (``w / c`` become ``w * (1 / c)``:
+other last bits than the loop run on a state passed in). Nothing the caller passes is donated: the new
+``@main``'s arguments carry no alias, so the caller's `x` stays valid. Refused (a `PassError`) where the
+roles do not line up: no ``@loopfuse_init``, a state argument that is no tensor (an effect token), a step
+index or a stopped flag, the init's results not the state arguments' types in order, or the batch arguments
+not the init's last ones.
 """
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import func
+from jaxlib.mlir.dialects import func, stablehlo
 
 from .functions import arg_attrs, main_func, module_functions, result_attrs, set_arg_attrs, set_result_attrs
 from .module_pass import ModulePass, PassError
-from .vocabulary import INIT, RUN, STATE
+from .vocabulary import INIT, RUN, STATE, STEP_INDEX, STOPPED
 
 
 @dataclass(frozen=True)
@@ -33,13 +36,12 @@ class FoldInit(ModulePass):
 
     def apply(self, module_op: ir.Operation) -> None:
         init = next((f for f in module_functions(module_op) if f.sym_name.value == INIT), None)
-        if init is None:
-            return
         main = main_func(module_op)
+        if init is None:
+            raise PassError(main, f"the module has no @{INIT} to start from (a pass before fold-init removed it?)")
         args, in_types = arg_attrs(main), list(main.type.inputs)
         n_state = sum(STATE in a for a in args)
-        if n_state == 0 or any(STATE in a for a in args[n_state:]):
-            raise PassError(main, "@main takes no state, or not first")
+        _check_arguments(main, args, in_types, n_state)
         state_types, batch_types = in_types[:n_state], in_types[n_state:]
         init_in, init_out = list(init.type.inputs), list(init.type.results)
         if init_out != state_types:
@@ -48,28 +50,42 @@ class FoldInit(ModulePass):
         if len(init_in) < len(batch_types) or init_in[len(init_in) - len(batch_types):] != batch_types:
             raise PassError(init, f"@{INIT}'s last arguments {_types(init_in)} are not @main's "
                                   f"arguments after the state {_types(batch_types)}")
-        results = result_attrs(main)
-        _move_body(main)
         n_x = len(init_in) - len(batch_types)
+        results, x_attrs = result_attrs(main), arg_attrs(init)[:n_x]
+        _private(main, RUN)
+        _private(init, INIT)
         with ir.InsertionPoint(main.operation), main.location:
             new = func.FuncOp("main", (init_in, list(main.type.results)))
         block = new.add_entry_block()
         with ir.InsertionPoint(block), main.location:
             x = list(block.arguments)
-            state = func.CallOp(init_out, ir.FlatSymbolRefAttr.get(INIT), x).results
+            made = func.CallOp(init_out, ir.FlatSymbolRefAttr.get(INIT), x).results
+            state = stablehlo.OptimizationBarrierOp(list(made)).results
             out = func.CallOp(list(main.type.results), ir.FlatSymbolRefAttr.get(RUN), [*state, *x[n_x:]]).results
             func.ReturnOp(out)
-        set_arg_attrs(new, arg_attrs(init)[:n_x] + args[n_state:])
+        set_arg_attrs(new, x_attrs + args[n_state:])
         set_result_attrs(new, results)
 
 
-def _move_body(main: func.FuncOp) -> None:
-    """Make ``@main`` the private ``@loopfuse_run``, without argument or result attributes."""
-    main.attributes["sym_name"] = ir.StringAttr.get(RUN)
-    main.attributes["sym_visibility"] = ir.StringAttr.get("private")
-    for name in ("arg_attrs", "res_attrs"):
-        if name in main.attributes:
-            del main.attributes[name]
+def _check_arguments(main: func.FuncOp, args: list[dict], in_types: list, n_state: int) -> None:
+    """A PassError unless ``@main`` takes its state tensors first, then the batch only."""
+    if n_state == 0 or any(STATE in a for a in args[n_state:]):
+        raise PassError(main, "@main takes no state, or not first")
+    if not all(isinstance(t, ir.RankedTensorType) for t in in_types[:n_state]):
+        raise PassError(main, "@main's state holds an effect token: a program with ordered effects cannot start "
+                              "from its init")
+    if any(STEP_INDEX in a or STOPPED in a for a in args):
+        raise PassError(main, "@main takes a step index or a stopped flag: only a loop on a fixed batch that cannot "
+                              "stop early starts from its init")
+
+
+def _private(f: func.FuncOp, name: str) -> None:
+    """Make `f` the private `@name`, without argument or result attributes."""
+    f.attributes["sym_name"] = ir.StringAttr.get(name)
+    f.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    for attr in ("arg_attrs", "res_attrs"):
+        if attr in f.attributes:
+            del f.attributes[attr]
 
 
 def _types(types: list) -> str:

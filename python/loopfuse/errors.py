@@ -18,6 +18,11 @@ class AuxPathError(LoopfuseError, ValueError):
     """A `keep_aux` entry names no leaf or subtree of the step's aux."""
 
 
+class InitFoldError(LoopfuseError, ValueError):
+    """A loop cannot start from its init inside its program (`Step.loop`'s ``init``): the step has ordered
+    effects, its state typed PRNG keys, or the init effects of its own."""
+
+
 class MemoryReportError(LoopfuseError, RuntimeError):
     """XLA did not write the buffer assignment or live ranges that `Step.memory_report` reads."""
 

@@ -6,7 +6,7 @@
 func.func @main(%w: tensor<4xf32> {loopfuse.state = "[0]"}, %g: tensor<4xf32>) -> (tensor<4xf32> {loopfuse.state = "[0]"}) {
   return %w : tensor<4xf32>
 }
-func.func private @loopfuse_init(%p: tensor<2xf32>, %g: tensor<4xf32>) -> (tensor<2xf32>) {
+func.func @loopfuse_init(%p: tensor<2xf32>, %g: tensor<4xf32>) -> (tensor<2xf32>) {
   return %p : tensor<2xf32>
 }
 
@@ -17,7 +17,7 @@ func.func private @loopfuse_init(%p: tensor<2xf32>, %g: tensor<4xf32>) -> (tenso
 func.func @main(%w: tensor<4xf32> {loopfuse.state = "[0]"}, %g: tensor<3xf32>) -> (tensor<4xf32> {loopfuse.state = "[0]"}) {
   return %w : tensor<4xf32>
 }
-func.func private @loopfuse_init(%p: tensor<4xf32>) -> (tensor<4xf32>) {
+func.func @loopfuse_init(%p: tensor<4xf32>) -> (tensor<4xf32>) {
   return %p : tensor<4xf32>
 }
 
@@ -28,6 +28,27 @@ func.func private @loopfuse_init(%p: tensor<4xf32>) -> (tensor<4xf32>) {
 func.func @main(%g: tensor<4xf32>, %w: tensor<4xf32> {loopfuse.state = "[0]"}) -> (tensor<4xf32> {loopfuse.state = "[0]"}) {
   return %w : tensor<4xf32>
 }
-func.func private @loopfuse_init(%p: tensor<4xf32>, %g: tensor<4xf32>) -> (tensor<4xf32>) {
+func.func @loopfuse_init(%p: tensor<4xf32>, %g: tensor<4xf32>) -> (tensor<4xf32>) {
   return %p : tensor<4xf32>
+}
+
+// -----
+
+// CHECK: invalid-fold-init.mlir:[[# @LINE + 2]]:1: error: pass 'fold-init' failed: the module has no @loopfuse_init to start from (a pass before fold-init removed it?)
+// No init: a pass before fold-init dropped it (the program would otherwise take the state, donated).
+func.func @main(%w: tensor<4xf32> {loopfuse.state = "[0]", tf.aliasing_output = 0 : i32}) -> (tensor<4xf32> {loopfuse.state = "[0]"}) {
+  return %w : tensor<4xf32>
+}
+
+// -----
+
+// CHECK: invalid-fold-init.mlir:[[# @LINE + 2]]:1: error: pass 'fold-init' failed: @main's state holds an effect token: a program with ordered effects cannot start from its init
+// An effect token carried as state.
+func.func @main(%t: !stablehlo.token {loopfuse.state = "<effect token 0>"}, %w: tensor<4xf32> {loopfuse.state = "[0]"})
+    -> (!stablehlo.token {loopfuse.state = "<effect token 0>"}, tensor<4xf32> {loopfuse.state = "[0]"}) {
+  return %t, %w : !stablehlo.token, tensor<4xf32>
+}
+func.func @loopfuse_init(%p: tensor<4xf32>) -> (!stablehlo.token, tensor<4xf32>) {
+  %t = stablehlo.create_token : !stablehlo.token
+  return %t, %p : !stablehlo.token, tensor<4xf32>
 }

@@ -6,8 +6,11 @@ References: the same solve in calls of 100 steps (the default before, `CompiledL
 bit, and where that one is bitwise a jitted `lax.fori_loop` of the same steps, this one too; the device calls
 each run makes.
 """
+import gc
 import os
 import signal
+import weakref
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -151,6 +154,64 @@ def test_a_program_that_cannot_start_from_the_params_runs_its_one_call_on_the_in
     s = loopfuse.minimize(loss, params, data, ADAM, steps=300, backend=backend)
     assert calls == [(300, False)]
     assert_same_solution(s, loopfuse.minimize(loss, params, data, ADAM, steps=300, backend=CompiledLoop(steps=100)))
+
+
+class _Tempered(NamedTuple):
+    temperature: jax.Array
+
+
+def _tempered(t: float) -> optax.GradientTransformation:
+    """Gradient descent by ``-g / temperature``, the temperature a constant of the optimizer's state."""
+    def update(grads, state, params=None):
+        return jax.tree_util.tree_map(lambda g: -g / state.temperature, grads), state
+    return optax.GradientTransformation(lambda params: _Tempered(jnp.asarray(t, jnp.float32)), update)
+
+
+def test_a_constant_the_init_makes_is_not_folded_into_the_loop(calls):
+    """A state leaf the init makes a constant and the steps never change (a hyperparameter): the one call's loop
+    still divides by it (fold-init's barrier; XLA would multiply by its inverse), bitwise the calls of 20 steps
+    on the state made apart, the first solve and a repeated one."""
+    params, data = mlp(32, 8)
+    opt = _tempered(7.0)
+    chunked = loopfuse.minimize(loss, params, data, opt, steps=40, backend=CompiledLoop(steps=20))
+    calls.clear()
+    for _ in range(2):
+        assert_same_solution(loopfuse.minimize(loss, params, data, opt, steps=40), chunked)
+    assert calls == [(40, False)] * 2
+
+
+def test_what_cannot_start_from_the_params_runs_on_the_initial_state_made_apart(calls):
+    """An optimizer state holding a typed PRNG key, a loss with ordered effects, an init that prints: the
+    solve's one call runs on the initial state made apart (`InitFoldError`, remembered: no second try), its
+    results as the calls of 100 steps'."""
+    params, data = mlp(32, 8)
+
+    class Keyed(NamedTuple):
+        key: jax.Array
+    keyed = optax.chain(optax.adam(1e-3), optax.GradientTransformation(lambda p: Keyed(jax.random.key(0)),
+                                                                      lambda g, s, p=None: (g, s)))
+
+    def ordered(p, d):
+        jax.debug.print("{}", p["w1"][0, 0], ordered=True)
+        return loss(p, d)
+    printing = optax.GradientTransformation(lambda p: jax.debug.print("init") or optax.adam(1e-3).init(p),
+                                            optax.adam(1e-3).update)
+    for fn, opt in ((loss, keyed), (ordered, ADAM), (loss, printing)):
+        calls.clear()
+        s = loopfuse.minimize(fn, params, data, opt, steps=3)
+        assert_same_solution(loopfuse.minimize(fn, params, data, opt, steps=3), s)
+        assert calls == [(3, False)] * 2
+        assert_same_solution(s, loopfuse.minimize(fn, params, data, opt, steps=3, backend=CompiledLoop(steps=1)))
+
+
+def test_a_solve_keeps_no_data_of_its_own(calls):
+    """What a solve keeps for the next one of its signature holds none of its data."""
+    params, data = mlp(32, 8)
+    loopfuse.minimize(loss, params, data, ADAM, steps=30)
+    seen = weakref.ref(data["x"])
+    del data
+    gc.collect()
+    assert seen() is None
 
 
 def test_a_followed_run_of_one_call_stops_in_the_loop(calls):

@@ -290,6 +290,33 @@ def test_a_loop_started_from_its_init_is_the_init_then_the_loop_in_one_call():
         step.loop(5, init=1)
     with pytest.raises(TypeError, match="a loop started from its init takes a fixed batch, not a Dataset"):
         step.loop(5, init=init)(x, loopfuse.Dataset(b, batch_size=2))
+    inlined = loopfuse.compile_step(fn, keep_aux=("loss",), passes="inline,symbol-dce")    # the init, public
+    assert_trees_equal(inlined.loop(5, init=init)(x, b), got)                             # till fold-init, stays
+    assert not any(leaf.is_deleted() for leaf in jax.tree_util.tree_leaves(x))
+
+
+def test_what_a_loop_started_from_its_init_cannot_hold_is_an_init_fold_error():
+    """Ordered effects (their tokens are state the init does not make), typed PRNG keys in the state, an init
+    with effects of its own: each an InitFoldError naming it, raised before anything runs."""
+    def keyed(s, b):
+        w, key = s
+        key, sub = jax.random.split(key)
+        return (w + jax.random.normal(sub, w.shape), key), {"loss": jnp.sum(w)}
+
+    def ordered(s, b):
+        jax.debug.print("w {}", s, ordered=True)
+        return s + b, {"loss": jnp.sum(s)}
+
+    def printing(x, b):
+        jax.debug.print("init {}", x)
+        return x * 1.0
+    x = jnp.ones(2)
+    cases = [(keyed, lambda x, b: (x * 1.0, jax.random.key(0)), "typed PRNG keys"),
+             (ordered, lambda x, b: x * 1.0, "ordered effects"), (ordered, printing, "ordered effects"),
+             (lambda s, b: (s + b, {"loss": jnp.sum(s)}), printing, "an init with effects")]
+    for fn, init, what in cases:
+        with pytest.raises(loopfuse.InitFoldError, match=what):
+            loopfuse.compile_step(fn, keep_aux=("loss",)).loop(2, init=init)(x, 1.0)
 
 
 def test_start_is_reserved_and_cannot_swallow_a_static_argument():

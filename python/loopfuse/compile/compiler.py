@@ -22,11 +22,11 @@ import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from ..errors import StateMismatchError
+from ..errors import InitFoldError, StateMismatchError
 from ..run import runtime
 from ..state import packed
 from ..state.data import Dataset
-from ..state.leaves import aval, keyed_paths
+from ..state.leaves import aval, is_key, keyed_paths
 from . import cache as compile_cache, pipeline, stopping, trace as tracing, xla
 from .executable import Executable
 from .mlir_context import copy_module
@@ -78,6 +78,9 @@ def trace(fn: Callable, options: StepOptions, state, batch, static: dict) -> Pla
         if isinstance(batch, Dataset):
             raise TypeError("a loop started from its init takes a fixed batch, not a Dataset")
         state = jax.eval_shape(options.init, x, batch)
+        if any(map(is_key, jax.tree_util.tree_leaves(state))):
+            raise InitFoldError("a loop started from its init cannot carry typed PRNG keys in its state: make "
+                                "them raw data (jax.random.key_data), or compute the initial state apart")
     packed.check_not_nested(state)
     if options.micro_batches is not None and options.micro_batches > 1:
         _check_slices(batch, options.micro_batches, options.placement)

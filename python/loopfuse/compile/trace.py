@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jaxlib.mlir import ir
 
 from .. import _jax_compat
-from ..errors import StateMismatchError
+from ..errors import InitFoldError, StateMismatchError
 from ..passes.functions import arg_attrs, main_func, module_functions, result_attrs, set_arg_attrs, set_result_attrs
 from ..passes.vocabulary import INIT, PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
 from ..state.leaves import aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, keyed, raw, wrap_keys
@@ -144,11 +144,17 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
 
 
 def with_init(traced: Traced, init: Callable, x, batch) -> Traced:
-    """`traced`, the step of a loop, with its initial state ``init(x, batch)`` as a private ``@loopfuse_init``
-    of its module (fold-init makes it the program's start): a function of the flat `x` then batch leaves (each
-    kept, used or not) returning the flat state leaves (typed keys as raw data), its functions renamed
-    ``loopfuse_init.<name>`` apart from the step's. The step was traced on init's state (`compiler.trace`:
-    its abstract value), so the results line up."""
+    """`traced`, the step of a loop, with its initial state ``init(x, batch)`` as ``@loopfuse_init`` in its
+    module (public until fold-init makes it the program's start, so that no pass drops it as unused): a
+    function of the flat `x` then batch leaves (each kept, used or not) returning the flat state leaves, its
+    functions renamed ``loopfuse_init.<name>`` apart from the step's, their locations kept. The step was traced
+    on init's state (`compiler.trace`: its abstract value), so the results line up. An InitFoldError where the
+    step or the init has what a folded program cannot hold: ordered effects (the step's tokens are state the init
+    does not make), or an init with effects or module-level ops of its own (a host callback and its mesh)."""
+    if traced.effects.ordered:
+        raise InitFoldError("a loop with ordered effects (jax.debug.print(..., ordered=True), an ordered "
+                            "io_callback) cannot start from its init: its effect tokens are state the init does "
+                            "not make")
     x_leaves, x_def = jax.tree_util.tree_flatten_with_path(x)
     batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
     x_keys, batch_keys = key_impls(v for _, v in x_leaves), key_impls(v for _, v in batch_leaves)
@@ -158,10 +164,15 @@ def with_init(traced: Traced, init: Callable, x, batch) -> Traced:
                      jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[len(x_leaves):], batch_keys)))
         return [raw(v) for v in jax.tree_util.tree_leaves(state)]
     specs = [input_spec("x", p, v) for p, v in x_leaves] + [input_spec("batch", p, v) for p, v in batch_leaves]
-    lowered = _jax_compat.lower_pruned(jax.jit(flat, keep_unused=True).trace(*specs)).compiler_ir("stablehlo")
-    assert lowered is not None
+    lowered = _jax_compat.lower_pruned(jax.jit(flat, keep_unused=True).trace(*specs))
+    init_module = lowered.compiler_ir("stablehlo")
+    assert init_module is not None
+    own_ops = list(init_module.body.operations)
+    if _effects(lowered, init_module).any or len(list(module_functions(init_module.operation))) < len(own_ops):
+        raise InitFoldError("an init with effects (a host callback, jax.debug.print) cannot run inside the loop's "
+                            "program: compute the initial state apart and pass it as the state")
     module = copy_module(traced.module)
-    own = parse_module(str(lowered), module.context)
+    own = parse_module(init_module.operation.get_asm(enable_debug_info=True), module.context)
     with module.context:
         functions = list(module_functions(own.operation))
         for f in functions:
@@ -169,7 +180,6 @@ def with_init(traced: Traced, init: Callable, x, batch) -> Traced:
             new = INIT if old == "main" else f"{INIT}.{old}"
             ir.SymbolTable.replace_all_symbol_uses(old, new, own.operation)
             f.attributes["sym_name"] = ir.StringAttr.get(new)
-            f.attributes["sym_visibility"] = ir.StringAttr.get("private")
         for f in functions:
             module.body.append(f.operation)
     return replace(traced, module=module, promoted=())

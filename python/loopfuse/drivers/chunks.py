@@ -127,15 +127,20 @@ def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = N
     `checkpoints` keep the caller's layout (`checkpoint.CarriedAs`); ``back(result)`` gives a `FitResult`
     the caller's layout back."""
     if step is None or step.options.memory_budget is None or isinstance(state, packed.PackedState):
-        return state, checkpoints, lambda result: result
+        return state, checkpoints, same_layout
     stacked = packed.pack(state, layers=True)
     compiled = step.compiled(stacked, batch)
     report = compiled.reports.get("roll-layers", "")
     if not rolled_layers(report) or (update_after_loops(report)
                                       and step.compiled(state, batch).memory.temp < compiled.memory.temp):
-        return state, checkpoints, lambda result: result
+        return state, checkpoints, same_layout
     views = CarriedAs(checkpoints, packed.PackedState.unpack, stacked.layout.pack) if checkpoints else None
     return stacked, views, lambda result: replace(result, state=result.state.unpack())
+
+
+def same_layout(result: FitResult) -> FitResult:
+    """`carried`'s ``back`` of a state carried in the caller's layout: the result as it is."""
+    return result
 
 
 def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool = False,

@@ -14,12 +14,13 @@ import optax
 from .. import validate
 from ..compile import stopping
 from ..compile.options import init_refused
+from ..errors import InitFoldError
 from ..passes.control_flow import own_control_flow
 from ..state.checkpoint import Checkpoints
 from ..state.data import Dataset
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .chunks import (CHUNK, LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, drive, host,
-                     steps_per_call)
+                     same_layout, steps_per_call)
 from .ensemble import wrapper
 from .results import FitResult, Solution
 from .step import Step
@@ -92,7 +93,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     planned = whole.loops if whole is not None else None
     started = planned is not None       # the loop starts from the params (one call, no initial state of ours)
     if planned is not None:             # as the first such solve planned it: nothing to decide
-        plain, runner, chunk, back = planned[0].on(batch), planned[1].on(batch), steps, _same
+        plain, runner, chunk, back = planned[0].on(batch), planned[1].on(batch), steps, same_layout
     else:
         program, state, stop, stop_on_nonfinite = members.wrap(
             program, initial(params, batch), batch, _flag if until is not None else None, stop_on_nonfinite, ("loss",))
@@ -102,10 +103,9 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
         plain = runner.unwatched(state, steps, chunk, followed)
         carried_state, checkpoints, back = carried((plain or runner).program(chunk), state, batch, checkpoints)
-        if whole is not None and plain is not None and carried_state is state and plain.can_start():  # as init makes it
-            whole.loops, started = (plain, runner), True
-            plain.started_program(initial, steps).compiled(params, batch)
-        else:
+        if whole is not None and plain is not None and carried_state is state:   # carried as the init makes it
+            started = whole.start(plain, runner, initial, params, steps)
+        if not started:
             state = carried_state
             (plain or runner).compile(state, chunk_sizes(0, steps, chunk, every))
     compile_seconds = time.perf_counter() - t0
@@ -174,10 +174,27 @@ _cached_program = functools.lru_cache(maxsize=_PROGRAMS)(_build_program)
 @dataclass
 class _Whole:
     """How a solve at one signature runs as one device call from its params, once the first one planned it
-    (`loops`): its loop without a stop (`_Loop.unwatched`), started from the params (`_Loop.started`), and the
-    loop that stops, which runs the solve again from the start where a loss is not finite."""
+    (`loops`, their batch dropped: each solve gives its own): its loop without a stop (`_Loop.unwatched`),
+    started from the params (`_Loop.started`), and the loop that stops, which runs the solve again from the start
+    where a loss is not finite. `refused`: its loop cannot start from the params (`start`)."""
 
     loops: "tuple[_Loop, _Loop] | None" = None
+    refused: bool = False
+
+    def start(self, plain: "_Loop", stopping: "_Loop", init: Callable, params, steps: int) -> bool:
+        """Compile `plain`'s loop of `steps` from ``init(params, batch)`` and keep the plan; False, and never
+        tried again, where it cannot start so (a mesh, a memory limit: `options.init_refused`; ordered effects,
+        typed keys in the state, an init with effects: `InitFoldError`)."""
+        if self.refused or init_refused(vars(plain.step.options)):
+            self.refused = True
+            return False
+        try:
+            plain.started_program(init, steps).compiled(params, plain.batch)
+        except InitFoldError:
+            self.refused = True
+            return False
+        self.loops = plain.on(None), stopping.on(None)
+        return True
 
 
 def _whole(program, members, params, batch, steps: int, stop_on_nonfinite: bool, followed: bool) -> _Whole | None:
@@ -188,11 +205,6 @@ def _whole(program, members, params, batch, steps: int, stop_on_nonfinite: bool,
         return None
     key = ("minimize", members, steps, stop_on_nonfinite, Step._signature(params, batch, {})[0])
     return program.derived(key, _Whole)
-
-
-def _same(result: FitResult) -> FitResult:
-    """The result of a run whose state is the caller's layout."""
-    return result
 
 
 def _objective(loss: Callable, has_data: bool) -> Callable:
@@ -369,10 +381,6 @@ class _Loop(LoopChunks):
     def on(self, batch) -> "_Loop":
         """This runner on `batch`, of the same signature as its own (what it learned of its step holds)."""
         return _Loop(self.step, self.steps, batch, self.until, self.stop_on_nonfinite, self.known)
-
-    def can_start(self) -> bool:
-        """Whether this loop can start from an init inside its program (`options.init_refused`)."""
-        return not init_refused(vars(self.step.options))
 
     def started_program(self, init: Callable, steps: int) -> Step:
         """The loop of `steps` steps started from ``init(params, batch)`` inside its program (`Step.loop`)."""

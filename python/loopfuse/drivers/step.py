@@ -78,7 +78,9 @@ class Step:
         carried strongly typed from the first step (`trace.trace`; README, "Results are jax.jit's").
         init: ``init(x, batch) -> state``: a call takes `x` (never donated) in the state's place and the loop
         starts from ``init(x, batch)``, computed in the same program (one device call where there would be
-        two: `minimize`'s solve in one call); for a loop on one device that cannot stop early, a fixed batch.
+        two: `minimize`'s solve in one call); for a loop on one device that cannot stop early, a fixed batch
+        (a ValueError or TypeError otherwise), without ordered effects, typed PRNG keys in its state or effects
+        in the init (`InitFoldError`).
         """
         if type(steps) is not int or type(stop_on_nonfinite) is not bool:   # checked before a key equal to
             steps = validate.steps(steps)                                    # another's finds it (True == 1)

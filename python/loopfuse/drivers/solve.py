@@ -89,7 +89,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     init, program = _program(loss, data is not None, optimizer, backend, until)
     initial = members.init(init)
     followed = progress or checkpoint_dir is not None      # the host sees each chunk
-    whole = _whole(program, members, params, batch, steps, stop_on_nonfinite, followed)
+    watched = until is not None or not stop_on_nonfinite or followed   # stopped in its loop, or followed
+    whole = _whole(program, members, params, batch, steps, watched)
     planned = whole.loops if whole is not None else None
     started = planned is not None       # the loop starts from the params (one call, no initial state of ours)
     if planned is not None:             # as the first such solve planned it: nothing to decide
@@ -197,14 +198,14 @@ class _Whole:
         return True
 
 
-def _whole(program, members, params, batch, steps: int, stop_on_nonfinite: bool, followed: bool) -> _Whole | None:
-    """Where a solve of these `members` may run as one call started from its params (a compiled loop the host
-    does not follow, on a fixed batch), its `_Whole` for `steps`, `stop_on_nonfinite` and the abstract signature
-    of `params` and `batch` (kept with the Step, empty until the first such solve fills it); else None."""
-    if not isinstance(program, Step) or followed or isinstance(batch, Dataset):
+def _whole(program, members, params, batch, steps: int, watched: bool) -> _Whole | None:
+    """Where a solve of these `members` may run as one call started from its params (a compiled loop on a fixed
+    batch whose only stop is the non-finite one and that the host does not follow: `watched` is false, see
+    `_Loop.unwatched`), its `_Whole` for `steps` and the abstract signature of `params` and `batch` (kept with
+    the Step, empty until the first such solve fills it); else None."""
+    if not isinstance(program, Step) or watched or isinstance(batch, Dataset):
         return None
-    key = ("minimize", members, steps, stop_on_nonfinite, Step._signature(params, batch, {})[0])
-    return program.derived(key, _Whole)
+    return program.derived(("minimize", members, steps, Step._signature(params, batch, {})[0]), _Whole)
 
 
 def _objective(loss: Callable, has_data: bool) -> Callable:

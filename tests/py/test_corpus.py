@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 import loopfuse
-from corpus import PROGRAMS, REGION_ANALYSIS_UNSAFE, region_analysis_triggers
+from corpus import PROGRAMS, REGION_ANALYSIS_UNSAFE, marked, region_analysis_triggers
 from problems import assert_trees_equal, fresh, stack_trees
 
 OPTION = "xla_cpu_copy_insertion_use_region_analysis"
@@ -52,6 +52,18 @@ def test_loop_equals_its_reference(program):
     p, _ = program
     expected = {"steps": _steps, "scan": _scan}[p.loop_reference](p.fn, fresh(p.state), p.batch)
     assert_trees_equal(loopfuse.compile_step(p.fn).loop(K)(fresh(p.state), p.batch), expected)
+
+
+@pytest.mark.parametrize("program", marked(), indirect=True)      # the corpus' other programs: -m slow
+def test_loop_started_from_its_init_equals_its_reference(program):
+    """The same loop started from an init inside its program (fold-init): the init copies the state it is given,
+    the loop's program takes that state (never donated) and computes what loop(K) does on it."""
+    p, _ = program
+    expected = {"steps": _steps, "scan": _scan}[p.loop_reference](p.fn, fresh(p.state), p.batch)
+    given = fresh(p.state)
+    started = loopfuse.compile_step(p.fn).loop(K, init=lambda x, b: jax.tree_util.tree_map(jnp.copy, x))
+    assert_trees_equal(started(given, p.batch), expected)
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(given))
 
 
 @pytest.mark.parametrize("program", REGION_ANALYSIS_UNSAFE, indirect=True)

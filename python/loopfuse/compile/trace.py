@@ -15,7 +15,7 @@ first; they are tagged as state (``loopfuse.state = "<effect token N>"``, no
 callbacks the module calls travel with the trace: the executable must be compiled with them.
 A step traced with a stop function (see `stopping`) returns its flag last, tagged ``loopfuse.stop``.
 The step of a loop started from its init (`Step.loop`'s ``init``) is traced on the init's state, and its
-module also holds the init as a private ``@loopfuse_init`` (`with_init`), which fold-init makes its start.
+module also holds the init as ``@loopfuse_init`` (`with_init`), which fold-init makes its start.
 """
 from dataclasses import replace
 from typing import Any, Callable
@@ -167,8 +167,8 @@ def with_init(traced: Traced, init: Callable, x, batch) -> Traced:
     lowered = _jax_compat.lower_pruned(jax.jit(flat, keep_unused=True).trace(*specs))
     init_module = lowered.compiler_ir("stablehlo")
     assert init_module is not None
-    own_ops = list(init_module.body.operations)
-    if _effects(lowered, init_module).any or len(list(module_functions(init_module.operation))) < len(own_ops):
+    own_ops = len(list(init_module.body.operations))
+    if _effects(lowered, init_module).any or len(list(module_functions(init_module.operation))) < own_ops:
         raise InitFoldError("an init with effects (a host callback, jax.debug.print) cannot run inside the loop's "
                             "program: compute the initial state apart and pass it as the state")
     module = copy_module(traced.module)

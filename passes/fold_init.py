@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from .functions import arg_attrs, main_func, module_functions, result_attrs, set_arg_attrs, set_result_attrs
+from .functions import (arg_attrs, main_func, make_private, module_functions, result_attrs, set_arg_attrs,
+                        set_result_attrs)
 from .module_pass import ModulePass, PassError
 from .vocabulary import INIT, RUN, STATE, STEP_INDEX, STOPPED
 
@@ -52,8 +53,8 @@ class FoldInit(ModulePass):
                                   f"arguments after the state {_types(batch_types)}")
         n_x = len(init_in) - len(batch_types)
         results, x_attrs = result_attrs(main), arg_attrs(init)[:n_x]
-        _private(main, RUN)
-        _private(init, INIT)
+        make_private(main, RUN)
+        make_private(init, INIT)
         with ir.InsertionPoint(main.operation), main.location:
             new = func.FuncOp("main", (init_in, list(main.type.results)))
         block = new.add_entry_block()
@@ -77,15 +78,6 @@ def _check_arguments(main: func.FuncOp, args: list[dict], in_types: list, n_stat
     if any(STEP_INDEX in a or STOPPED in a for a in args):
         raise PassError(main, "@main takes a step index or a stopped flag: only a loop on a fixed batch that cannot "
                               "stop early starts from its init")
-
-
-def _private(f: func.FuncOp, name: str) -> None:
-    """Make `f` the private `@name`, without argument or result attributes."""
-    f.attributes["sym_name"] = ir.StringAttr.get(name)
-    f.attributes["sym_visibility"] = ir.StringAttr.get("private")
-    for attr in ("arg_attrs", "res_attrs"):
-        if attr in f.attributes:
-            del f.attributes[attr]
 
 
 def _types(types: list) -> str:

@@ -95,6 +95,15 @@ def retype(f: func.FuncOp) -> None:
         [a.type for a in entry.arguments], [v.type for v in last_op(entry).operands]))
 
 
+def make_private(f: func.FuncOp, name: str) -> None:
+    """Make `f` the private function `@name`, without argument or result attributes (a callee's)."""
+    f.attributes["sym_name"] = ir.StringAttr.get(name)
+    f.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    for attr in ("arg_attrs", "res_attrs"):
+        if attr in f.attributes:
+            del f.attributes[attr]
+
+
 def string_attr(d: dict, name: str) -> str | None:
     """The value of a string attribute in an attr dict, or None."""
     a = d.get(name)

@@ -29,7 +29,7 @@ TOKEN_PATH = "<effect token {}>"    # the STATE of the N-th ordered-effect token
 
 # ---- functions ----------------------------------------------------------------------------------
 BODY = "loopfuse_step"              # the private function wrap-loop moves the step into; its loop calls it
-INIT = "loopfuse_init"              # private, put there by the tracer: the initial state from a loop's input (fold-init)
+INIT = "loopfuse_init"              # the tracer's, public until fold-init makes it private: a loop's initial state
 RUN = "loopfuse_run"                # the private function fold-init moves @main into; @main calls it on @loopfuse_init's result
 
 # ---- attributes on the module -------------------------------------------------------------------

@@ -43,7 +43,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from . import rewriter as rw
-from .functions import (arg_attrs, function, main_func, result_attrs, retype, set_result_attrs,
+from .functions import (arg_attrs, function, main_func, make_private, result_attrs, retype, set_result_attrs,
                         string_attr)
 from .module_pass import ModulePass, PassError, option
 from .vocabulary import BODY, RESULT, SDY_SHARDING, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
@@ -365,9 +365,5 @@ def _prepend_unsharded_dim(sharding: ir.Attribute) -> ir.Attribute:
 def _clone_as_body(f: func.FuncOp) -> None:
     with ir.InsertionPoint(f.operation):
         body = f.operation.clone().opview
-    body.attributes["sym_name"] = ir.StringAttr.get(BODY)
-    body.attributes["sym_visibility"] = ir.StringAttr.get("private")
-    for name in ("arg_attrs", "res_attrs"):
-        if name in body.attributes:
-            del body.attributes[name]
+    make_private(body, BODY)
 

@@ -1,6 +1,8 @@
 """SIGINT held while a driver binds a result that a donation made the only copy of the state (`SigintHold`)."""
 import _signal    # `signal`'s own functions, without its enum conversions (7 us of every run, a handler set and reset)
+import os
 import signal
+import sys
 import threading
 
 
@@ -9,19 +11,29 @@ class SigintHold:
     driver enters one per chunk: a plain context manager, as cheap as two attribute writes).
 
     Installed for the whole run (in the main thread, which alone receives signals, and only over a
-    Python-level handler): a signal outside a block goes straight to the handler that was installed.
+    Python-level handler): a signal outside a block goes straight to the handler that was installed. Where
+    CPython drops what that handler raises (a KeyboardInterrupt raised inside a gc callback, as jax's, or a
+    finalizer: it goes to `sys.unraisablehook`), the signal is sent again, to land once that code returns.
     """
 
     def __init__(self):
-        self.holding, self.pending, self.previous = False, False, None
+        self.holding, self.pending, self.previous, self.unraisable = False, False, None, None
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread() and _signal.getsignal(signal.SIGINT) is not None:
             self.previous = _signal.signal(signal.SIGINT, self._handle)
+            self.unraisable, sys.unraisablehook = sys.unraisablehook, self._dropped
 
     def restore(self) -> None:
         if self.previous is not None:
             _signal.signal(signal.SIGINT, self.previous)
+            sys.unraisablehook = self.unraisable
+
+    def _dropped(self, info) -> None:
+        if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+            threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGINT)).start()
+        else:
+            self.unraisable(info)
 
     def _handle(self, signum, frame):
         if self.holding:

@@ -192,7 +192,7 @@ def same(a, b) -> bool:
 def order_cost(n):
     """Median (wall s, CPU s) of one epoch's order of `n` examples as a shuffled Dataset computes it
     (`loopfuse.state.data._order`, placed on the default device; epochs 1-3, after epoch 0)."""
-    key, sharding = jax.random.key(0), jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    key, sharding = jax.random.key(0), jax.sharding.make_single_device_sharding(jax.devices()[0])
     return medians(lambda e: _order(key, e, n, sharding))
 
 

@@ -10,6 +10,7 @@ its self-test, loopfuse warns once and takes the public route instead:
   jaxlib._jax.pjit (C++ dispatch of a step call)       loopfuse's Python call path
   jax's jaxpr dead-code elimination (`lower_pruned`)   the step lowered as traced (XLA may compile
                                                        a loop of it to other last bits than jax.jit)
+  jax._src.config.trace_context (`trace_context`)      the public jax.config values that change tracing
 
 The pass library, which imports MLIR bindings only, keeps its own in ``passes/_mlir_compat.py``.
 ``LOOPFUSE_JAX_COMPAT=fallback`` forces the public routes (the tests run both). Public APIs are
@@ -28,7 +29,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -43,15 +44,20 @@ func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
   %1 = chlo.erf %0 : tensor<2xf32> -> tensor<2xf32>
   return %1 : tensor<2xf32>
 }"""
+# the public jax.config values that change what a function traces to (`trace_context`'s fallback)
+_TRACE_CONFIG = ("jax_enable_x64", "jax_numpy_dtype_promotion", "jax_numpy_rank_promotion",
+                 "jax_default_matmul_precision", "jax_softmax_custom_jvp", "jax_threefry_partitionable",
+                 "jax_random_seed_offset", "jax_debug_key_reuse")
 
 
 def status() -> dict:
     """Which route each feature takes: {"result_handler": "private" | "fallback", "dialects": ...,
-    "dispatch": ..., "dce": ...}."""
+    "dispatch": ..., "dce": ..., "trace_context": ...}."""
     return {"result_handler": "private" if _array_result_handler() else "fallback",
             "dialects": "private" if _register_jax_dialects() else "fallback",
             "dispatch": "private" if _cpp_dispatch() else "fallback",
-            "dce": "private" if _prune() else "fallback"}
+            "dce": "private" if _prune() else "fallback",
+            "trace_context": "private" if _trace_context() else "fallback"}
 
 
 def result_handler(aval: jax.core.ShapedArray, sharding) -> Callable:
@@ -117,6 +123,16 @@ def lower_pruned(traced: jax.stages.Traced) -> jax.stages.Lowered:
     return traced.lower() if prune is None else prune(traced).lower()
 
 
+def trace_context() -> Hashable:
+    """This thread's jax configuration that tracing reads (x64, dtype and rank promotion, matmul precision, ...,
+    set globally or by a context manager): what jax.jit keys its caches on besides the arguments."""
+    context = _trace_context()
+    if context is None:
+        import jax
+        return tuple(getattr(jax.config, name, None) for name in _TRACE_CONFIG)
+    return context()
+
+
 def dispatch_flatten(tree) -> tuple[list, Any]:
     """(leaves, treedef) of `tree` as the C++ dispatcher flattens it (typed PRNG keys as their raw data)."""
     return _cpp_dispatch()[2].flatten(tree, None)
@@ -156,7 +172,7 @@ def _load_array_result_handler():
 
 def _test_array_result_handler(make) -> None:
     import jax
-    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    sharding = jax.sharding.make_single_device_sharding(jax.devices()[0])
     data = np.arange(2, dtype=np.float32)
     out = make(jax.core.ShapedArray((2,), np.float32), sharding)([jax.device_put(data, sharding)])
     if not (isinstance(out, jax.Array) and out.sharding == sharding and np.array_equal(out, data)):
@@ -219,7 +235,7 @@ def _test_cpp_dispatch(api) -> None:
     device = jax.devices()[0]
     executable = jeb.get_backend(device.platform).compile_and_load(
         _DONATING_MODULE, [device], jeb.get_compile_options(num_replicas=1, num_partitions=1))
-    sharding = jax.sharding.SingleDeviceSharding(device)
+    sharding = jax.sharding.make_single_device_sharding(device)
     misses = []
 
     def cache_miss(x, b):
@@ -230,9 +246,9 @@ def _test_cpp_dispatch(api) -> None:
                                  [True], [True, True], [None, None]), False
 
     call = pjit("loopfuse_self_test", None, cache_miss, [], [], (), registry, _put, cache_type(capacity=4))
-    call(jax.device_put(np.zeros(2, np.float32), sharding), 1.0)
+    call(jax.device_put(np.zeros(2, np.float32), sharding), np.float32(1))   # typed: a Python float is f64 under x64
     x = jax.device_put(np.arange(2, dtype=np.float32), sharding)
-    out = call(x, 2.0)
+    out = call(x, np.float32(2))
     if not (misses == [1.0] and x.is_deleted() and list(out) == ["y"] and out["y"].sharding == sharding
             and np.array_equal(out["y"], [2.0, 3.0])):
         raise AssertionError(f"misses {misses}, donated input deleted: {x.is_deleted()}, output {out!r}")
@@ -287,6 +303,33 @@ def _test_prune(prune) -> None:
 @functools.cache
 def _prune():
     return _detect("jax's jaxpr dead-code elimination", _load_prune, _test_prune)
+
+
+def _load_trace_context():
+    from jax._src import config
+    return config.trace_context
+
+
+def _test_trace_context(context) -> None:
+    """The context is hashable, the same again once a change is undone, and tells x64 on from off and strict
+    dtype promotion from standard (thread-local context managers: nothing outside this test sees them)."""
+    import jax
+    before = context()
+    with jax.enable_x64(True):
+        x64 = context()
+    with jax.enable_x64(False):
+        x32 = context()
+    with jax.numpy_dtype_promotion("strict"):
+        strict = context()
+    with jax.numpy_dtype_promotion("standard"):
+        standard = context()
+    if not (before == context() and hash(before) == hash(context()) and x64 != x32 and strict != standard):
+        raise AssertionError(f"trace contexts {before!r}; x64 {x64!r} vs {x32!r}; strict {strict!r} vs {standard!r}")
+
+
+@functools.cache
+def _trace_context():
+    return _detect("jax._src.config.trace_context", _load_trace_context, _test_trace_context)
 
 
 # ---- effects: private only (a step with effects is refused when they are gone) ---------------

@@ -1,5 +1,6 @@
 """_jax_compat: the private jax/jaxlib APIs pass their self-test on the installed jax, and the
 public fallbacks (forced, or taken when a self-test fails) give the same results."""
+import os
 import warnings
 
 import jax
@@ -13,8 +14,8 @@ from problems import assert_trees_equal
 
 
 CACHES = [_jax_compat._array_result_handler, _jax_compat._register_jax_dialects, _jax_compat._cpp_dispatch,
-          _jax_compat._prune]
-ROUTES = ("result_handler", "dialects", "dispatch", "dce")
+          _jax_compat._prune, _jax_compat._trace_context]
+ROUTES = ("result_handler", "dialects", "dispatch", "dce", "trace_context")
 
 
 @pytest.fixture
@@ -49,6 +50,41 @@ def test_private_apis_pass_their_self_test_on_the_installed_jax(fresh_detection)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert _jax_compat.status() == dict.fromkeys(ROUTES, "private")
+
+
+def test_private_apis_pass_their_self_test_with_x64_on(fresh_detection):
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert _jax_compat.status() == dict.fromkeys(ROUTES, "private")
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
+
+def test_a_first_step_call_warns_nothing_from_loopfuse(fresh_detection):
+    """Nor a deprecation (jax 0.12 deprecates jax.sharding.SingleDeviceSharding): the self-tests, a step
+    on a Dataset, a checkpoint's restore target of a host leaf."""
+    from loopfuse.state.checkpoint import Checkpoints
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _run_loop()
+        loopfuse.compile_step(lambda total, b: (total + b.sum(), {}))(
+            jnp.float32(0), loopfuse.Dataset(np.ones(8, np.float32), batch_size=2))
+        Checkpoints._abstract(np.float32(0))
+    package = os.path.dirname(loopfuse.__file__)
+    assert [str(w.message) for w in caught if w.filename.startswith(package)] == []
+
+
+def test_the_fallback_trace_context_follows_x64_and_dtype_promotion(monkeypatch):
+    monkeypatch.setattr(_jax_compat, "_trace_context", lambda: None)
+    before = _jax_compat.trace_context()
+    with jax.enable_x64(not jax.config.jax_enable_x64):
+        assert _jax_compat.trace_context() != before
+    with jax.numpy_dtype_promotion("strict"):
+        assert _jax_compat.trace_context() != before
+    assert _jax_compat.trace_context() == before
 
 
 def test_forced_fallback_gives_the_same_results(fresh_detection, monkeypatch):

@@ -83,7 +83,7 @@ def test_fit_places_numpy_arrays_once_and_orders_each_epoch_once(monkeypatch, ch
 
 def test_unshuffled_numpy_dataset_is_placed_once():
     ds = Dataset(arrays(), batch_size=BS)
-    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    sharding = jax.sharding.make_single_device_sharding(jax.devices()[0])
     first, later = ds.served(0, 4, sharding), ds.served(9, 4, sharding)
     assert all(a is b and isinstance(a, jax.Array) for a, b in
                zip(jax.tree_util.tree_leaves(first.arrays), jax.tree_util.tree_leaves(later.arrays)))

@@ -49,7 +49,7 @@ class Executable:
             shapes = [tuple(ir.RankedTensorType(t).shape) for _, t in tagged]
             n_args = len(main.type.inputs) - len(traced.effects.ordered)
         if traced.arg_shardings is None:
-            single = jax.sharding.SingleDeviceSharding(device)
+            single = jax.sharding.make_single_device_sharding(device)
             arg_targets, out_shardings = [single] * n_args, [single] * len(results)
         else:
             n_state = len(traced.state_paths)

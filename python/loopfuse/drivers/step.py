@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import jax
 
-from .. import validate
+from .. import _jax_compat, validate
 from ..compile import compiler, stopping
 from ..compile.executable import Executable
 from ..compile.options import StepOptions, given, takes_keywords
@@ -101,7 +101,8 @@ class Step:
     # ---- compiling -------------------------------------------------------------------------
     @staticmethod
     def _signature(state, batch, static):
-        """(cache key, flat leaves): tree structures, leaf abstract values, static kwargs."""
+        """(cache key, flat leaves): tree structures, leaf abstract values, static kwargs, and jax's trace
+        context (x64, dtype promotion, ...: a change traces anew, as jax.jit does)."""
         s_leaves, s_def = jax.tree_util.tree_flatten(state)
         b_leaves, b_def = jax.tree_util.tree_flatten(batch)
         leaves = s_leaves + b_leaves
@@ -110,7 +111,7 @@ class Step:
             hash(static_key)
         except TypeError as e:
             raise TypeError(f"static keyword arguments must be hashable: {e}") from None
-        return (s_def, b_def, tuple(map(aval, leaves)), static_key), leaves
+        return (s_def, b_def, tuple(map(aval, leaves)), static_key, _jax_compat.trace_context()), leaves
 
     def compiled(self, state, batch, *, start: int = 0, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached); `start` as in `__call__`."""
@@ -194,7 +195,7 @@ class Step:
         batch.validate()
         placement = self.options.placement
         sharding = (placement.replicated if placement else
-                    jax.sharding.SingleDeviceSharding(self.options.program_devices[0]))
+                    jax.sharding.make_single_device_sharding(self.options.program_devices[0]))
         return batch.served(start, self.options.steps or 1, sharding)
 
     # ---- running ---------------------------------------------------------------------------
@@ -321,8 +322,9 @@ def _raise_donated(state, batch) -> None:
 
 def _promoted(key, leaves: tuple):
     """The signature `key` with the state `leaves` strongly typed (the state the loop returns)."""
-    s_def, b_def, avals, static_key = key
-    return s_def, b_def, tuple(a.update(weak_type=False) if i in leaves else a for i, a in enumerate(avals)), static_key
+    s_def, b_def, avals, static_key, context = key
+    return (s_def, b_def, tuple(a.update(weak_type=False) if i in leaves else a for i, a in enumerate(avals)),
+            static_key, context)
 
 
 @takes_keywords

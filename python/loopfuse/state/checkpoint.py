@@ -121,7 +121,8 @@ class Checkpoints:
     def _abstract(x):
         """Where and how to restore a leaf like `x`: its shape, dtype and sharding (typed keys as key data)."""
         x = raw(x)
-        sharding = x.sharding if isinstance(x, jax.Array) else jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        sharding = (x.sharding if isinstance(x, jax.Array) else
+                    jax.sharding.make_single_device_sharding(jax.devices()[0]))
         return jax.ShapeDtypeStruct(np.shape(x), dtype(x), sharding=sharding)
 
     def save(self, steps: int, state, history: Any, stopped: str | None = None, wait: bool = False) -> None:

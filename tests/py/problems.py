@@ -20,6 +20,9 @@ from loopfuse import MemoryStats
 
 # jaxlib 0.11+ ships an XLA that compiles some steps inside a loop to other last bits than 0.10's
 NEWER_XLA = tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 11)
+# jaxlib 0.12.1's XLA:CPU compiles a while loop whose iteration reads and writes under 1 KiB as one kernel
+# (SmallWhileLoopHoistingPass), summing reductions otherwise than the kernels of a lone step or of a larger loop
+SMALL_LOOP_KERNELS = tuple(map(int, jax.__version__.split(".")[:3])) >= (0, 12, 1)
 
 class Layer(NamedTuple):
     w: jax.Array

@@ -183,6 +183,19 @@ def test_non_scalar_loss_is_a_clear_error(backend):
         minimize(per_example, _lsq_params(), lsq_data(), optax.sgd(0.1), steps=2, backend=backend)
 
 
+@pytest.mark.parametrize("backend", [GradOnly(Forward()), GradOnly(), CompiledLoop(Reverse())],
+                         ids=["grad-only-fwd", "grad-only", "loop"])
+def test_a_loss_returning_aux_is_a_clear_error(backend):
+    """A loss returning (value, aux), as for jax.value_and_grad(has_aux=True), is named (it was a
+    TracerArrayConversionError from inside the scalar check); the caller's params are kept."""
+    with_aux = lambda p, batch: (lsq_loss(p, batch), {"w": p["w"]})
+    params = _lsq_params()
+    with pytest.raises(TypeError, match=r"^the loss returned a tuple, not a real scalar.*drop its aux: "
+                                        r"minimize\(lambda params, \*args: loss\(params, \*args\)\[0\]"):
+        minimize(with_aux, params, lsq_data(), optax.sgd(0.1), steps=2, backend=backend)
+    assert not params["w"].is_deleted()
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(steps=0), ValueError, "steps must be a positive int, got 0"),
     (dict(steps=2.5), TypeError, "steps must be a positive int, got float 2.5"),

@@ -16,7 +16,7 @@ import pytest
 import loopfuse
 from loopfuse import CompiledLoop, CompiledStep, Dataset, Ensemble, GradOnly, per_member
 from loopfuse.errors import StateMismatchError
-from problems import NEWER_XLA, assert_trees_equal, policy_work, vmapped_in_tiles
+from problems import NEWER_XLA, SMALL_LOOP_KERNELS, assert_trees_equal, policy_work, vmapped_in_tiles
 
 CODES = {0: "max_steps", 1: "converged", 2: "non_finite"}
 
@@ -73,7 +73,7 @@ def vmapped_solve(loss, params, data, opt, steps, until=None, nonfinite=True, ow
 
 def assert_solution_is(s, reference, history_bitwise=True):
     """`s` (an ensemble Solution) bitwise the reference's params, steps, retcode and history (up to the
-    longest member's steps; NaN after; with `history_bitwise` false, within 1e-5 relative or 1e-6)."""
+    longest member's steps; NaN after; with `history_bitwise` false, each member's within 1e-6 of its largest)."""
     params, history, steps, retcode = reference
     assert_trees_equal(s.params, params)
     np.testing.assert_array_equal(s.steps, steps)
@@ -82,7 +82,10 @@ def assert_solution_is(s, reference, history_bitwise=True):
     if history_bitwise:
         assert_trees_equal(s.loss_history, history[:, :steps.max()])
     else:
-        np.testing.assert_allclose(s.loss_history, history[:, :steps.max()], rtol=1e-5, atol=1e-6)
+        got, want = np.asarray(s.loss_history), np.asarray(history[:, :steps.max()])
+        largest = np.nanmax(np.abs(want), axis=1, keepdims=True)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        assert (np.nan_to_num(np.abs(got - want)) <= 1e-6 * largest).all()
     assert np.isnan(history[:, steps.max():]).all()
 
 
@@ -100,7 +103,8 @@ def test_each_member_is_bitwise_the_vmapped_solve(problem, tile):
     s = loopfuse.minimize(quadratic, x0, per_member(h), optax.sgd(1.0), STEPS, until=below(1e-6),
                           ensemble=Ensemble(tile=tile), backend=CompiledLoop(steps=64))
     reference = vmapped_solve(quadratic, x0, h, optax.sgd(1.0), STEPS, until=below(1e-6), own=True, batch=tile)
-    assert_solution_is(s, reference)
+    # jaxlib 0.12.1 runs both 16-member loops as one kernel each, which record some losses 1 ulp apart
+    assert_solution_is(s, reference, history_bitwise=not (SMALL_LOOP_KERNELS and tile == 16))
     assert set(s.retcode) == {"converged", "non_finite", "max_steps"}     # each member stopped on its own
     assert len(set(s.steps.tolist())) > 8
     assert s.best == int(np.nanargmin([np.nan if not np.isfinite(h[n - 1]) else h[n - 1]
@@ -256,6 +260,23 @@ def test_bad_ensemble_arguments():
         loopfuse.minimize(quadratic, jnp.zeros((4, 2)), jnp.ones(2), steps=2, ensemble=4)
     with pytest.raises(ValueError, match=r"Ensemble\(tile=...\) must be a positive int, got 0"):
         Ensemble(tile=0)
+
+
+def test_a_solution_continues_only_as_the_kind_of_solve_that_made_it():
+    """An ensemble's Solution without ensemble=True would fit one problem of params [N, ...], a single solve's
+    with ensemble=True its vector as N scalar members: each a TypeError saying how to mean it (sol.params)."""
+    x0, h = quadratics(n=4, d=2)
+    opt = optax.sgd(0.1)
+    ensemble = loopfuse.minimize(quadratic, x0, h[0], opt, steps=2, ensemble=True)
+    with pytest.raises(TypeError, match=r"^params is the Solution of a 4-member ensemble, but ensemble=False solves "
+                                        r"one problem: pass ensemble=True .* or pass sol.params explicitly"):
+        loopfuse.minimize(quadratic, ensemble, h[0], opt, steps=2)
+    single = loopfuse.minimize(quadratic, x0[0], h[0], opt, steps=2)
+    with pytest.raises(TypeError, match=r"^params is the Solution of a single solve, but ensemble=True solves N "
+                                        r"problems .* leave ensemble out to continue it, or pass sol.params"):
+        loopfuse.minimize(quadratic, single, h[0], opt, steps=2, ensemble=True)
+    assert loopfuse.minimize(quadratic, ensemble, h[0], opt, steps=2, ensemble=True).params.shape == (4, 2)
+    assert loopfuse.minimize(quadratic, single, h[0], opt, steps=2).params.shape == (2,)
 
 
 def test_a_bad_until_is_a_type_error_and_the_params_are_kept():

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -66,6 +67,26 @@ def test_other_objects_are_other_programs(compiles):
     counts = dict(compiles)
     loopfuse.minimize(mlp_loss, mlp_params(), batch(), optax.adam(1e-2), steps=4, backend=CompiledStep())
     assert compiles["loopfuse"] == counts["loopfuse"] + 1
+
+
+def test_equal_tolerances_are_one_program(compiles):
+    """`until=loopfuse.gtol(...)` written inline, a new object per solve, compiles once: predicates of equal
+    tolerances are equal (each was a new closure, another program). It stops where its formula written by
+    hand does, bitwise."""
+    opt = optax.adam(1e-2)
+    solve = lambda until, seed: loopfuse.minimize(mlp_loss, mlp_params(seed=seed), batch(seed=seed), opt, steps=60,
+                                                  until=until)
+
+    def by_hand(params, loss, *, grad):
+        return jnp.max(jnp.stack([jnp.max(jnp.abs(g)) for g in jax.tree.leaves(grad)])) <= 0.05
+    reference, first = solve(by_hand, 1), solve(loopfuse.gtol(0.05), 1)
+    solve(loopfuse.ftol(rtol=1e-3), 1)
+    counts = dict(compiles)
+    solve(loopfuse.gtol(0.05), 2), solve(loopfuse.ftol(rtol=1e-3), 2)
+    assert compiles == counts
+    assert (first.retcode, first.steps) == (reference.retcode, reference.steps) == ("converged", 30)
+    assert_trees_equal((first.params, first.loss_history), (reference.params, reference.loss_history))
+    assert loopfuse.gtol(0.05) != loopfuse.gtol(0.01) and loopfuse.ftol(1e-3) != loopfuse.ftol(atol=1e-3)
 
 
 def test_a_dataset_solve_repeats_without_compiling(compiles):

@@ -169,6 +169,8 @@ def test_state_structure_change_names_the_leaf():
         return {"w": p["w"].reshape(1, 2)}, 0.0
     with pytest.raises(StateMismatchError, match=r"state leaf \['w'\] enters the step as float32\[2\] but leaves it as float32\[1, 2\]"):
         loopfuse.compile_step(reshapes)({"w": jnp.ones(2)}, 0.0)
+    with pytest.raises(StateMismatchError, match=r"^the state enters the step as float32\[2\] but leaves it as"):
+        loopfuse.compile_step(lambda p, b: (p.reshape(1, 2), 0.0))(jnp.ones(2), 0.0)     # a bare array as the state
 
     with pytest.raises(StateMismatchError, match=r"must return \(new_state, aux\)"):
         loopfuse.compile_step(lambda p, b: p)({"w": jnp.ones(2)}, 0.0)
@@ -233,6 +235,8 @@ def test_non_array_leaf_is_named():
         step({"w": jnp.ones(2), "name": "abc"}, None)
     with pytest.raises(StateMismatchError, match=r"batch leaf \['x'\] is object"):
         step({"w": jnp.ones(2)}, {"x": object()})
+    with pytest.raises(StateMismatchError, match=r"^the batch is object"):      # the batch is that one leaf
+        step({"w": jnp.ones(2)}, object())
 
 
 def test_float64_host_state_is_canonicalized_and_shares_the_cache():

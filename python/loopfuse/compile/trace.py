@@ -163,7 +163,7 @@ def with_init(traced: Traced, init: Callable, x, batch) -> Traced:
         state = init(jax.tree_util.tree_unflatten(x_def, wrap_keys(args[:len(x_leaves)], x_keys)),
                      jax.tree_util.tree_unflatten(batch_def, wrap_keys(args[len(x_leaves):], batch_keys)))
         return [raw(v) for v in jax.tree_util.tree_leaves(state)]
-    specs = [input_spec("x", p, v) for p, v in x_leaves] + [input_spec("batch", p, v) for p, v in batch_leaves]
+    specs = [input_spec("init's x", p, v) for p, v in x_leaves] + [input_spec("batch", p, v) for p, v in batch_leaves]
     lowered = _jax_compat.lower_pruned(jax.jit(flat, keep_unused=True).trace(*specs))
     init_module = lowered.compiler_ir("stablehlo")
     assert init_module is not None

@@ -32,6 +32,11 @@ def _scalar_loss(loss: Callable) -> Callable:
     """`loss`, raising a clear error (while tracing) unless it returns a real scalar."""
     def checked(params, *args):
         value = loss(params, *args)
+        if not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value)):
+            raise TypeError(
+                f"the loss returned a {type(value).__name__}, not a real scalar: minimize differentiates one "
+                "number; a loss that returns (value, aux) (as for jax.value_and_grad(has_aux=True)) can drop its "
+                "aux: minimize(lambda params, *args: loss(params, *args)[0], ...)")
         shape, dtype = jnp.shape(value), jnp.result_type(value)
         if shape != () or not jnp.issubdtype(dtype, jnp.floating):
             raise ValueError(

@@ -63,7 +63,7 @@ from ..compile.options import StepOptions
 from ..errors import StateMismatchError
 from ..run.sharding import AXIS, Placement
 from ..state.data import Dataset
-from ..state.leaves import aux_kept, dotted_paths, keyed
+from ..state.leaves import aux_kept, dotted_paths, leaf_name
 from ..state.packed import PackedState
 from . import tiles
 from .results import FitResult
@@ -288,7 +288,7 @@ def size(tree, what: str) -> int:
         n = shape[0] if n is None and shape else n
         if not shape or shape[0] != n:
             raise StateMismatchError(
-                f"{what} leaf {keyed(path) or '(the whole tree)'} has shape {tuple(shape)}; in an "
+                f"{leaf_name(what, path)} has shape {tuple(shape)}; in an "
                 f"ensemble every {what} leaf leads with the member axis" + (f" (N = {n})" if n is not None else ""))
     assert n is not None
     return n

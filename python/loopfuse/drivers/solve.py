@@ -73,7 +73,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
     if isinstance(params, Solution):
-        params = params.params
+        params = params.params_for(ensemble)
     members, params, data = wrapper(ensemble, params, "params", data)     # the one question: an ensemble?
     validate.steps(steps)
     stopping.check(until, stop_on_nonfinite, steps)
@@ -139,8 +139,8 @@ def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransforma
     state)``, and the loss of the step before (+inf) for an `until` that takes it, in one jitted call; `run`
     runs the steps: GradOnly's eager update, or the compiled backends' `Step` of it (which caches its
     executables by abstract signature; an ensemble's and CompiledStep's are derived from it). Kept for the
-    last `_PROGRAMS` combinations of these objects (by identity, as jax.jit keys its function), so repeating
-    a solve compiles nothing."""
+    last `_PROGRAMS` combinations of these objects (by identity, as jax.jit keys its function; `gtol` and `ftol`
+    by their tolerances), so repeating a solve compiles nothing."""
     try:
         hash((loss, optimizer, backend, until))
     except TypeError:    # an unhashable loss, optimizer or predicate: built anew, never cached

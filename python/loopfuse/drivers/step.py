@@ -19,7 +19,7 @@ from ..run.runtime import MemoryStats
 from ..run.sharding import Placement
 from ..state import packed
 from ..state.data import Dataset
-from ..state.leaves import aval, is_deleted, keyed_paths
+from ..state.leaves import aval, is_deleted, keyed_paths, leaf_name
 
 
 class Step:
@@ -315,7 +315,7 @@ def _raise_donated(state, batch) -> None:
         for path, x in zip(keyed_paths(tree), jax.tree_util.tree_leaves(tree)):
             if is_deleted(x):
                 raise DonatedArrayError(
-                    f"{what} leaf {path} was donated to an earlier loopfuse call and its buffer is gone; pass "
+                    f"{leaf_name(what, path)} was donated to an earlier loopfuse call and its buffer is gone; pass "
                     "the state that call returned (state, aux = step(state, batch)), or compile with "
                     "donate=False to keep inputs alive")
 

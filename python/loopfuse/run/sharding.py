@@ -12,6 +12,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ..errors import StateMismatchError
+from ..state.leaves import leaf_name
 
 AXIS = "data"
 MODES = ("data", "params", "members")
@@ -47,7 +48,7 @@ class Placement:
             return self.replicated
         if spec.shape[0] % n:
             raise StateMismatchError(
-                f"batch leaf {path} has shape {tuple(spec.shape)}: its leading (batch) axis must divide "
+                f"{leaf_name('batch', path)} has shape {tuple(spec.shape)}: its leading (batch) axis must divide "
                 f"evenly over the {n} devices for sharding='data'")
         return self.split
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import StateMismatchError
-from .leaves import keyed
+from .leaves import leaf_name
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["arrays", "key"], meta_fields=["batch_size"])
@@ -56,7 +56,7 @@ class Dataset:
         for path, leaf in leaves:
             if leaf.ndim == 0 or leaf.shape[0] != n:
                 raise StateMismatchError(
-                    f"Dataset leaf {keyed(path)} has shape {tuple(leaf.shape)}; every leaf "
+                    f"{leaf_name('Dataset', path)} has shape {tuple(leaf.shape)}; every leaf "
                     f"needs the same leading example axis ({n})")
         assert n is not None  # a scalar first leaf failed the loop above
         if not 0 < self.batch_size <= n:

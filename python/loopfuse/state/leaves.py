@@ -3,7 +3,8 @@ is a typed PRNG key (which crosses the executable boundary as its raw uint32 dat
 
 A path is spelled two ways, each for its own readers: `dotted` (``metrics.acc``, ``loss[0]``) is how a user
 names aux leaves (``keep_aux``, the progress bar); `keyed` (jax's ``['metrics']['acc']``) is how loopfuse
-names a state or batch leaf (messages, the IR's state tags, checkpoints, packed layouts). Both live here.
+names a state or batch leaf (the IR's state tags, checkpoints, packed layouts), and `leaf_name` a leaf in
+messages. All live here.
 
 Examples:
     >>> import jax, jax.numpy as jnp
@@ -15,6 +16,8 @@ Examples:
     ['loss[0]', 'metrics.acc']
     >>> keyed_paths({"metrics": {"acc": 1.0}, "loss": [2.0]})
     ["['loss'][0]", "['metrics']['acc']"]
+    >>> leaf_name("batch", "['x']"), leaf_name("batch", ())
+    ("batch leaf ['x']", 'the batch')
 """
 import jax
 import jax.numpy as jnp
@@ -63,7 +66,7 @@ def input_spec(what: str, path, x) -> jax.ShapeDtypeStruct:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise StateMismatchError(f"{what} leaf {keyed(path)} is {type(x).__name__} "
+        raise StateMismatchError(f"{leaf_name(what, path)} is {type(x).__name__} "
                                  f"{x!r:.60}, not a numeric array or scalar")
     return s
 
@@ -120,6 +123,13 @@ def keyed(path) -> str:
     return jax.tree_util.keystr(tuple(path))
 
 
+def leaf_name(what: str, path) -> str:
+    """The leaf at `path` (a key path or its `keyed` string) of the `what` pytree, as a message names it:
+    ``batch leaf ['x']``, or ``the batch`` where the tree is that one leaf."""
+    k = path if isinstance(path, str) else keyed(path)
+    return f"{what} leaf {k}" if k else f"the {what}"
+
+
 def keyed_paths(tree, is_leaf=None) -> list[str]:
     """The `keyed` path of each leaf of `tree`, in leaf order (`is_leaf` as for jax.tree_util)."""
     return [keyed(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]]
@@ -157,5 +167,5 @@ def check_same_state(state, new_state) -> None:
         sa, sb = spec(a), spec(b)
         if sa.shape != sb.shape or sa.dtype != sb.dtype:
             raise StateMismatchError(
-                f"state leaf {keyed(path) or '(the whole state)'} enters the step as {sa.dtype}{list(sa.shape)} "
+                f"{leaf_name('state', path)} enters the step as {sa.dtype}{list(sa.shape)} "
                 f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")

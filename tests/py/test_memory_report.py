@@ -15,6 +15,7 @@ import pytest
 import loopfuse
 from loopfuse import MemoryReportError, StateMismatchError
 from loopfuse.memory import memory_report
+from problems import fresh
 
 OPT = optax.adam(1e-3)
 
@@ -88,6 +89,18 @@ def test_loop_report_shows_the_carried_state():
     check_against_stats(loop, report, state, batch)
     carried = {b.what for b in report.buffers if b.what.endswith("(loop carry)")}
     assert "state[0]['w_big'] (loop carry)" in carried and "state[1][0].nu['w_big'] (loop carry)" in carried
+
+
+def test_a_rolled_program_names_the_state_it_writes_in_place():
+    """The backward loop writes each layer's new rows into the donated stacked buffers: those buffers are
+    the state's, named by its path and the op that wrote them (not by that op alone)."""
+    import layered
+    step, state, batch = layered.rms_mlp(4, 32, 128)
+    report = loopfuse.compile_step(step, memory_budget=0.0).memory_report(
+        loopfuse.pack(fresh(state), layers=True), batch, top=1000)
+    donated = [b.what for b in report.buffers if b.kind == "donated"]
+    assert donated and all(w.startswith("state.") for w in donated), donated
+    assert any(w.startswith("state.buffers[") and ", written in place by " in w for w in donated), donated
 
 
 def test_dump_holds_the_report_and_its_timeline(tmp_path, monkeypatch):

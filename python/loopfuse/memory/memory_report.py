@@ -249,6 +249,9 @@ def _describe(b: xla_dump.Buffer, live: tuple[int, int], hlo: xla_dump.Hlo, name
                 what, source = _made_by(hlo, made)
         what = re.sub(r"^jit\([^)]*\)/", "", what)     # the tracer's wrapper around the step function
     what = (what or b.name) + (" (loop carry)" if loop is not None else "")
+    held = b.allocation.parameter
+    if held is not None and held < len(names) and not what.startswith(names[held]):    # a donated argument's bytes
+        what = f"{names[held]}, written in place by {_first(what)}"       # the step writes in place (rolled rows)
     return LiveBuffer(b.size, b.shape.split("{")[0], b.allocation.kind, b.name, what, source, live)
 
 

@@ -33,11 +33,12 @@ def module_files(folder: Path) -> dict[str, Path]:
 @dataclass(frozen=True)
 class Allocation:
     """One buffer allocation; `kind` is "argument", "donated" (an argument the outputs reuse),
-    "output", "temp", "constant" or "thread-local"."""
+    "output", "temp", "constant" or "thread-local"; `parameter` the argument's number (None for the others)."""
 
     index: int
     size: int
     kind: str
+    parameter: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ def buffer_assignment(text: str) -> dict[str, Buffer]:
         ...  value: <3 p @0> (size=16,offset=0): f32[4]{0}
         ... allocation 1: size 40, preallocated-temp:
         ...  value: <5 w{1} (phi) @0> (size=8,offset=32): f32[2]{0}''')
-        >>> b["p{}"].allocation.kind, b["w{1}"].allocation.kind, b["w{1}"].offset, b["w{1}"].index
-        ('donated', 'temp', 32, (1,))
+        >>> b["p{}"].allocation.kind, b["p{}"].allocation.parameter, b["w{1}"].allocation.kind, b["w{1}"].offset
+        ('donated', 1, 'temp', 32)
     """
     buffers: dict[str, Buffer] = {}
     allocation = None
@@ -92,10 +93,11 @@ def buffer_assignment(text: str) -> dict[str, Buffer]:
 
 def _allocation(index: int, size: int, attributes: str) -> Allocation:
     live_out = "maybe-live-out" in attributes
-    kind = ("donated" if live_out else "argument") if re.search(r", parameter \d+", attributes) else \
+    parameter = re.search(r", parameter (\d+)", attributes)
+    kind = ("donated" if live_out else "argument") if parameter else \
         "output" if live_out else "constant" if ", constant" in attributes else \
         "thread-local" if "thread-local" in attributes else "temp"
-    return Allocation(index, size, kind)
+    return Allocation(index, size, kind, int(parameter[1]) if parameter else None)
 
 
 @dataclass(frozen=True)

@@ -534,6 +534,18 @@ def _runs(main: func.FuncOp, attrs: dict, dim: int) -> int:
     return 1
 
 
+def batch_devices(main: func.FuncOp) -> int:
+    """The devices a data-parallel step's batch is spread over (its batch arguments' Shardy shardings of dim 0;
+    1 without one, or where `_runs` cannot read it): each holds that share of the activations."""
+    attrs, counts = arg_attrs(main), [1]
+    for i in batch_arguments(main):
+        try:
+            counts.append(_runs(main, attrs[i], 0))
+        except Refusal:
+            pass
+    return max(counts)
+
+
 def _axes_size(main: func.FuncOp, sharding: ir.Attribute, dim: int) -> int:
     """The devices a Shardy sharding spreads `dim` over: the product of its mesh axes' sizes."""
     t = sdy.TensorShardingAttr(sharding)

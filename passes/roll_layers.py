@@ -68,6 +68,7 @@ from functools import cmp_to_key
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
+from .batch_axis import batch_devices
 from .canonicalize import fold_slices
 from .cond_to_select import Selects
 from .functions import arg_attrs, main_func, result_attrs, string_attr
@@ -210,12 +211,13 @@ class RollLayers(ModulePass):
         paths = dict(leaves)
         written = written_leaves(g, main) if g.block == main.body.blocks[0] else {}    # the update is in @main
         layout = analyze(g, run, [v for v, _ in leaves])
+        shards = batch_devices(main)
         done: dict = {}
 
         def attempt(first: int, last: int):
             if (first, last) not in done:
                 roles = layout.roles(g, first, last)
-                plan = Plan.of(g, roles, self.memory_budget, paths, written, self.force, update)
+                plan = Plan.of(g, roles, self.memory_budget, paths, written, self.force, update, shards)
                 done[first, last] = (run.trimmed(first, last), plan, roles.alike, not plan.why_not and _all_alike(plan))
             return done[first, last]
 
@@ -495,10 +497,11 @@ class Plan:
                                                      # of the slices' sum)] by layer (`_accumulated`)
     outside: dict = field(default_factory=dict)     # op id -> PRE | MID | POST
     update: bool = False      # an update run: one loop, no carry, writing the stacked leaves (`Plan.of`)
+    shards: int = 1           # the devices the batch is spread over, each holding that share of the activations
 
     @classmethod
     def of(cls, g: Dataflow, roles: Roles, budget: float, leaf_paths: dict, written: dict,
-           force: bool, update: bool) -> "Plan":
+           force: bool, update: bool, shards: int = 1) -> "Plan":
         """The plan, dropping roles the loops cannot hold (a forward op reading a value computed after
         the forward loop, a backward op reading one computed after the backward loop: the update after a
         global-norm clip, which then runs after the loop as it did) until none is left to drop, and the
@@ -512,7 +515,7 @@ class Plan:
         which XLA:CPU compiles to a copy of the donated buffer."""
         if update:
             return cls._update_plan(g, roles, budget, leaf_paths, written)
-        plan = cls(g, roles, budget)
+        plan = cls(g, roles, budget, shards=shards)
         while True:
             if not roles.ops:
                 plan.why_not = "no op is the same at every layer" + (
@@ -593,10 +596,11 @@ class Plan:
         the rows it holds of layers left out of the run, where the loops write it in place, are read
         into buffers of their own (`_Rewrite.read_left_out`), a copy of those layers' state. An update run
         saves no activations but the copies XLA:CPU makes of the packed buffers the unrolled update
-        restacks (`_update_saves`), and rolls only where that is strictly more than what it stacks."""
+        restacks (`_update_saves`), and rolls only where that is strictly more than what it stacks. Data-parallel,
+        each device holds its share of the activations (`shards`) and a whole stack of the replicated state."""
         g, roles = self.g, self.roles
         n = roles.length
-        saves = self._update_saves() if self.update else self._activations_saved()
+        saves = self._update_saves() if self.update else self._activations_saved() // self.shards
         seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
         stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
         stack += sum(n * g.nbytes(_broadcast_sources(g, c.values)[0][0]) for c in _per_layer(roles)

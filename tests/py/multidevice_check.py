@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -19,12 +20,15 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 from jaxlib.mlir import ir  # noqa: E402
+from jaxlib.mlir.dialects import stablehlo  # noqa: E402
 
 import loopfuse  # noqa: E402
 from loopfuse import Dataset, compile_step  # noqa: E402
 from loopfuse.compile.mlir_context import parse_module  # noqa: E402
-from loopfuse.passes.functions import arg_attrs, main_func, result_attrs  # noqa: E402
+from loopfuse.passes import ModulePass  # noqa: E402
+from loopfuse.passes.functions import arg_attrs, last_op, main_func, result_attrs  # noqa: E402
 from loopfuse.passes.vocabulary import SDY_SHARDING  # noqa: E402
 
 K = 4
@@ -205,7 +209,8 @@ def check_params() -> dict:
 
 
 def check_bad_batch() -> dict:
-    """x splits over 4 devices, w (6 rows) does not: the error names ['w']."""
+    """x splits over 4 devices, w (6 rows) does not: the error names ['w']; a bare array of 6 rows as the
+    batch: the error names the batch."""
     step = compile_step(lambda s, b: (s, {"loss": jnp.sum(b["x"]) + jnp.sum(b["w"])}),
                         devices=jax.devices(), sharding="data")
     state = {"p": jnp.ones(3)}
@@ -213,10 +218,17 @@ def check_bad_batch() -> dict:
     try:
         step(state, batch)
     except Exception as e:
-        return {"exception": type(e).__name__, "message": str(e),
-                "is_state_mismatch": isinstance(e, loopfuse.StateMismatchError),
-                "compile_count": step.compile_count}
-    return {"exception": None}
+        facts = {"exception": type(e).__name__, "message": str(e),
+                 "is_state_mismatch": isinstance(e, loopfuse.StateMismatchError),
+                 "compile_count": step.compile_count}
+    else:
+        return {"exception": None}
+    bare = compile_step(lambda s, b: (s, {"loss": jnp.sum(b)}), devices=jax.devices(), sharding="data")
+    try:
+        bare(state, np.ones((6, 3), np.float32))
+    except loopfuse.StateMismatchError as e:
+        facts["bare_message"] = str(e)
+    return facts
 
 
 def check_dataset() -> dict:
@@ -295,8 +307,80 @@ def check_micro_batch() -> dict:
     }
 
 
+@dataclass(frozen=True)
+class NegateFirstResult(ModulePass):
+    """A deliberately wrong pass (test_verify.py's): @main returns the negation of its first result."""
+
+    name = "negate-first-result"
+    summary = "wrong on purpose (tests only)"
+
+    def apply(self, module_op) -> None:
+        ret = last_op(main_func(module_op).body.blocks[0])
+        with ir.InsertionPoint(ret), ret.location:
+            ret.operands[0] = stablehlo.NegOp(ret.operands[0]).result
+
+
+def check_verify() -> dict:
+    """verify=True on 4 devices (sharding="data"), an Adam MLP: per call (a step, loop(K) on a fixed batch,
+    loop(K) on a shuffled Dataset from step 3) the MiscompileError it raised, or whether its new state equals
+    jax.jit with the same shardings bitwise (the step; K such calls for the loop) or how far it is from one
+    device's loop (the Dataset's); whether one device's jax.jit step equals the sharded one too; and the
+    culprits verify names for a wrong pass on the mesh."""
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    sharded = jax.jit(mlp_step, in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))),
+                      out_shardings=NamedSharding(mesh, P()))
+    batch, ds = mlp_batch(), Dataset(mlp_batch(64), batch_size=16, key=jax.random.key(0))
+    references = [mlp_state()]
+    for _ in range(K):
+        references.append(sharded(references[-1], batch)[0])
+    ds_reference = compile_step(mlp_step).loop(K)(mlp_state(), ds, start=3)[0]
+    step = compile_step(mlp_step, devices=jax.devices(), verify=True)
+
+    def same_bits(a, b) -> bool:
+        return all(np.asarray(x).tobytes() == np.asarray(y).tobytes()
+                   for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+    def run(call):
+        try:
+            return call()
+        except loopfuse.MiscompileError as e:
+            return {"miscompile": str(e)}
+    out = {
+        "step": run(lambda: {"equal": same_bits(step(mlp_state(), batch)[0], references[1])}),
+        "loop": run(lambda: {"equal": same_bits(step.loop(K)(mlp_state(), batch)[0], references[K])}),
+        "dataset": run(lambda: {"rel_diff": max_rel_diff(step.loop(K)(mlp_state(), ds, start=3)[0], ds_reference)}),
+        "one_device_equal": same_bits(jax.jit(mlp_step)(mlp_state(), batch)[0], references[1]),
+    }
+    wrong = compile_step(mlp_step, devices=jax.devices(), verify=True, passes=[NegateFirstResult()])
+    try:
+        wrong(mlp_state(), batch)
+        out["wrong_pass"] = None
+    except loopfuse.MiscompileError as e:
+        out["wrong_pass"] = {"path": e.path, "culprits": e.culprits}
+    return out
+
+
+def check_roll() -> dict:
+    """memory_budget=0.0 on a residual RMS-norm MLP of 4 blocks of 32, batch 128, on 1 and on 4 devices: the
+    temporaries of the unrolled step, of the state as a pytree (stacked inside the call where the pass rolls it)
+    and packed, and what roll-layers reported for the pytree."""
+    import layered
+    from problems import fresh
+    step, state, batch = layered.rms_mlp(4, 32, 128)
+    out = {}
+    for n in (1, 4):
+        kw = {"devices": jax.devices()[:n], "sharding": "data"} if n > 1 else {}
+        rolled = compile_step(step, memory_budget=0.0, **kw)
+        out[n] = {"unrolled": compile_step(step, **kw).memory_stats(fresh(state), batch).temp,
+                  "pytree": rolled.memory_stats(fresh(state), batch).temp,
+                  "packed": rolled.memory_stats(loopfuse.pack(fresh(state), layers=True), batch).temp,
+                  "report": rolled.compiled(fresh(state), batch).reports["roll-layers"]}
+    return out
+
+
 CHECKS = {"data": check_data, "params": check_params, "bad_batch": check_bad_batch, "dataset": check_dataset,
-          "scalars": check_scalar_and_dataset_batch_size, "minimize": check_minimize, "micro_batch": check_micro_batch}
+          "scalars": check_scalar_and_dataset_batch_size, "minimize": check_minimize, "micro_batch": check_micro_batch,
+          "verify": check_verify, "roll": check_roll}
 
 
 def main(names) -> None:

@@ -144,6 +144,7 @@ def test_indivisible_batch_names_the_leaf(facts):
     assert "['w']" in b["message"] and "(6,)" in b["message"] and "4 devices" in b["message"], b["message"]
     assert "['x']" not in b["message"]
     assert b["compile_count"] == 0  # refused before XLA is asked
+    assert b.get("bare_message", "").startswith("the batch has shape (6, 3): its leading (batch) axis"), b
 
 
 @pytest.mark.parametrize("kind", ["no_key", "key"])
@@ -183,3 +184,35 @@ def test_micro_batches_spread_each_slice_over_the_devices(facts):
     np.testing.assert_allclose(d["dataset_losses"], d["dataset_ref_losses"], rtol=TOL)
     assert d["dataset_state_rel_diff"] < TOL
     assert d["temp"]["4"] < d["temp"]["None"], d["temp"]
+
+
+# ---- verify ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("call", ["step", "loop", "dataset"])
+def test_verify_passes_a_data_parallel_adam_mlp(facts, call):
+    """verify compares a program over the mesh with jax.jit over the same mesh: the step and loop(K) equal
+    jax.jit with the same shardings bitwise, one device's only to rounding (the all-reduce sums in another
+    order), which verify took for a miscompile when its reference ran on one device."""
+    v = section(facts, "verify")
+    assert not v["one_device_equal"]       # what verify compared the program with before
+    d = v[call]
+    assert "miscompile" not in d, d["miscompile"]
+    assert d["rel_diff"] < TOL if call == "dataset" else d["equal"]
+
+
+def test_verify_still_names_a_wrong_pass_on_the_mesh(facts):
+    """Without the pass the program equals the sharded reference, so the bisection names the pass."""
+    wrong = section(facts, "verify")["wrong_pass"]
+    assert wrong is not None and wrong["path"].startswith("the state leaf"), wrong
+    assert wrong["culprits"] == ["the pass 'negate-first-result'"], wrong
+
+
+# ---- memory_budget on a mesh -------------------------------------------------------------------
+def test_rolling_a_pytree_state_counts_one_devices_share_of_the_activations(facts):
+    """Stacking the replicated layers' leaves inside the call costs each device a whole copy; the activations
+    rolling saves are split over the devices. On one device the pytree rolls (0.62x); on 4 it would hold 1.57x
+    the unrolled step's temporaries, so the pass declines it there; packed, it rolls on both."""
+    one, four = (section(facts, "roll")[n] for n in ("1", "4"))
+    assert one["report"].startswith("rolled") and one["pytree"] < 0.7 * one["unrolled"], one
+    assert four["report"].startswith("did not roll") and "stacking the layers' leaves" in four["report"], four
+    assert four["pytree"] <= four["unrolled"], four
+    assert one["packed"] < 0.4 * one["unrolled"] and four["packed"] < 0.5 * four["unrolled"], (one, four)

@@ -7,7 +7,10 @@ consumed by the check, and compares every returned leaf bitwise. The reference o
 ``stop_on_nonfinite`` would, histories padded as the loop pads them; the stop computed inside the
 jitted step or on its outputs), or ``jax.jit`` of the same steps written as one ``lax.scan`` (for a
 loop that runs all K steps) or ``lax.while_loop`` (for one that can stop): XLA may compile a loop
-body to other last bits than a lone step; the loop must equal one of them.
+body to other last bits than a lone step; the loop must equal one of them. A program over a mesh
+(``devices=``) is compared with jax.jit of the same over that mesh, with the shardings the program
+takes and returns its state and batch with (a `Dataset`'s batch split over the mesh as it splits it):
+its gradient's all-reduce sums in another order than one device does.
 
 On a difference it bisects, as LLVM's ``-opt-bisect-limit`` does: it compiles the program again
 with each loopfuse pass, buffer donation (alias-state) and each XLA option loopfuse set removed in
@@ -37,6 +40,7 @@ from jaxlib.mlir import ir
 from .. import settings
 from ..compile import compiler, pipeline, stopping
 from ..errors import MiscompileError
+from ..run.sharding import Placement
 from ..state.data import Dataset
 from ..state.packed import PackedState
 from ..state.leaves import aux_kept, dotted_paths, keyed_paths, raw
@@ -59,7 +63,8 @@ def check(fn, options, executable, state, batch, start: int, static: dict) -> No
     if options.init is not None:
         state = jax.jit(options.init)(given, batch)
     got = _run(executable, given, batch, start)
-    references = _references(fn, options, state, batch, start, static)
+    references = _references(fn, options, _Jit.of(options.placement, executable, state, batch), state, batch,
+                             start, static)
     reports = executable.reports
     reassociated = reports.get("roll-layers", "").startswith("rolled") or \
         reports.get("micro-batch", "").startswith("micro-batched")
@@ -139,12 +144,44 @@ def _run(executable, state, batch, start: int):
     return executable(jax.tree_util.tree_leaves((_copy(state), batch)), start)
 
 
-def _select(batch, i):
-    """The step's batch at global step `i` (a served `Dataset` picks its rows)."""
-    return batch.batch(i) if isinstance(batch, Dataset) else batch
+class _Jit(NamedTuple):
+    """jax.jit as the references run it: plain for a one-device program (no `placement`), else on its mesh
+    with the shardings it takes its state and batch with (trees like them)."""
+
+    placement: Placement | None = None
+    state: Any = None
+    batch: Any = None
+
+    @classmethod
+    def of(cls, placement: Placement | None, executable, state, batch) -> "_Jit":
+        """The shardings `executable` (over `placement`'s mesh) was compiled with."""
+        if placement is None:
+            return cls()
+        flat = executable.traced.arg_shardings
+        (s, state_def), (b, batch_def) = jax.tree_util.tree_flatten(state), jax.tree_util.tree_flatten(batch)
+        return cls(placement, jax.tree_util.tree_unflatten(state_def, flat[:len(s)]),
+                   jax.tree_util.tree_unflatten(batch_def, flat[len(s):len(s) + len(b)]))
+
+    def __call__(self, f, results: int, step: bool = True):
+        """jax.jit of ``f(state, batch[, step index])`` returning `results` values, the new state first: on the
+        mesh, its arguments placed as the program takes them (the step index replicated), the new state
+        returned as the state comes in, the rest replicated."""
+        if self.placement is None:
+            return jax.jit(f)
+        replicated = self.placement.replicated
+        into = (self.state, self.batch, replicated)[:2 + step]
+        jitted = jax.jit(f, in_shardings=into, out_shardings=(self.state, *[replicated] * (results - 1)))
+        return lambda *args: jitted(*jax.device_put(args, into))
+
+    def select(self, batch, i):
+        """The step's batch at global step `i` (a served `Dataset` picks its rows, split over the mesh)."""
+        if not isinstance(batch, Dataset):
+            return batch
+        rows = batch.batch(i)
+        return rows if self.placement is None else self.placement.constrain_batch(batch.batch_size, rows)
 
 
-def _references(fn, o, state, batch, start: int, static: dict) -> list:
+def _references(fn, o, jit: _Jit, state, batch, start: int, static: dict) -> list:
     """The outputs the executable of `fn` under options `o` must equal, as it returns them: one step
     of ``jax.jit(fn)`` returning the aux leaves the call keeps (XLA may fuse a program that returns more, gradients
     say, to other last bits); for a loop, K such steps (and, without a stop, their jitted scan).
@@ -152,7 +189,7 @@ def _references(fn, o, state, batch, start: int, static: dict) -> list:
     of ``jax.jit(fn)`` itself with the stop evaluated on their outputs (with jaxlib 0.12 the extra
     output can change the step's last bits, and with them where an `until` stops); and jax.jit of
     the same steps as one ``lax.while_loop`` (which XLA, like the scan, may compile to other last
-    bits than a lone step: an Adam MLP stopping on a params leaf, 1 ulp)."""
+    bits than a lone step: an Adam MLP stopping on a params leaf, 1 ulp). Each runs as `jit` runs it."""
     stop = stopping.flag(o.until, o.stop_on_nonfinite)
 
     def outputs(new, aux):
@@ -163,18 +200,18 @@ def _references(fn, o, state, batch, start: int, static: dict) -> list:
         return new, returned, stop(new, aux, kept)
 
     def one(s, b, i):
-        return outputs(*fn(s, _select(b, i), **static))
+        return outputs(*fn(s, jit.select(b, i), **static))
 
-    jitted = jax.jit(one)
+    jitted = jit(one, 2 if stop is None else 3)
     if o.steps is None:
         return [jitted(_copy(state), batch, np.int32(start))]
     if stop is not None:
-        plain = jax.jit(lambda s, b, i: fn(s, _select(b, i), **static))
+        plain = jit(lambda s, b, i: fn(s, jit.select(b, i), **static), 2)
         return [_steps(run, state, batch, start, o.steps) for run in (jitted, lambda s, b, i: outputs(*plain(s, b, i)))] + [
-            _while_loop(one, state, batch, start, o.steps)]
+            _while_loop(one, jit, state, batch, start, o.steps)]
     s, history, _, _ = _steps(jitted, state, batch, start, o.steps)
-    scan = jax.jit(lambda s, b: jax.lax.scan(lambda s, i: one(s, b, i), s,
-                                             start + jnp.arange(o.steps, dtype=jnp.int32)))
+    scan = jit(lambda s, b: jax.lax.scan(lambda s, i: one(s, b, i), s,
+                                         start + jnp.arange(o.steps, dtype=jnp.int32)), 2, step=False)
     return [(s, history), scan(_copy(state), batch)]
 
 
@@ -191,9 +228,9 @@ def _steps(run, state, batch, start: int, k: int) -> tuple:
     return s, history, np.int32(len(rows)), np.bool_(bool(stopped and stopped[0]))
 
 
-def _while_loop(one, state, batch, start: int, k: int) -> tuple:
-    """jax.jit of the stopping loop written by hand: a `lax.while_loop` of `one` (whose last output is
-    the stop flag) for at most `k` steps, each step's aux written into a history padded as `_padded` pads."""
+def _while_loop(one, jit: _Jit, state, batch, start: int, k: int) -> tuple:
+    """`jit` of the stopping loop written by hand: a `lax.while_loop` of `one` (whose last output is the
+    stop flag) for at most `k` steps, each step's aux written into a history padded as `_padded` pads."""
     def run(s, b):
         rows = jax.eval_shape(one, s, b, jnp.int32(start))[1]
         history = jax.tree_util.tree_map(lambda a: _padded(jnp.zeros((0, *a.shape), a.dtype), k), rows)
@@ -203,7 +240,7 @@ def _while_loop(one, state, batch, start: int, k: int) -> tuple:
             s, aux, stop = one(s, b, start + i)
             return s, jax.tree_util.tree_map(lambda h, a: h.at[i].set(a), history, aux), i + 1, stop
         return jax.lax.while_loop(lambda c: (c[2] < k) & ~c[3], body, (s, history, jnp.int32(0), jnp.bool_(False)))
-    return jax.jit(run)(_copy(state), batch)
+    return jit(run, 4, step=False)(_copy(state), batch)
 
 
 def _returned(aux, keep_aux):
@@ -269,7 +306,7 @@ def _host(x) -> np.ndarray:
 
 def _describe(path: str, a: np.ndarray, b: np.ndarray) -> tuple[str, float, float]:
     name = {"[0]": "the state", "[1]": "the aux", "[2]": "the steps run", "[3]": "the stop flag"}[path[:3]]
-    where = f"{name} leaf {path[3:] or '(whole)'}"
+    where = f"{name} leaf {path[3:]}" if path[3:] else name
     if a.shape != b.shape or not (np.issubdtype(a.dtype, np.number) and np.issubdtype(b.dtype, np.number)):
         return f"{where} ({a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)})", float("inf"), float("inf")
     a64, b64 = a.astype(np.complex128 if np.iscomplexobj(a) else np.float64), b.astype(a.dtype).astype(

@@ -1,5 +1,5 @@
 """Where an op comes from, for messages: its name and the line of the user's code that made it, the
-innermost frame of its location outside jax, jaxlib, flax, optax and loopfuse (`LIBRARIES`)."""
+innermost frame of its location outside jax and the libraries a step calls into (`LIBRARIES`)."""
 import functools
 import importlib.util
 import os
@@ -7,7 +7,8 @@ import re
 
 from jaxlib.mlir import ir
 
-LIBRARIES = ("jax", "jaxlib", "flax", "optax", "loopfuse")   # frames inside them are not the user's line
+# frames inside them are not the user's line (an equinox layer's, a diffrax solve's: the line that calls it is)
+LIBRARIES = ("jax", "jaxlib", "flax", "optax", "equinox", "haiku", "diffrax", "optimistix", "lineax", "loopfuse")
 
 
 def described(op: ir.Operation) -> str:

@@ -103,6 +103,35 @@ def test_a_rolled_program_names_the_state_it_writes_in_place():
     assert any(w.startswith("state.buffers[") and ", written in place by " in w for w in donated), donated
 
 
+def test_a_diffrax_solve_is_named_by_the_users_line():
+    """Some buffers of an adaptive ODE solve inside the loss (an SIR model, as fitted with Adam) are made in
+    equinox's code that diffrax calls: the report names the line of this file that calls the solve."""
+    import diffrax
+
+    def field(t, y, rates):
+        (beta, gamma), (s, i, _) = rates, y
+        return jnp.stack([-beta * s * i, beta * s * i - gamma * i, gamma * i])
+
+    def loss(u, data):
+        ys = diffrax.diffeqsolve(diffrax.ODETerm(field), diffrax.Tsit5(), 0.0, 20.0, 0.1, jnp.array([0.99, 0.01, 0.0]),
+                                 args=(2.0 * jax.nn.sigmoid(u[0]), jax.nn.sigmoid(u[1])),
+                                 saveat=diffrax.SaveAt(ts=jnp.linspace(0.0, 20.0, 21)),
+                                 stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-7), max_steps=2048).ys
+        return jnp.mean((ys[:, 1] - data) ** 2)
+
+    opt = optax.adam(5e-2)
+
+    def step(state, data):
+        u, s = state
+        value, grad = jax.value_and_grad(loss)(u, data)
+        updates, s = opt.update(grad, s, u)
+        return (optax.apply_updates(u, updates), s), {"loss": value}
+    u = jnp.array([0.0, -1.0])
+    report = loopfuse.compile_step(step).loop(10).memory_report((u, opt.init(u)), jnp.zeros(21), top=8)
+    sources = [b.source for b in report.buffers if b.source]
+    assert sources and all(os.path.samefile(s.split(":")[0], __file__) for s in sources), sources
+
+
 def test_dump_holds_the_report_and_its_timeline(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()

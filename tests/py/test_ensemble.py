@@ -272,7 +272,7 @@ def test_a_solution_continues_only_as_the_kind_of_solve_that_made_it():
                                         r"one problem: pass ensemble=True .* or pass sol.params explicitly"):
         loopfuse.minimize(quadratic, ensemble, h[0], opt, steps=2)
     single = loopfuse.minimize(quadratic, x0[0], h[0], opt, steps=2)
-    with pytest.raises(TypeError, match=r"^params is the Solution of a single solve, but ensemble=True solves N "
+    with pytest.raises(TypeError, match=r"^params is the Solution of a single solve, but an ensemble solves N "
                                         r"problems .* leave ensemble out to continue it, or pass sol.params"):
         loopfuse.minimize(quadratic, single, h[0], opt, steps=2, ensemble=True)
     assert loopfuse.minimize(quadratic, ensemble, h[0], opt, steps=2, ensemble=True).params.shape == (4, 2)

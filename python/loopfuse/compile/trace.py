@@ -29,7 +29,8 @@ from .. import _jax_compat
 from ..errors import InitFoldError, StateMismatchError
 from ..passes.functions import arg_attrs, main_func, module_functions, result_attrs, set_arg_attrs, set_result_attrs
 from ..passes.vocabulary import INIT, PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
-from ..state.leaves import aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, keyed, raw, wrap_keys
+from ..state.leaves import (aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, keyed, leaf_name,
+                             raw, wrap_keys)
 from .mlir_context import copy_module, parse_module
 from .traced import Effects, Traced
 
@@ -105,7 +106,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     if placement is not None:
         state_sh = [placement.state(x) for x in state_specs]
         batch_sh = ([placement.replicated] * (len(specs) - n_state) if dataset else
-                    [placement.batch(keyed(p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])]
+                    [placement.batch(leaf_name("batch", p), x) for (p, _), x in zip(batch_leaves, specs[n_state:])]
                     + [placement.replicated] * stopped_arg)
         in_sh = state_sh + batch_sh
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh) for x, sh in zip(specs, in_sh)]

@@ -66,7 +66,7 @@ from ..state.data import Dataset
 from ..state.leaves import aux_kept, dotted_paths, leaf_name
 from ..state.packed import PackedState
 from . import tiles
-from .results import FitResult
+from .results import FitResult, Solution
 from .step import Step
 
 RUNNING, UNTIL, NON_FINITE = 0, 1, 2    # `Members.code`: still running, or why the member stopped
@@ -139,15 +139,17 @@ def wrapper(ensemble, tree, what: str, data) -> tuple["Solo", Any, Any]:
     """How `minimize` and `fit` run, from their ``ensemble=`` argument and `tree` (`what`: their params or
     state): the one place either asks whether it runs an ensemble. `Solo` (one solve), `Sole` (a 1-member
     ensemble: the plain solve on its member, nothing to batch or compact) or `Tiled` (N members), with `tree`
-    and `data` as that solve takes them."""
+    and `data` as that solve takes them; a `Solution` as `tree`, its params (`Solution.params_for`)."""
+    if ensemble is True:
+        ensemble = Ensemble()
+    if ensemble is not False and not isinstance(ensemble, Ensemble):
+        raise TypeError(f"ensemble must be True, False or a loopfuse.Ensemble, got {ensemble!r}")
+    if isinstance(tree, Solution):
+        tree = tree.params_for(ensemble is not False)
     if ensemble is False:
         if isinstance(data, PerMember):
             raise TypeError("per_member data gives each member of an ensemble its own data: pass ensemble=True")
         return Solo(), tree, data
-    if ensemble is True:
-        ensemble = Ensemble()
-    if not isinstance(ensemble, Ensemble):
-        raise TypeError(f"ensemble must be True, False or a loopfuse.Ensemble, got {ensemble!r}")
     if isinstance(tree, PackedState):
         raise TypeError(f"an ensemble's {what} is a pytree whose leaves lead with the member axis, not a PackedState")
     n = size(tree, what)

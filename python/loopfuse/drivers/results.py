@@ -73,20 +73,20 @@ class Solution:
     backend: Any              # the `backends.Backend` that ran it
     best: int | None = None
 
-    def params_for(self, ensemble) -> Any:
-        """Its params, for `minimize` to continue from with `ensemble` (anything but False: an ensemble); a
-        TypeError where `ensemble` and the solve that made it disagree on being an ensemble."""
+    def params_for(self, ensemble: bool) -> Any:
+        """Its params, for `minimize` to continue from as an `ensemble` or as one solve; a TypeError where that
+        and the solve that made it disagree."""
         members = np.ndim(self.steps) > 0
-        if members and ensemble is False:
+        if members and not ensemble:
             raise TypeError(
                 f"params is the Solution of a {np.size(self.steps)}-member ensemble, but ensemble=False solves one "
                 "problem: pass ensemble=True to continue each member, or pass sol.params explicitly to solve one "
                 "problem whose params lead with the member axis")
-        if not members and ensemble is not False:
+        if ensemble and not members:
             raise TypeError(
-                f"params is the Solution of a single solve, but ensemble={ensemble!r} solves N problems whose "
-                "params lead with the member axis: leave ensemble out to continue it, or pass sol.params "
-                "explicitly to solve the entries of its leading axis as the members")
+                "params is the Solution of a single solve, but an ensemble solves N problems whose params lead "
+                "with the member axis: leave ensemble out to continue it, or pass sol.params explicitly to solve "
+                "the entries of its leading axis as the members")
         return self.params
 
 

@@ -72,8 +72,6 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     """
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
-    if isinstance(params, Solution):
-        params = params.params_for(ensemble)
     members, params, data = wrapper(ensemble, params, "params", data)     # the one question: an ensemble?
     validate.steps(steps)
     stopping.check(until, stop_on_nonfinite, steps)

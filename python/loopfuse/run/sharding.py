@@ -12,7 +12,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ..errors import StateMismatchError
-from ..state.leaves import leaf_name
 
 AXIS = "data"
 MODES = ("data", "params", "members")
@@ -41,14 +40,15 @@ class Placement:
             return self.split
         return self.replicated
 
-    def batch(self, path: str, spec) -> NamedSharding:
-        """Split along the leading axis; scalars (e.g. a hyperparameter in the batch) are replicated."""
+    def batch(self, name: str, spec) -> NamedSharding:
+        """Split along the leading axis; scalars (e.g. a hyperparameter in the batch) are replicated. `name`: the
+        leaf as a message names it (`leaves.leaf_name`)."""
         n = len(self.devices)
         if not spec.shape or self.mode == "members":
             return self.replicated
         if spec.shape[0] % n:
             raise StateMismatchError(
-                f"{leaf_name('batch', path)} has shape {tuple(spec.shape)}: its leading (batch) axis must divide "
+                f"{name} has shape {tuple(spec.shape)}: its leading (batch) axis must divide "
                 f"evenly over the {n} devices for sharding='data'")
         return self.split
 

@@ -54,6 +54,7 @@ def test_pass_failure_names_the_pass_and_writes_a_replayable_reproducer(tmp_path
         loopfuse.compile_step(train_step(optax.sgd(0.1)), dump_ir=tmp_path, passes=["simplify"])(state, batch())
     repro = err.value.reproducer
     assert repro.parent.parent == tmp_path
+    assert not (repro.parent / "executable.txt").exists()      # XLA never ran: nothing says it compiled
     text = repro.read_text()
     assert text.startswith("// loopfuse-pipeline: builtin.module(simplify,alias-state)")
     parse_module(text)

@@ -252,7 +252,17 @@ def _describe(b: xla_dump.Buffer, live: tuple[int, int], hlo: xla_dump.Hlo, name
     held = b.allocation.parameter
     if held is not None and held < len(names) and not what.startswith(names[held]):    # a donated argument's bytes
         what = f"{names[held]}, written in place by {_first(what)}"       # the step writes in place (rolled rows)
-    return LiveBuffer(b.size, b.shape.split("{")[0], b.allocation.kind, b.name, what, source, live)
+    return LiveBuffer(b.size, _without_layouts(b.shape), b.allocation.kind, b.name, what, source, live)
+
+
+def _without_layouts(shape: str) -> str:
+    """An HLO shape without its layouts.
+
+    Examples:
+        >>> _without_layouts("f32[2,3]{1,0}"), _without_layouts("(s32[], f32[1]{0})")
+        ('f32[2,3]', '(s32[], f32[1])')
+    """
+    return re.sub(r"\{[^{}]*\}", "", shape)
 
 
 def _origin(hlo: xla_dump.Hlo, name: str, index: tuple[int, ...]):

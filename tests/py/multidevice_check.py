@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import traceback
-from dataclasses import dataclass
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -22,14 +21,13 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 from jaxlib.mlir import ir  # noqa: E402
-from jaxlib.mlir.dialects import stablehlo  # noqa: E402
 
 import loopfuse  # noqa: E402
 from loopfuse import Dataset, compile_step  # noqa: E402
 from loopfuse.compile.mlir_context import parse_module  # noqa: E402
-from loopfuse.passes import ModulePass  # noqa: E402
-from loopfuse.passes.functions import arg_attrs, last_op, main_func, result_attrs  # noqa: E402
+from loopfuse.passes.functions import arg_attrs, main_func, result_attrs  # noqa: E402
 from loopfuse.passes.vocabulary import SDY_SHARDING  # noqa: E402
+from problems import NegateFirstResult  # noqa: E402
 
 K = 4
 OPT = optax.adam(1e-2)
@@ -305,19 +303,6 @@ def check_micro_batch() -> dict:
         "dataset_report": ds_loop.compiled(mlp_state(), ds).reports["micro-batch"],
         "temp": temp,
     }
-
-
-@dataclass(frozen=True)
-class NegateFirstResult(ModulePass):
-    """A deliberately wrong pass (test_verify.py's): @main returns the negation of its first result."""
-
-    name = "negate-first-result"
-    summary = "wrong on purpose (tests only)"
-
-    def apply(self, module_op) -> None:
-        ret = last_op(main_func(module_op).body.blocks[0])
-        with ir.InsertionPoint(ret), ret.location:
-            ret.operands[0] = stablehlo.NegOp(ret.operands[0]).result
 
 
 def check_verify() -> dict:

@@ -7,14 +7,19 @@ import re
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
 import loopfuse
+from loopfuse.passes import ModulePass
+from loopfuse.passes.functions import last_op, main_func
 from loopfuse import MemoryStats
 
 
@@ -213,3 +218,16 @@ def progress_bar_updates(err: str, total: int) -> list[tuple[int, str]]:
     pads a refresh shorter than the one before with spaces)."""
     updates = re.findall(rf"(\d+)/{total} \[[^,\]]*, [^,\]]*step/s(?:, ([^\]]*))?\] *(?=[\r\n]|$)", err)
     return list(dict.fromkeys((int(n), postfix) for n, postfix in updates))
+
+
+@dataclass(frozen=True)
+class NegateFirstResult(ModulePass):
+    """A deliberately wrong pass: @main returns the negation of its first result."""
+
+    name = "negate-first-result"
+    summary = "wrong on purpose (tests only)"
+
+    def apply(self, module_op) -> None:
+        ret = last_op(main_func(module_op).body.blocks[0])
+        with ir.InsertionPoint(ret), ret.location:
+            ret.operands[0] = stablehlo.NegOp(ret.operands[0]).result

@@ -1,38 +1,20 @@
 """verify=True / LOOPFUSE_VERIFY=1: each new executable's first call is checked against jax.jit of
 the unmodified step, a difference is a MiscompileError naming the leaf and the culprit, and the
 caller's state survives the check."""
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
 
 import layered
 import loopfuse
 from loopfuse.compile import pipeline
 from loopfuse.diagnostics import verify
-from loopfuse.passes import ModulePass
-from loopfuse.passes.functions import last_op, main_func
-from problems import assert_trees_equal, batch, fresh, init_state, train_step
+from problems import NegateFirstResult, assert_trees_equal, batch, fresh, init_state, train_step
 
 OPTION = "xla_cpu_copy_insertion_use_region_analysis"
-
-
-@dataclass(frozen=True)
-class NegateFirstResult(ModulePass):
-    """A deliberately wrong pass: @main returns the negation of its first result."""
-
-    name = "negate-first-result"
-    summary = "wrong on purpose (tests only)"
-
-    def apply(self, module_op) -> None:
-        ret = last_op(main_func(module_op).body.blocks[0])
-        with ir.InsertionPoint(ret), ret.location:
-            ret.operands[0] = stablehlo.NegOp(ret.operands[0]).result
 
 
 def _lotka_volterra_step():

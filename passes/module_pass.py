@@ -15,6 +15,7 @@ rewrite its input raises `PassError` at the offending op; the pass manager repor
 error diagnostic at that op's location.
 """
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -63,6 +64,8 @@ class ModulePass:
             value = getattr(self, f.name)
             if not _has_type(value, f.type):
                 raise PassOptionError(self.name, option_name(f), f"expects {_TYPE_NAMES[f.type]}, got {value!r}")
+            if isinstance(value, float) and math.isnan(value):  # compares as neither below nor above a bound
+                raise PassOptionError(self.name, option_name(f), "expects a number, got nan")
             low, high = f.metadata.get("minimum"), f.metadata.get("maximum")
             if low is not None and value < low:
                 raise PassOptionError(self.name, option_name(f), f"must be >= {low}, got {value!r}")

@@ -3,6 +3,8 @@
 // RUN: not loopfuse-opt %s --pass-pipeline='builtin.module(wrap-loop{steps=2147483648})' 2>&1 | filecheck --check-prefix=BIG %s
 // RUN: not loopfuse-opt %s --pass-pipeline='builtin.module(wrap-loop{steps=four})' 2>&1 | filecheck --check-prefix=TYPE %s
 // RUN: not loopfuse-opt %s --pass-pipeline='builtin.module(wrap-loop{stepz=4})' 2>&1 | filecheck --check-prefix=NAME %s
+// RUN: not loopfuse-opt %s --pass-pipeline='builtin.module(wrap-loop{steps=4 steps=8})' 2>&1 | filecheck --check-prefix=TWICE %s
+// RUN: not loopfuse-opt %s --pass-pipeline='builtin.module(wrap-loop{steps= 4})' 2>&1 | filecheck --check-prefix=SPACE %s
 // Every chunk is rejected with an error at @main's location naming the pass and the offending value;
 // loopfuse-opt reports each chunk and exits non-zero. Bad options are refused before any parsing,
 // with one message naming the pass and the option.
@@ -10,6 +12,8 @@
 // BIG: loopfuse-opt: error: pass 'wrap-loop' option 'steps': must be <= 2147483647, got 2147483648
 // TYPE: loopfuse-opt: error: pass 'wrap-loop' option 'steps': expects int, got 'four'
 // NAME: loopfuse-opt: error: pass 'wrap-loop' option 'stepz': no such option (options of wrap-loop: steps, rows)
+// TWICE: loopfuse-opt: error: pass 'wrap-loop' option 'steps': given more than once
+// SPACE: loopfuse-opt: error: pass 'wrap-loop' option 'steps': no spaces around '=' (write steps=4)
 
 // A state result whose path no argument has cannot be carried around the loop.
 // CHECK: invalid-wrap-loop.mlir:[[# @LINE + 1]]:1: error: pass 'wrap-loop{steps=4}' failed: state result 0 (['v']) has no argument of the same path and type to carry it around the loop

@@ -5,9 +5,10 @@ import sys
 import textwrap
 
 import pytest
+from jaxlib.mlir import ir
 
 from loopfuse.diagnostics.opt import main
-from loopfuse.passes import PASSES
+from loopfuse.passes import PASSES, PassOptionError, RollLayers, Simplify
 
 MODULE = textwrap.dedent("""\
     func.func @main(%w: tensor<4xf32> {loopfuse.state = "w"}, %x: tensor<4xf32>)
@@ -175,3 +176,83 @@ def test_loopfuse_opt_runs_without_importing_jax(module_file):
             "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if m.startswith('jax.'))[:5]\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("case", ["parse-error-in-place", "pass-failure", "failing-chunk"])
+def test_a_failed_run_leaves_the_output_file_as_it_was(case, tmp_path, capsys, monkeypatch):
+    source, out = tmp_path / "in.mlir", tmp_path / "out.mlir"
+    out.write_text("previous result\n")
+    if case == "parse-error-in-place":
+        source.write_text(MODULE.replace("tensor<4xf32>)", "tensor<4xf32)", 1))
+        out, args = source, ["--alias-state"]
+    elif case == "pass-failure":  # the module has no @loopfuse_init
+        source.write_text(MODULE)
+        args = ["--fold-init"]
+    else:
+        source.write_text(MODULE + "// -----\nfunc.func @main( {\n")
+        args = ["--split-input-file", "--alias-state"]
+    before = out.read_text()
+    code, stdout, err = opt_in_process(capsys, monkeypatch, str(source), *args, "-o", str(out))
+    assert code == 1 and stdout == "" and "error:" in err
+    assert out.read_text() == before
+
+
+def test_a_bad_command_line_exits_1_with_the_usage(capsys, monkeypatch):
+    code, out, err = opt_in_process(capsys, monkeypatch, "--no-such-flag", "-")
+    assert (code, out) == (1, "")
+    assert err.startswith("usage: loopfuse-opt ") and err.endswith("loopfuse-opt: error: unrecognized arguments: "
+                                                                   "--no-such-flag\n")
+
+
+@pytest.mark.parametrize("options, problem", [
+    ("wrap-loop{steps=3 steps=4}", "option 'steps': given more than once"),
+    ("wrap-loop{steps= 3}", "option 'steps': no spaces around '=' (write steps=3)"),
+    ("wrap-loop{rows=1 steps =3}", "option 'steps': no spaces around '=' (write steps=3)"),
+    ("wrap-loop{steps = 3}", "option 'steps': no spaces around '=' (write steps=3)"),
+    ("roll-layers{memory-budget=nan}", "option 'memory-budget': expects a number, got nan"),
+    ("roll-layers{memory-budget=-nan}", "option 'memory-budget': expects a number, got nan"),
+])
+def test_a_bad_option_is_one_error_naming_it(options, problem, capsys, monkeypatch):
+    code, out, err = opt_in_process(capsys, monkeypatch, "-", f"--pass-pipeline=builtin.module({options})",
+                                    stdin=MODULE.encode())
+    assert (code, out, err) == (1, "", f"loopfuse-opt: error: pass '{options.split('{')[0]}' {problem}\n")
+
+
+def test_options_may_be_separated_by_several_spaces(capsys, monkeypatch):
+    code, out, err = opt_in_process(capsys, monkeypatch, "-", "--pass-pipeline=builtin.module(wrap-loop{ steps=3   rows=2 })",
+                                    stdin=MODULE.encode())
+    assert code == 0, err
+    assert "tensor<3x4xf32>" in out  # the history of the unused output: 3 steps
+
+
+def test_a_nan_option_is_refused_from_python_too():
+    with pytest.raises(PassOptionError, match="option 'memory-budget': expects a number, got nan"):
+        RollLayers(memory_budget=float("nan"))
+
+
+def test_a_main_without_a_body_is_an_error_at_main(capsys, monkeypatch):
+    text = ('// a declaration only\n'
+            'func.func private @main(%a: tensor<3xf32> {loopfuse.state = "w"}) -> (tensor<3xf32> {loopfuse.state = "w"})\n')
+    code, out, err = opt_in_process(capsys, monkeypatch, "-", "--wrap-loop", stdin=text.encode())
+    assert (code, out) == (1, "")
+    assert err == ("<stdin>:2:1: error: pass 'wrap-loop' failed: @main is a declaration without a body: "
+                   "loopfuse's passes need the step's body\n")
+
+
+def _parses_a_bad_type(self, module_op):
+    ir.Type.parse("tensor<3x\n-5xf32>")  # an MLIRError whose own text has lines and a location
+
+
+def _casts_wrongly(self, module_op):
+    ir.StringAttr(ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 7))
+
+
+@pytest.mark.parametrize("apply, message", [
+    (_parses_a_bad_type, "Unable to parse type: expected non-function type (unexpected MLIRError)"),
+    (_casts_wrongly, "Cannot cast attribute to StringAttr (from Attribute(7 : i32)) (unexpected ValueError)"),
+])
+def test_an_unexpected_exception_in_a_pass_is_one_line_naming_the_pass(apply, message, capsys, monkeypatch):
+    monkeypatch.setattr(Simplify, "apply", apply)
+    code, out, err = opt_in_process(capsys, monkeypatch, "-", "--simplify", stdin=MODULE.encode())
+    assert (code, out) == (1, "")
+    assert err == f"<stdin>:1: error: pass 'simplify' failed: {message}\n"

@@ -11,6 +11,7 @@ from typing import TypeAlias
 from jaxlib.mlir import ir, passmanager
 
 from ..passes import PASSES, ModulePass, PassError, PassOptionError
+from ..passes.functions import module_functions
 
 
 @dataclass(frozen=True)
@@ -52,16 +53,25 @@ def parse_pipeline(text: str) -> list[Pass]:
     return passes
 
 
+_SPACED_EQ = re.compile(r"([^\s=]+)(\s*)=(\s*)([^\s=]*)")
+
+
 def make_pass(name: str, options: str = "") -> Pass:
-    """The pass `name` with `options` in pipeline text (``k=v k2=v2``)."""
+    """The pass `name` with `options` in pipeline text (``k=v k2=v2``: as in MLIR, no spaces around
+    '=', each option at most once)."""
     cls = PASSES.get(name)
     if cls is None:
         return UpstreamPass(name, options.strip())
+    for m in _SPACED_EQ.finditer(options):
+        if m.group(2) or m.group(3):
+            raise PassOptionError(name, m.group(1), f"no spaces around '=' (write {m.group(1)}={m.group(4)})")
     values: dict[str, str] = {}
     for kv in options.split():
         key, eq, value = kv.partition("=")
         if not eq:
             raise PassOptionError(name, key, "is not key=value")
+        if key in values:
+            raise PassOptionError(name, key, "given more than once")
         values[key] = value
     return cls.from_text(values)
 
@@ -99,19 +109,46 @@ def run_pass(module: ir.Module, spec: Pass) -> None:
 
 def _callback(spec: ModulePass, errors: list):
     """`spec` as an MLIR pass: a failure becomes an error diagnostic (a `PassError` at its op; any
-    other exception, a bug, at the module) and the exception is kept for `PassFailure.cause`."""
+    other exception, a bug or IR the pass does not handle, one line at the module) and the exception
+    is kept for `PassFailure.cause`."""
 
     def callback(op, pass_):
         try:
             with op.context, ir.Location.unknown():
+                _check_main(op)
                 spec.apply(op)
+        except PassError as e:
+            (op if e.op is None else e.op).location.emit_error(str(e))
+            errors.append(e)
+            pass_.signal_pass_failure()
         except Exception as e:
-            at = e.op if isinstance(e, PassError) and e.op is not None else op
-            at.location.emit_error(str(e))
+            op.location.emit_error(_unexpected(e))
             errors.append(e)
             pass_.signal_pass_failure()
 
     return callback
+
+
+def _check_main(module_op: ir.Operation) -> None:
+    """A `PassError` at ``@main`` when it is only a declaration: loopfuse's passes rewrite its body."""
+    for f in module_functions(module_op):
+        if f.sym_name.value == "main" and f.is_external:
+            raise PassError(f, "@main is a declaration without a body: loopfuse's passes need the step's body")
+
+
+# What MLIR's bindings raise on IR a pass did not check for (a failed cast, a missing block, ...).
+_UNCHECKED = (ValueError, TypeError, LookupError, AttributeError, ir.MLIRError)
+
+
+def _unexpected(e: Exception) -> str:
+    """A pass's exception other than `PassError` as one line: an MLIRError of the pass's own parsing
+    without its locations (in that text, not in the module), an unchecked case marked as such."""
+    if isinstance(e, ir.MLIRError):
+        text = ": ".join(filter(None, [e.message, "; ".join(d.message for d in e.error_diagnostics or [])]))
+    else:
+        text = str(e)
+    text = " ".join(text.split())
+    return f"{text} (unexpected {type(e).__name__})" if isinstance(e, _UNCHECKED) else text
 
 
 def _upstream_error(mlir_message: str) -> str:

@@ -6,7 +6,7 @@
     loopfuse-opt --reproducer DIR/reproducer.mlir     # replay a failure written by compile_step
 
 Errors are one line each, ``file:line:col: error: message`` (a pass failure names the pass), and
-the exit status is 1; loopfuse-opt prints no traceback.
+the exit status is 1; loopfuse-opt prints no traceback and leaves the ``-o`` file as it was.
 """
 import argparse
 import re
@@ -39,12 +39,21 @@ class _HelpFormatter(argparse.HelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Exits with status 1 on a bad command line (argparse's default is 2), as on any other error."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
 def _args(argv):
-    p = argparse.ArgumentParser(prog="loopfuse-opt", description=__doc__.splitlines()[0],
-                                formatter_class=_HelpFormatter,
-                                epilog="--pass-pipeline also takes MLIR's own passes (canonicalize, cse, ...).")
+    p = _Parser(prog="loopfuse-opt", description=__doc__.splitlines()[0],
+                formatter_class=_HelpFormatter,
+                epilog="--pass-pipeline also takes MLIR's own passes (canonicalize, cse, ...).")
     p.add_argument("input", nargs="?", default="-", help="input .mlir file, '-' for stdin")
-    p.add_argument("-o", dest="output", default="-", help="output file (default stdout)")
+    p.add_argument("-o", dest="output", default="-",
+                   help="output file (default stdout), written only when the whole run succeeds")
     p.add_argument("--pass-pipeline", default=None, help="builtin.module(pass1,pass2{opt=v},...)")
     p.add_argument("--split-input-file", action="store_true", help=f"treat '{SPLIT_MARKER}' lines as file separators")
     p.add_argument("--reproducer", action="store_true",
@@ -219,7 +228,8 @@ def main(argv=None) -> int:
             except ChunkError as e:
                 print(e, file=sys.stderr)
                 failed = True
-        _write(ns.output, f"\n{SPLIT_MARKER}\n".join(outputs))
+        if not failed or ns.output == "-":  # a failed run leaves an -o file (perhaps the input) as it was
+            _write(ns.output, f"\n{SPLIT_MARKER}\n".join(outputs))
     except OptError as e:
         print(e, file=sys.stderr)
         return 1

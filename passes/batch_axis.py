@@ -209,6 +209,9 @@ def _check_sizes(main: func.FuncOp, plan: Plan) -> None:
         if not isinstance(f, Split):
             continue
         size = ir.RankedTensorType(g.values[v].type).shape[f.dim]
+        if ir.ShapedType.is_dynamic_size(size):
+            raise PassError(main, f"{g.values[v].type} has a dynamic size along the batch axis: micro-batch cuts "
+                                  "static shapes only")
         if size % parts == 0:
             continue
         if v in plan.inputs:

@@ -43,8 +43,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from . import rewriter as rw
-from .functions import (arg_attrs, function, main_func, make_private, result_attrs, retype, set_result_attrs,
-                        string_attr)
+from .functions import (arg_attrs, function, main_func, make_private, module_functions, result_attrs, retype,
+                        set_result_attrs, string_attr)
 from .module_pass import ModulePass, PassError, option
 from .vocabulary import BODY, RESULT, SDY_SHARDING, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
 
@@ -72,7 +72,10 @@ class WrapLoop(ModulePass):
                           "writing a block of `rows` rows of each history (0: one loop)", minimum=0, maximum=2**31 - 1)
 
     def apply(self, module_op: ir.Operation) -> None:
-        _wrap(main_func(module_op), self.steps, self.rows)
+        main = main_func(module_op)
+        if any(f.sym_name.value == BODY for f in module_functions(module_op)):
+            raise PassError(main, f"the module already has @{BODY}: wrap-loop has run on it (it runs once)")
+        _wrap(main, self.steps, self.rows)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,9 @@ def _signature(f: func.FuncOp) -> _Signature:
     stop = _stop_result(f, results, out_types, carried)
     stopped_arg = _stopped_arg(f, args, in_types, stop)
     aux = [j for j in range(len(out_types)) if j not in carried and j != stop]
+    for j in aux:
+        if not isinstance(out_types[j], ir.RankedTensorType):
+            raise PassError(f, f"result {j} is {out_types[j]}: wrap-loop keeps histories of ranked tensors only")
     return _Signature(in_types, out_types, carried, step_args, stop, stopped_arg, aux)
 
 

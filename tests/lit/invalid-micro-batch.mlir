@@ -41,3 +41,14 @@ func.func @main(%w: tensor<3xf32> {loopfuse.state = "['w']"}, %data: tensor<32x3
   %w2 = stablehlo.subtract %w, %g : tensor<3xf32>
   return %w2 : tensor<3xf32>
 }
+
+// -----
+
+// A batch of a dynamic number of rows: micro-batch cuts static shapes only.
+// CHECK: invalid-micro-batch.mlir:[[# @LINE + 1]]:1: error: pass 'micro-batch{slices=3}' failed: tensor<?x3xf32> has a dynamic size along the batch axis: micro-batch cuts static shapes only
+func.func @main(%w: tensor<3xf32> {loopfuse.state = "['w']"}, %x: tensor<?x3xf32>) -> (tensor<3xf32> {loopfuse.state = "['w']"}) {
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %g = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<?x3xf32>, tensor<f32>) -> tensor<3xf32>
+  %w2 = stablehlo.subtract %w, %g : tensor<3xf32>
+  return %w2 : tensor<3xf32>
+}

@@ -53,3 +53,23 @@ func.func @main(%w: tensor<f32> {loopfuse.state = "['w']"}) -> (tensor<f32> {loo
 func.func @main(%w: tensor<f32> {loopfuse.state = "['w']"}, %i: tensor<i64> {loopfuse.step_index}) -> (tensor<f32> {loopfuse.state = "['w']"}) {
   return %w : tensor<f32>
 }
+
+// -----
+
+// An aux result that is not a ranked tensor has no history to be stacked into.
+// CHECK: invalid-wrap-loop.mlir:[[# @LINE + 1]]:1: error: pass 'wrap-loop{steps=4}' failed: result 1 is !stablehlo.token: wrap-loop keeps histories of ranked tensors only
+func.func @main(%w: tensor<f32> {loopfuse.state = "['w']"}, %t: !stablehlo.token) -> (tensor<f32> {loopfuse.state = "['w']"}, !stablehlo.token) {
+  return %w, %t : tensor<f32>, !stablehlo.token
+}
+
+// -----
+
+// A module wrap-loop has run on: it runs once.
+// CHECK: invalid-wrap-loop.mlir:[[# @LINE + 1]]:1: error: pass 'wrap-loop{steps=4}' failed: the module already has @loopfuse_step: wrap-loop has run on it (it runs once)
+func.func @main(%w: tensor<f32> {loopfuse.state = "['w']"}) -> (tensor<f32> {loopfuse.state = "['w']"}) {
+  %0 = func.call @loopfuse_step(%w) : (tensor<f32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
+func.func private @loopfuse_step(%w: tensor<f32>) -> tensor<f32> {
+  return %w : tensor<f32>
+}

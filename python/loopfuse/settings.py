@@ -8,10 +8,21 @@ def setting(explicit, env: str) -> str | None:
     return explicit if explicit is not None else os.environ.get(env) or None
 
 
+def path(value: str | os.PathLike) -> Path:
+    """A folder or file the user named, as a Path with a leading ``~`` or ``~user`` expanded (as a shell
+    would: ``cache_dir="~/.cache/loopfuse"`` is in the home folder, not a ``./~`` folder).
+
+    Examples:
+        >>> path("~/.cache/loopfuse") == Path.home() / ".cache" / "loopfuse", str(path("runs/~1"))
+        (True, 'runs/~1')
+    """
+    return Path(value).expanduser()
+
+
 def folder(explicit, env: str) -> Path | None:
-    """A folder setting (see `setting`) as a Path, or None."""
+    """A folder setting (see `setting`) as a Path (``~`` expanded, see `path`), or None."""
     value = setting(explicit, env)
-    return Path(value) if value else None
+    return path(value) if value else None
 
 
 def flag(explicit: bool | None, env: str) -> bool:

@@ -54,7 +54,9 @@ def check_lbfgs() -> dict:
     one = loopfuse.minimize(rosenbrock, starts, **kwargs)
     four = loopfuse.minimize(rosenbrock, starts, backend=CompiledLoop(devices=jax.devices()), **kwargs)
     return dict(bitwise=same((one.params, one.loss_history, one.steps), (four.params, four.loss_history, four.steps)),
-                steps=four.steps.tolist())
+                steps=four.steps.tolist(), steps_apart=int(np.max(np.abs(one.steps - four.steps))),
+                params_apart=float(np.max(np.abs(np.asarray(one.params) - np.asarray(four.params)))),
+                retcodes_equal=one.retcode.tolist() == four.retcode.tolist())
 
 
 def check_fit() -> dict:

@@ -203,6 +203,8 @@ def ensemble(run: Run) -> dict:
     return {"steps": sol.steps.tolist(), "alone_steps": alone.steps.tolist(), "retcode": sol.retcode.tolist(),
             "params_bitwise": params.tobytes() == np.asarray(alone.params).tobytes(),
             "history_bitwise": sol.loss_history.tobytes() == alone.loss_history.tobytes(),
+            "history_rel": float(np.nanmax(np.abs(sol.loss_history - alone.loss_history)
+                                           / np.nanmax(np.abs(alone.loss_history), axis=1, keepdims=True))),
             "fully_addressable": sol.params.is_fully_addressable}
 
 

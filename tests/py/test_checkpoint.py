@@ -257,3 +257,88 @@ def test_minimize_resuming_a_converged_solve_runs_no_step(tmp_path):
     assert again.retcode == "converged" and again.steps == solved.steps
     _assert_bitwise(again.params, solved.params)
     np.testing.assert_array_equal(again.loss_history, solved.loss_history)
+
+
+# ---- checkpoint_dir checked before anything runs ---------------------------------------------
+def _fit_refused(step, directory, match, **kwargs):
+    """fit on `directory` raises ValueError matching `match`, leaving the caller's state undonated."""
+    fn, state, data = problem()
+    with pytest.raises(ValueError, match=match):
+        loopfuse.fit(step, state, data, 16, chunk=CHUNK, progress=False, checkpoint_dir=directory,
+                     checkpoint_every=EVERY, **kwargs)
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
+
+
+def _minimize(directory, params):
+    return loopfuse.minimize(lambda p: jnp.sum((p - 2.0) ** 2), params, optimizer=optax.sgd(0.1), steps=8,
+                             checkpoint_dir=directory)
+
+
+def test_an_empty_checkpoint_dir_is_refused_not_the_current_directory(step, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _fit_refused(step, "", r"checkpoint_dir='' names no folder.*pass a folder, or None for no checkpoints")
+    params = jnp.zeros(3)
+    with pytest.raises(ValueError, match=r"checkpoint_dir='' names no folder"):
+        _minimize("", params)
+    assert not params.is_deleted() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("under", ["", "sub/dir"], ids=["the file", "under the file"])
+def test_a_checkpoint_dir_that_is_or_is_under_a_file_is_refused_before_anything_runs(step, tmp_path, under):
+    (tmp_path / "afile").write_text("mine")
+    directory = tmp_path / "afile" / under if under else tmp_path / "afile"
+    what = "exists" if not under else f"cannot be created: {tmp_path / 'afile'} exists"
+    _fit_refused(step, directory, f"checkpoint_dir='{directory}' {what} and is not a folder; pass a folder")
+    params = jnp.zeros(3)
+    with pytest.raises(ValueError, match="and is not a folder"):
+        _minimize(str(directory), params)
+    assert not params.is_deleted()
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"] and (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.parametrize("foreign, named", [
+    ({"5/precious.txt": "mine"}, "5/"),                       # keep= would delete it
+    ({"100/precious.txt": "mine"}, "100/"),                   # the latest: restoring it would fail
+    ({"7": "a file"}, "7"),
+    ({"100/": None}, "100/"),                                  # empty, but the latest: nothing to restore
+    ({"0/": None, "3/meta.txt": "x", "30/precious.txt": "y"}, "3/, 30/"),    # 0/: as a kill leaves an old one
+], ids=["older", "latest", "file", "empty latest", "several"])
+def test_numbered_entries_that_are_not_checkpoints_are_refused_and_kept(step, tmp_path, foreign, named):
+    fit(tmp_path, 8, step)                                    # 4/ and 8/, ours
+    for name, text in foreign.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).mkdir() if text is None else (tmp_path / name).write_text(text)
+    before = {str(p): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")}
+    _fit_refused(step, tmp_path, rf"holds {named}: named like checkpoints, but not loopfuse checkpoints \(a 'meta' "
+                                 r"item\).*nothing was touched", keep=1)
+    assert {str(p): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else None)
+            for p in tmp_path.rglob("*")} == before
+
+
+def test_what_a_kill_leaves_and_other_names_do_not_stop_a_resume(step, whole, tmp_path):
+    fit(tmp_path, 8, step)
+    (tmp_path / "12.orbax-checkpoint-tmp").mkdir()            # a save that a kill interrupted
+    (tmp_path / "12.orbax-checkpoint-tmp" / "state").mkdir()
+    shutil.copytree(tmp_path / "4", tmp_path / "0")           # an old one that orbax was deleting (keep=)
+    shutil.rmtree(tmp_path / "0" / "meta")
+    shutil.rmtree(tmp_path / "0" / "history")
+    for name in ("007", "notes", "5x"):                       # not names orbax takes for steps
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "mine.txt").write_text("mine")
+    resumed = fit(tmp_path, 24, step)
+    assert resumed.resumed_from == 8 and resumed.steps == 24
+    _assert_bitwise(resumed.state, whole.state)
+    assert not (tmp_path / "12.orbax-checkpoint-tmp").exists()                   # orbax cleaned them up
+    assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name[0] != "0" and p.name.isdigit()) == [16, 20, 24]
+    assert not (tmp_path / "0").exists()
+    assert all((tmp_path / name / "mine.txt").read_text() == "mine" for name in ("007", "notes", "5x"))
+
+
+def test_checkpoint_dir_expands_the_home_folder(step, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    first = fit("~/ck", 8, step)
+    assert _steps(tmp_path / "home" / "ck") == [4, 8] and not (tmp_path / "~").exists()
+    assert fit("~/ck", 8, step).resumed_from == 8 == first.steps
+    _minimize("~/solve", jnp.zeros(3))
+    assert _steps(tmp_path / "home" / "solve") == [8]

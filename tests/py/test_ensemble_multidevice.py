@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from problems import SMALL_LOOP_KERNELS
+
 SCRIPT = Path(__file__).with_name("ensemble_multidevice_check.py")
 
 
@@ -31,8 +33,14 @@ def section(facts: dict, name: str) -> dict:
 @pytest.mark.slow      # ~1 min on 2 cores: three ensembles compiled twice in a fresh process
 def test_members_split_over_four_devices_are_the_single_device_run(facts):
     assert facts["device_count"] == 4
-    for name in ("minimize", "lbfgs", "fit"):
+    for name in ("minimize", "fit"):
         assert section(facts, name)["bitwise"], name
+    lbfgs = section(facts, "lbfgs")
+    # jaxlib 0.12.1 runs each device's 2 members' loop as one kernel (SMALL_LOOP_KERNELS), rounding otherwise than
+    # the one-device loop: the line search then takes a step more or fewer on some members (measured: 1 step,
+    # params 1.2e-6 apart, every member converged)
+    assert lbfgs["bitwise"] or SMALL_LOOP_KERNELS and lbfgs["retcodes_equal"] and lbfgs["steps_apart"] <= 1 \
+        and lbfgs["params_apart"] <= 1e-5, lbfgs
     assert section(facts, "minimize")["retcodes"] == ["converged", "max_steps", "non_finite"]
     assert section(facts, "minimize")["retcodes_equal"] and section(facts, "fit")["retcodes_equal"]
     assert section(facts, "minimize")["devices_holding_params"] == section(facts, "fit")["devices_holding_params"] == 4

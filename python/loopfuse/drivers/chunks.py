@@ -23,7 +23,7 @@ from ..passes import control_flow, wrap_loop
 from ..passes.roll_layers import rolled_layers, update_after_loops
 from ..run.sigint import SigintHold
 from ..state import packed
-from ..state.checkpoint import CarriedAs, Checkpoints
+from ..state.checkpoint import CarriedAs, Checkpoints, check_directory
 from ..state.leaves import dotted, keyed_paths
 from .results import FitError, FitResult
 from .step import Step
@@ -84,6 +84,8 @@ def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
             validate.steps(value, name)
     if checkpoint_dir is None and checkpoint_every is not None:
         raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
+    if checkpoint_dir is not None:
+        check_directory(checkpoint_dir)
 
 
 class LoopChunks:

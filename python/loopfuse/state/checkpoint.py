@@ -6,16 +6,26 @@ absent when aux has no leaves) and ``meta`` (JSON: ``s``, each leaf's path, shap
 `PackedState`: of each leaf it packs, the path saying where it lives), and ``stopped``: the retcode
 of a run that a step ended, "until" or "non_finite", else null).
 orbax writes each checkpoint into a temporary folder and renames it when complete, so a process
-killed at any moment, also during a save, leaves the previous checkpoint restorable.
+killed at any moment, also during a save, leaves the previous checkpoint restorable. A save is written
+in the background while the run goes on, and the next save first waits for it: a kill loses the steps
+since the last completed save, up to two intervals when it lands while a save is still being written.
+
+`check_directory` refuses a checkpoint folder orbax would misuse before anything runs: "", a file, a
+path under a file, or a folder holding entries orbax takes for steps (numbered) that are neither loopfuse
+checkpoints nor what a kill left of an old one orbax was deleting (orbax would fail to restore them, or
+delete them to keep the newest `keep`).
 
 orbax-checkpoint is an optional dependency (``pip install loopfuse[checkpoint]``), imported here only.
 """
 import os
+import re
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
+from .. import settings
 from ..errors import StateMismatchError
 from .leaves import dtype, key_impls, keyed_paths, raw, wrap_keys
 from .packed import PackedState
@@ -47,12 +57,64 @@ def _state_specs(state) -> list:
             for path, shape, (b, at) in zip(paths, state.layout.shapes, state.layout.places)]
 
 
+# The entry names orbax's CheckpointManager takes for steps (its standard name format, no prefix: "0", "12",
+# not "012"): it restores the latest and deletes the oldest beyond `keep`. Its temporary folders of a save in
+# progress or killed ("12.orbax-checkpoint-tmp...") do not match; it removes those itself.
+_STEP_NAME = re.compile(r"^(0|[1-9]\d*)$")   # as orbax matches it (re.search)
+_META = "meta"      # the item every checkpoint of ours holds (see the module docstring)
+# What a checkpoint folder of ours holds: its items and orbax's files. A process killed while orbax deleted an
+# old checkpoint (keep=) leaves some of them, never the latest checkpoint's.
+_CHECKPOINT_NAMES = {"state", "history", _META, "_CHECKPOINT_METADATA", "commit_success.txt"}
+
+
+def check_directory(directory: str | os.PathLike) -> Path:
+    """`directory` (``checkpoint_dir=``, ``~`` expanded) as an absolute Path, once checked: a folder orbax may
+    create or use. Raises, before anything runs and touching nothing, TypeError for another type than a path,
+    and ValueError for "" (no folder: pass None for no checkpoints), a file, a path under a file, or a folder
+    holding entries named like steps that are neither checkpoints of ours (a ``meta`` item) nor what a kill
+    left of an old one that orbax was deleting (a user's folder or file), which orbax would fail to restore
+    (the latest) or delete to keep the newest `keep`.
+    """
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"checkpoint_dir must be a folder (a str or os.PathLike) or None, got "
+                        f"{type(directory).__name__} {directory!r}")
+    if os.fspath(directory) == "":
+        raise ValueError("checkpoint_dir='' names no folder (it would checkpoint into the current directory): "
+                         "pass a folder, or None for no checkpoints")
+    path = Path(os.path.abspath(settings.path(directory)))
+    given = f"checkpoint_dir={os.fspath(directory)!r}" + (f" ({path})" if os.fspath(directory) != str(path) else "")
+    existing = next(p for p in (path, *path.parents) if os.path.lexists(p))
+    if not existing.is_dir():
+        what = "exists" if existing == path else f"cannot be created: {existing} exists"
+        raise ValueError(f"{given} {what} and is not a folder; pass a folder (a new one, or one holding this "
+                         "run's checkpoints), or None for no checkpoints")
+    if existing != path:
+        return path
+    steps = sorted((int(p.name), p) for p in path.iterdir() if _STEP_NAME.search(p.name))
+
+    def ours(p: Path, latest: bool) -> bool:
+        return p.is_dir() and ((p / _META).is_dir() or not latest and all(
+            entry.name in _CHECKPOINT_NAMES for entry in p.iterdir()))
+
+    foreign = [p for i, (_, p) in enumerate(steps) if not ours(p, latest=i == len(steps) - 1)]
+    if foreign:
+        names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in foreign[:5])
+        names += f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise ValueError(
+            f"{given} holds {names}: named like checkpoints, but not loopfuse checkpoints (a '{_META}' item), so "
+            "orbax would fail to restore them or delete them (keep=); move them elsewhere or use another "
+            "checkpoint_dir (nothing was touched)")
+    return path
+
+
 class Checkpoints:
-    """Save and restore one run's checkpoints in `directory`, keeping the newest `keep` (None: all)."""
+    """Save and restore one run's checkpoints in `directory`, keeping the newest `keep` (None: all);
+    `directory` must pass `check_directory` (checked first)."""
 
     def __init__(self, directory: str | os.PathLike, keep: int | None):
+        path = check_directory(directory)
         ocp = self._ocp = _orbax()
-        self.directory = os.path.abspath(os.fspath(directory))
+        self.directory = str(path)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._saved: int | None = self._manager.latest_step()

@@ -20,10 +20,10 @@ def test_a_sigint_inside_a_gc_callback_is_delivered_after_it(sigint_raises):
     hold = SigintHold()
     hold.install()
     gc.callbacks.append(callback)
-    try:
-        with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):
+        try:
             gc.collect()
             time.sleep(1.0)                          # the signal again, outside the callback
-    finally:
-        gc.callbacks.remove(callback)
-        hold.restore()
+        finally:
+            gc.callbacks.remove(callback)
+            hold.restore()                           # or here, where it landed while being sent again

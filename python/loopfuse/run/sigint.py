@@ -13,11 +13,14 @@ class SigintHold:
     Installed for the whole run (in the main thread, which alone receives signals, and only over a
     Python-level handler): a signal outside a block goes straight to the handler that was installed. Where
     CPython drops what that handler raises (a KeyboardInterrupt raised inside a gc callback, as jax's, or a
-    finalizer: it goes to `sys.unraisablehook`), the signal is sent again, to land once that code returns.
+    finalizer: it goes to `sys.unraisablehook`), the signal is sent again, to land once that code returns; one
+    that lands while it is being sent again is held like one inside a block, delivered at the next block's end
+    or when the run ends.
     """
 
     def __init__(self):
         self.holding, self.pending, self.previous, self.unraisable = False, False, None, None
+        self.resending = False
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread() and _signal.getsignal(signal.SIGINT) is not None:
@@ -28,15 +31,21 @@ class SigintHold:
         if self.previous is not None:
             _signal.signal(signal.SIGINT, self.previous)
             sys.unraisablehook = self.unraisable
+        if self.pending:
+            self._deliver(None)
 
     def _dropped(self, info) -> None:
         if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
-            threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGINT)).start()
+            self.resending = True       # a signal now would be raised inside this hook, and dropped again
+            try:
+                threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGINT)).start()
+            finally:
+                self.resending = False
         else:
             self.unraisable(info)
 
     def _handle(self, signum, frame):
-        if self.holding:
+        if self.holding or self.resending:
             self.pending = True
         else:
             self._deliver(frame)

@@ -202,6 +202,7 @@ def test_sigkill_soak(tmp_path):
     _assert_resumes_bitwise(tmp_path / "killed", whole, num_steps)
 
 
+@pytest.mark.slow      # ~10 s on 2 cores (the default suite's time)
 def test_four_devices_resume_bitwise(tmp_path):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, str(CHILD), "multidevice", str(tmp_path)], env=env, capture_output=True,

@@ -84,6 +84,7 @@ def sweep(programs, plans, limits) -> dict:
     return {limit: memory_plan.choose(programs, limit, plans) for limit in limits}
 
 
+@pytest.mark.slow      # ~10 s on 2 cores (the default suite's time)
 def test_a_falling_limit_never_gets_a_higher_peak_and_below_the_floor_is_an_error(tmp_path):
     step, state, batch = problem()
     programs, plans = programs_of(step, state, batch, cache_dir=tmp_path)   # the fresh compiles below load them

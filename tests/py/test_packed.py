@@ -203,6 +203,7 @@ def test_one_program_per_layout_counted_by_the_step():
     assert loop.compile_count == 2
 
 
+@pytest.mark.slow      # ~10 s on 2 cores (the default suite's time)
 def test_until_sees_the_unpacked_state():
     """A stopping loop on a packed state: `verify` checks it against jax.jit steps of the packed
     program; it stops where the unpacked loop stops, within 1e-6 relative or 1e-8 absolute (XLA fuses

@@ -585,6 +585,7 @@ def test_frozen_first_layers_leave_the_trained_ones_to_roll_with_their_moments()
     assert report.startswith("rolled [0]['layers'], [1].inner_states['train'].inner_state[0].mu['layers'], "), report
 
 
+@pytest.mark.slow      # ~10 s on 2 cores (the default suite's time)
 def test_fit_keeps_the_pytree_where_the_stacked_program_would_hold_more():
     """`optax.apply_if_finite` checks every gradient before its inner update lands, so the backward loop keeps
     each layer's new moments, stacked, until the check: the stacked program holds more than the step on the

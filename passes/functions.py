@@ -105,6 +105,11 @@ def make_private(f: func.FuncOp, name: str) -> None:
 
 
 def string_attr(d: dict, name: str) -> str | None:
-    """The value of a string attribute in an attr dict, or None."""
+    """The value of a string attribute in an attr dict, or None; a PassError where it is not a string."""
     a = d.get(name)
-    return ir.StringAttr(a).value if a is not None else None
+    if a is None:
+        return None
+    try:
+        return ir.StringAttr(a).value
+    except ValueError:
+        raise PassError(None, f"attribute {name} = {a} must be a string") from None

@@ -73,3 +73,11 @@ func.func @main(%w: tensor<f32> {loopfuse.state = "['w']"}) -> (tensor<f32> {loo
 func.func private @loopfuse_step(%w: tensor<f32>) -> tensor<f32> {
   return %w : tensor<f32>
 }
+
+// -----
+
+// A state path that is not a string is refused by name, not by a cast's exception.
+// CHECK: error: pass 'wrap-loop{steps=4}' failed: attribute loopfuse.state = 3 : i32 must be a string
+func.func @main(%w: tensor<f32> {loopfuse.state = 3 : i32}) -> (tensor<f32> {loopfuse.state = 3 : i32}) {
+  return %w : tensor<f32>
+}

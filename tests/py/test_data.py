@@ -125,3 +125,16 @@ def test_device_orders_are_jax_permutation_bitwise(monkeypatch, chunk):
     result = loopfuse.fit(compile_step(rows_step), {"n": jnp.zeros((), jnp.int32)}, ds, 14, chunk=chunk,
                           progress=False)
     np.testing.assert_array_equal(result.history["rows"], documented_rows(ds.key, range(14)))
+
+
+@pytest.mark.parametrize("arrays_, message", [
+    (np.float32(1.0), r"^the Dataset is a scalar; every leaf needs a leading example axis$"),
+    ({"x": np.ones((4, 2)), "y": 2.0}, r"^Dataset leaf \['y'\] is a scalar"),
+    ({"x": np.ones((4, 2)), "y": np.ones(3)}, r"^Dataset leaf \['y'\] has shape \(3,\); .* axis \(4\)$"),
+])
+def test_a_leaf_without_the_example_axis_is_named(arrays_, message):
+    from loopfuse.errors import StateMismatchError
+    state = {"n": jnp.zeros((), jnp.int32)}
+    with pytest.raises(StateMismatchError, match=message):
+        compile_step(rows_step)(state, Dataset(arrays_, batch_size=2))
+    assert not state["n"].is_deleted()

@@ -52,13 +52,16 @@ class Dataset:
         leaves = jax.tree_util.tree_leaves_with_path(self.arrays)
         if not leaves:
             raise StateMismatchError("Dataset has no arrays")
-        n = leaves[0][1].shape[0] if leaves[0][1].ndim else None
         for path, leaf in leaves:
-            if leaf.ndim == 0 or leaf.shape[0] != n:
+            if jnp.ndim(leaf) == 0:
+                raise StateMismatchError(f"{leaf_name('Dataset', path)} is a scalar; every leaf needs a "
+                                         "leading example axis")
+        n = leaves[0][1].shape[0]
+        for path, leaf in leaves:
+            if leaf.shape[0] != n:
                 raise StateMismatchError(
                     f"{leaf_name('Dataset', path)} has shape {tuple(leaf.shape)}; every leaf "
                     f"needs the same leading example axis ({n})")
-        assert n is not None  # a scalar first leaf failed the loop above
         if not 0 < self.batch_size <= n:
             raise StateMismatchError(f"Dataset batch_size={self.batch_size} must be in 1..{n} (examples)")
 

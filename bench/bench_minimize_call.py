@@ -139,8 +139,8 @@ def optimistix_solve():
 
 def minimize_programs():
     """``(init, Step)`` of minimize's solve of `loss` with `OPT`: its own cached programs, as it builds them."""
-    from loopfuse.drivers.solve import _cached_program
-    return _cached_program(loss, True, OPT, loopfuse.CompiledLoop(), None)
+    from loopfuse.drivers.solve import _program
+    return _program(loss, True, OPT, loopfuse.CompiledLoop(), None)
 
 
 def by_hand_solve():

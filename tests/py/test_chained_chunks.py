@@ -108,11 +108,11 @@ def test_a_non_finite_loss_stops_a_chained_run_where_an_unchained_one_stops(disp
 
 
 def test_repeated_chained_solves_build_no_further_executable():
-    from loopfuse.drivers.solve import _cached_program, _flag
+    from loopfuse.drivers.solve import _flag, _program
     backend, opt, until = CompiledLoop(steps=8), optax.sgd(0.1), (lambda params, loss: loss < 0.0)
     for steps in (40, 40, 16):
         minimize(lsq_loss, LSQ_PARAMS, lsq_data(), opt, steps, backend=backend, until=until)
-    _, program = _cached_program(lsq_loss, True, opt, backend, until)   # as minimize asks
+    _, program = _program(lsq_loss, True, opt, backend, until)   # as minimize asks
     assert program.loop(8, until=_flag, stop_on_nonfinite=True).compile_count == 1
 
 

@@ -89,6 +89,39 @@ def test_equal_tolerances_are_one_program(compiles):
     assert loopfuse.gtol(0.05) != loopfuse.gtol(0.01) and loopfuse.ftol(1e-3) != loopfuse.ftol(atol=1e-3)
 
 
+def test_a_loss_that_is_gone_frees_what_it_closed_over():
+    """A sweep of solves over losses closing over their data keeps none of it once a loss is gone, as jax.jit
+    keeps none (the programs were kept, with their losses, for the last 64 solves: 64 datasets)."""
+    import gc
+
+    def solve(i):
+        x = jnp.full((1000, 4), float(i), jnp.float32)
+        return loopfuse.minimize(lambda p: jnp.mean((x @ p - 1.0) ** 2), jnp.ones(4), optimizer=optax.adam(1e-2),
+                                 steps=3).params
+    gc.collect()
+    before = {id(a) for a in jax.live_arrays()}
+    kept = [solve(i) for i in range(3)]
+    gc.collect()
+    assert [a.shape for a in jax.live_arrays() if id(a) not in before] == [(4,)] * len(kept)   # the solutions' params
+
+
+def test_a_bound_method_loss_is_one_program(compiles):
+    """Each access of ``model.loss`` makes a new method object: its object and function key the program."""
+    class Model:
+        def loss(self, params, data):
+            return mlp_loss(params, data)
+    model = Model()
+    solve = lambda: loopfuse.minimize(model.loss, mlp_params(), batch(), opt, steps=4, backend=CompiledStep())
+    opt = optax.adam(1e-2)
+    first = solve()
+    counts = dict(compiles)
+    assert_trees_equal(solve().params, first.params)
+    assert compiles == counts
+    assert_trees_equal(loopfuse.minimize(Model().loss, mlp_params(), batch(), opt, steps=4, backend=CompiledStep()).params,
+                       first.params)
+    assert compiles["loopfuse"] == counts["loopfuse"] + 1        # another object: another program, as jax.jit
+
+
 def test_a_dataset_solve_repeats_without_compiling(compiles):
     opt, (x, y) = optax.sgd(0.1), (np.ones((32, 4), np.float32), np.ones((32, 1), np.float32))
     data = lambda seed: Dataset({"x": x, "y": y}, batch_size=8, key=jax.random.key(seed))

@@ -58,11 +58,11 @@ def test_minimize_until_sees_the_params_before_the_update(losses):
 def test_minimize_loops_stop_on_the_flag_of_their_step_and_return_only_the_loss(losses):
     """The flag of `until` (on the params before the update) is the device loop's own stop: an aux leaf
     of the step that its loop does not return (no flag history to read back and drop)."""
-    from loopfuse.drivers.solve import _cached_program, _flag
+    from loopfuse.drivers.solve import _flag, _program
     backend, opt, threshold = CompiledLoop(steps=8), optax.sgd(0.1), between(losses, 5)
     until = lambda params, loss: loss < threshold
     s = minimize(lsq_loss, LSQ_PARAMS, lsq_data(), opt, 40, backend=backend, until=until)
-    init, program = _cached_program(lsq_loss, True, opt, backend, until)
+    init, program = _program(lsq_loss, True, opt, backend, until)
     loop = program.loop(8, until=_flag, stop_on_nonfinite=True)
     _, aux, steps, stopped = loop(init(LSQ_PARAMS, lsq_data()), lsq_data())
     assert loop.compile_count == 1 and (int(steps), bool(stopped)) == (s.steps, True) == (5, True)

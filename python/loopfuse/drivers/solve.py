@@ -2,7 +2,10 @@
 import functools
 import inspect
 import os
+import threading
 import time
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
@@ -136,14 +139,15 @@ def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransforma
     """``(init, run)`` of one solve: `init(params, batch)` is the initial state ``(copy of params, optimizer
     state)``, and the loss of the step before (+inf) for an `until` that takes it, in one jitted call; `run`
     runs the steps: GradOnly's eager update, or the compiled backends' `Step` of it (which caches its
-    executables by abstract signature; an ensemble's and CompiledStep's are derived from it). Kept for the
-    last `_PROGRAMS` combinations of these objects (by identity, as jax.jit keys its function; `gtol` and `ftol`
-    by their tolerances), so repeating a solve compiles nothing."""
+    executables by abstract signature; an ensemble's and CompiledStep's are derived from it). Kept while
+    `loss` lives, for its last `_Programs.size` combinations of the other objects (by identity, as jax.jit keys its
+    function; `gtol` and `ftol` by their tolerances; a bound method by its object and function), so repeating
+    a solve compiles nothing and a loss that is gone frees what it closed over (`_Programs`)."""
     try:
         hash((loss, optimizer, backend, until))
     except TypeError:    # an unhashable loss, optimizer or predicate: built anew, never cached
         return _build_program(loss, has_data, optimizer, backend, until)
-    return _cached_program(loss, has_data, optimizer, backend, until)
+    return _PROGRAMS.get(loss, (has_data, optimizer, backend, until))
 
 
 def _build_program(loss, has_data, optimizer, backend, until):
@@ -166,8 +170,46 @@ def _build_program(loss, has_data, optimizer, backend, until):
     return jax.jit(init), Step(update, options)  # a loop computes the `until` flag for its stop, never returns it
 
 
-_PROGRAMS = 64
-_cached_program = functools.lru_cache(maxsize=_PROGRAMS)(_build_program)
+class _Programs:
+    """`_build_program`'s results, kept per loss while it lives, as jax.jit keeps a function's traces: keyed by
+    a weak reference to the loss (to a bound method's object, with its function in the key: each access makes
+    a new method object), each program built on a proxy that holds the loss weakly, so that a program never
+    keeps its own key alive (a sweep of solves over losses closing over datasets keeps none of them). A loss
+    that cannot be referenced weakly is kept, for the last `size` solves."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.owners: "weakref.WeakKeyDictionary[object, OrderedDict]" = weakref.WeakKeyDictionary()
+        self.strong: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, loss: Callable, key: tuple):
+        owner, func = (loss.__self__, loss.__func__) if inspect.ismethod(loss) else (loss, None)
+        try:
+            with self.lock:
+                built = self.owners.setdefault(owner, OrderedDict())
+        except TypeError:                           # not weakly referable
+            built, func, weak = self.strong, loss, loss
+        else:
+            ref = weakref.ref(owner)
+            weak = ((lambda *a, **k: func(ref(), *a, **k)) if func is not None else    # noqa: E731
+                    (lambda *a, **k: ref()(*a, **k)))
+            functools.update_wrapper(weak, loss)
+            del weak.__wrapped__                    # (it would hold the loss)
+        key = (func, *key)
+        with self.lock:
+            if key in built:
+                built.move_to_end(key)
+                return built[key]
+        program = _build_program(weak, *key[1:])
+        with self.lock:
+            built[key] = program
+            while len(built) > self.size:
+                built.popitem(last=False)
+        return program
+
+
+_PROGRAMS = _Programs(64)
 
 
 @dataclass

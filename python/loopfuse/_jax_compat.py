@@ -347,6 +347,16 @@ def lowering_effects(lowered) -> dict | None:
         return None
 
 
+def lowering_constants(lowered) -> list | None:
+    """The values of the arguments jax 0.11+ adds in front of `lowered`'s ``@main`` for the arrays the function
+    closes over (over ``jax_embedded_constants_max_bytes``), which jax.jit's callers pass, or None if this jax
+    hides them."""
+    try:
+        return list(lowered._lowering.const_args)
+    except (AttributeError, TypeError):
+        return None
+
+
 def device_list(devices):
     """jaxlib's DeviceList of `devices` (the compile overload that takes host callbacks needs one)."""
     try:

@@ -23,11 +23,14 @@ from typing import Any, Callable
 import jax
 import jax.extend.core
 import jax.numpy as jnp
+import numpy as np
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
 from .. import _jax_compat
 from ..errors import InitFoldError, StateMismatchError
-from ..passes.functions import arg_attrs, main_func, module_functions, result_attrs, set_arg_attrs, set_result_attrs
+from ..passes.functions import (arg_attrs, main_func, module_functions, result_attrs, retype, set_arg_attrs,
+                               set_result_attrs)
 from ..passes.vocabulary import INIT, PACKED, RESULT, STATE, STEP_INDEX, STOP, STOPPED, TOKEN_PATH, UNUSED
 from ..state.leaves import (aux_kept, check_same_state, dotted, input_spec, is_weak, key_impls, keyed, leaf_name,
                              raw, wrap_keys)
@@ -47,6 +50,50 @@ def _effects(lowered, module: ir.Module) -> Effects:
         return Effects([], None, [], [])
     return Effects(list(args["host_callbacks"]), args["keepalive"], list(args["ordered_effects"]),
                    list(args["unordered_effects"]))
+
+
+def _constants_embedded(lowered, module: ir.Module) -> None:
+    """jax 0.11+ lowers an array the function closes over (over ``jax_embedded_constants_max_bytes``) as a
+    leading ``@main`` argument tagged ``jax.const``, which jax.jit's callers pass; loopfuse's programs take the
+    state and the batch only. Each becomes a constant of the module again, every one through one optimization
+    barrier: XLA folds no op of it at compile time (it computes with it as with jax.jit's argument), and
+    loopfuse's passes see a module of the shape they know."""
+    main = main_func(module.operation)
+    attrs = arg_attrs(main)
+    n = next((i for i, a in enumerate(attrs) if "jax.const" not in a), len(attrs))
+    if n == 0:
+        return
+    if any("jax.const" in a for a in attrs[n:]):
+        raise _jax_compat.UnsupportedJaxError(f"jax {jax.__version__} lowered a closed-over array as an argument "
+                                              "that is not in front of the others; pass it as part of the batch")
+    values = _jax_compat.lowering_constants(lowered)
+    if values is None or len(values) != n:
+        raise _jax_compat.UnsupportedJaxError(
+            f"the step closes over arrays that jax {jax.__version__} passes as arguments, and its lowering no "
+            "longer says their values; pass them as part of the batch (or the data) instead")
+    entry = main.regions[0].blocks[0]
+    with module.context, main.location, ir.InsertionPoint.at_block_begin(entry):
+        constants = [_constant(v, a.type) for v, a in zip(values, list(entry.arguments)[:n])]
+        barrier = stablehlo.OptimizationBarrierOp(constants)
+    for arg, value in zip(list(entry.arguments)[:n], barrier.results):
+        arg.replace_all_uses_with(value)
+    for k in reversed(range(n)):
+        entry.erase_argument(k)
+    with module.context:
+        retype(main)
+        set_arg_attrs(main, attrs[n:])
+
+
+def _constant(value, type_: ir.Type) -> ir.Value:
+    """A ``stablehlo.constant`` of `value` (a jax or numpy array; typed PRNG keys as their raw data) of `type_`."""
+    if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+        value = jax.random.key_data(value)
+    x = np.asarray(value)
+    if x.dtype.kind not in "biufc":      # bfloat16, float8, ...: their bits, which MLIR reads by the type
+        x = x.view(f"u{x.dtype.itemsize}")
+    tensor = ir.RankedTensorType(type_)
+    attr = ir.DenseElementsAttr.get(np.ascontiguousarray(x), type=tensor.element_type, shape=list(tensor.shape))
+    return stablehlo.ConstantOp(attr).result
 
 
 def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, stop=None,
@@ -136,6 +183,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
                  for x, weak in zip(jax.tree_util.tree_leaves(lowered.out_info), out_info["weak"])]
     lowered_module = lowered.compiler_ir("stablehlo")
     assert lowered_module is not None  # None only for a dialect jax cannot lower to
+    _constants_embedded(lowered, lowered_module)
     effects = _effects(lowered, lowered_module)
     module = _tag(lowered_module, state_paths, kept, dataset, len(effects.ordered), stop is not None, stopped_arg,
                   packed_paths)
@@ -168,6 +216,7 @@ def with_init(traced: Traced, init: Callable, x, batch) -> Traced:
     lowered = _jax_compat.lower_pruned(jax.jit(flat, keep_unused=True).trace(*specs))
     init_module = lowered.compiler_ir("stablehlo")
     assert init_module is not None
+    _constants_embedded(lowered, init_module)
     own_ops = len(list(init_module.body.operations))
     if _effects(lowered, init_module).any or len(list(module_functions(init_module.operation))) < own_ops:
         raise InitFoldError("an init with effects (a host callback, jax.debug.print) cannot run inside the loop's "

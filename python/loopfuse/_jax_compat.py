@@ -17,9 +17,10 @@ The pass library, which imports MLIR bindings only, keeps its own in ``passes/_m
 used directly where they exist: jax.extend.backend.get_compile_options (runtime) and
 jaxlib.mlir.dialects.stablehlo.eval_module (the tests' reference interpreter).
 
-Effects (host callbacks such as ``jax.debug.print``, ordered-effect tokens) have no public route:
-the functions under "effects" below use jax's own private objects, and when those are gone a step
-that has effects is refused with `UnsupportedJaxError` (a step without effects never needs them).
+Effects (host callbacks such as ``jax.debug.print``, ordered-effect tokens) and the values of the
+arrays a step closes over that jax 0.11+ lowers as arguments (`lowering_constants`) have no public
+route: the functions below use jax's own private objects, and when those are gone a step that needs
+them is refused with `UnsupportedJaxError` (a step without them never needs them).
 
 jax itself is imported by the functions that use it, so that making an MLIR context (all that
 loopfuse-opt needs) does not import it.

@@ -61,7 +61,7 @@ class FoldInit(ModulePass):
         with ir.InsertionPoint(block), main.location:
             x = list(block.arguments)
             made = func.CallOp(init_out, ir.FlatSymbolRefAttr.get(INIT), x).results
-            state = stablehlo.OptimizationBarrierOp(list(made)).results
+            state = stablehlo.OptimizationBarrierOp(list(made)).results if made else []    # (a state of no leaves)
             out = func.CallOp(list(main.type.results), ir.FlatSymbolRefAttr.get(RUN), [*state, *x[n_x:]]).results
             func.ReturnOp(out)
         set_arg_attrs(new, x_attrs + args[n_state:])
@@ -69,9 +69,9 @@ class FoldInit(ModulePass):
 
 
 def _check_arguments(main: func.FuncOp, args: list[dict], in_types: list, n_state: int) -> None:
-    """A PassError unless ``@main`` takes its state tensors first, then the batch only."""
-    if n_state == 0 or any(STATE in a for a in args[n_state:]):
-        raise PassError(main, "@main takes no state, or not first")
+    """A PassError unless ``@main`` takes its state tensors (if any) first, then the batch only."""
+    if any(STATE in a for a in args[n_state:]):
+        raise PassError(main, "@main does not take its state first")
     if not all(isinstance(t, ir.RankedTensorType) for t in in_types[:n_state]):
         raise PassError(main, "@main's state holds an effect token: a program with ordered effects cannot start "
                               "from its init")

@@ -27,3 +27,20 @@ func.func @loopfuse_init(%p: tensor<4xf32>, %g: tensor<4xf32>) -> (tensor<4xf32>
   %z = stablehlo.constant dense<0.0> : tensor<4xf32>
   return %p, %z : tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// A state of no leaves (minimize of params {}: nothing to carry): the init makes nothing, no barrier.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: (%arg0: tensor<4xf32>) -> (tensor<f32> {loopfuse.result = 0 : i32})
+// CHECK-NEXT: call @loopfuse_init(%arg0) : (tensor<4xf32>) -> ()
+// CHECK-NEXT: %[[R:.*]] = call @loopfuse_run(%arg0)
+// CHECK-NEXT: return %[[R]]
+func.func @main(%g: tensor<4xf32>) -> (tensor<f32> {loopfuse.result = 0 : i32}) {
+  %0 = stablehlo.slice %g [0:1] : (tensor<4xf32>) -> tensor<1xf32>
+  %1 = stablehlo.reshape %0 : (tensor<1xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
+func.func @loopfuse_init(%g: tensor<4xf32>) -> () {
+  return
+}

@@ -23,7 +23,7 @@ func.func @loopfuse_init(%p: tensor<4xf32>) -> (tensor<4xf32>) {
 
 // -----
 
-// CHECK: invalid-fold-init.mlir:[[# @LINE + 2]]:1: error: pass 'fold-init' failed: @main takes no state, or not first
+// CHECK: invalid-fold-init.mlir:[[# @LINE + 2]]:1: error: pass 'fold-init' failed: @main does not take its state first
 // A state argument after a batch argument.
 func.func @main(%g: tensor<4xf32>, %w: tensor<4xf32> {loopfuse.state = "[0]"}) -> (tensor<4xf32> {loopfuse.state = "[0]"}) {
   return %w : tensor<4xf32>

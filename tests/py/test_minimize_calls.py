@@ -292,3 +292,11 @@ def test_steps_per_call_reads_the_step():
     assert steps_per_call(module(2**26), "cpu") == CHUNK      # 256 MiB per value: never fewer than CHUNK
     assert steps_per_call(module(16, loop=True), "cpu") == CHUNK
     assert steps_per_call(module(16), "gpu") == CHUNK         # not measured there: calls of CHUNK as before
+
+
+@pytest.mark.parametrize("params", [{}, None, ()], ids=["dict", "none", "tuple"])
+def test_params_of_no_leaves_run_on_every_backend(params):
+    """Nothing to carry: the default backend's loop started from the params (fold-init) makes no state."""
+    for backend in (loopfuse.CompiledLoop(), loopfuse.CompiledStep(), loopfuse.GradOnly()):
+        sol = loopfuse.minimize(lambda p: jnp.float32(1.0), params, optimizer=optax.sgd(0.1), steps=3, backend=backend)
+        assert (sol.params, sol.loss_history.tolist(), sol.retcode) == (params, [1.0, 1.0, 1.0], "max_steps")

@@ -64,7 +64,7 @@ CLAIMS = [
 # CamelCase names the README mentions that are neither `loopfuse.X` nor listed with their module in
 # its Layout section: where each lives.
 OTHER_HOMES = {"CheckpointManager": "orbax.checkpoint", "ModulePass": "loopfuse.passes.module_pass",
-               "TypeError": "builtins", "ValueError": "builtins", "None": "builtins",
+               "TypeError": "builtins", "ValueError": "builtins", "None": "builtins", "FloatingPointError": "builtins",
                "GradientTransformationExtraArgs": "optax"}
 # what `name.attr` refers to in the README's prose
 OWNERS = {"step": "Step", "result": "FitResult", "FitResult": "FitResult", "sol": "Solution", "Solution": "Solution"}

@@ -300,3 +300,13 @@ def test_params_of_no_leaves_run_on_every_backend(params):
     for backend in (loopfuse.CompiledLoop(), loopfuse.CompiledStep(), loopfuse.GradOnly()):
         sol = loopfuse.minimize(lambda p: jnp.float32(1.0), params, optimizer=optax.sgd(0.1), steps=3, backend=backend)
         assert (sol.params, sol.loss_history.tolist(), sol.retcode) == (params, [1.0, 1.0, 1.0], "max_steps")
+
+
+def test_a_numpy_step_count_gives_python_ints():
+    for backend in (loopfuse.CompiledLoop(), loopfuse.CompiledLoop(steps=2)):
+        sol = loopfuse.minimize(lambda p: jnp.sum(p ** 2), jnp.ones(2), optimizer=optax.sgd(0.1), steps=np.int64(5),
+                                backend=backend)
+        assert type(sol.steps) is int and sol.steps == 5
+    result = loopfuse.fit(loopfuse.compile_step(lambda s, b: (s * 0.5, {"loss": jnp.sum(s)})), jnp.ones(2), (),
+                          np.int64(4), chunk=np.int32(2), progress=False)
+    assert type(result.steps) is int and result.steps == 4

@@ -60,8 +60,8 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     """
     if not isinstance(step, Step):
         raise TypeError(f"step must be a Step (loopfuse.compile_step(fn)), got {type(step).__name__}")
-    validate.steps(num_steps, "num_steps")
-    validate.steps(chunk, "chunk")
+    num_steps = validate.steps(num_steps, "num_steps")
+    chunk = validate.steps(chunk, "chunk")
     stopping.check(until, stop_on_nonfinite, chunk)
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if isinstance(batch, Dataset):

@@ -76,7 +76,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {loss!r}")
     members, params, data = wrapper(ensemble, params, "params", data)     # the one question: an ensemble?
-    validate.steps(steps)
+    steps = validate.steps(steps)
     stopping.check(until, stop_on_nonfinite, steps)
     check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if not isinstance(optimizer, optax.GradientTransformation):

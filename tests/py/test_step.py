@@ -292,6 +292,8 @@ def test_a_loop_started_from_its_init_is_the_init_then_the_loop_in_one_call():
         step.loop(5, until=lambda s, a: a["loss"] < 0, stop_on_nonfinite=True, init=init)
     with pytest.raises(TypeError, match="init must be callable"):
         step.loop(5, init=1)
+    with pytest.raises(ValueError, match=r"init starts a loop of 2 or more `steps` .* not with steps=1"):
+        step.loop(1, init=init)
     with pytest.raises(TypeError, match="a loop started from its init takes a fixed batch, not a Dataset"):
         step.loop(5, init=init)(x, loopfuse.Dataset(b, batch_size=2))
     inlined = loopfuse.compile_step(fn, keep_aux=("loss",), passes="inline,symbol-dce")    # the init, public
@@ -360,3 +362,28 @@ def test_what_a_step_derives_is_built_once_and_kept_with_it():
         step.loop(3, stop_on_nonfinite=1)          # equal to True as a key: checked before it is looked up
     with pytest.raises(TypeError, match="steps must be a positive int, got bool True"):
         step.loop(True)
+
+
+def test_a_loop_of_one_step_is_not_started_inside_its_program():
+    """XLA inlines a one-trip loop, fusing the init's ops with the step's across fold-init's barrier: this step
+    from this init was 1 ulp off the step from jax.jit's init with jax 0.10 (`loop(1, init=...)` is refused, in
+    `test_a_loop_started_from_its_init_is_the_init_then_the_loop_in_one_call`); a loop of 2 or 3 keeps the init
+    apart. `minimize(..., steps=1)` makes its initial state apart (it raised that ValueError)."""
+    def step_fn(s, b):
+        w, m, k = s
+        k, sub = jax.random.split(k)
+        g = 2 * (w - b) + 0.01 * jax.random.normal(sub, w.shape)
+        m = 0.9 * m + g
+        return (w - 0.1 * m, m, k), {"loss": jnp.sum((w - b) ** 2)}
+
+    def init(x, b):
+        return b * 2, x, jax.random.PRNGKey(0)
+    b, x = jnp.array([0.5, -1.0, 2.0]), jnp.array([1.0, 2.0, 3.0])
+    for k in (2, 3):
+        assert_trees_equal(loopfuse.compile_step(step_fn).loop(k, init=init)(x, b),
+                           loopfuse.compile_step(step_fn).loop(k)(jax.jit(init)(x, b), b))
+    opt = optax.sgd(0.1)
+    sol = loopfuse.minimize(lambda w, b: jnp.sum(jnp.sin(2 * w - b) ** 2), x, b, opt, steps=1)
+    state = jax.jit(lambda p: (jnp.copy(p), opt.init(p)))(x)
+    value, g = jax.jit(jax.value_and_grad(lambda w: jnp.sum(jnp.sin(2 * w - b) ** 2)))(state[0])
+    assert_trees_equal((sol.params, sol.loss_history), (jax.jit(lambda p, g: p - 0.1 * g)(state[0], g), value[None]))

@@ -161,14 +161,17 @@ def _check_init(o: dict, name: Callable[[str], str]) -> None:
     conflicts = init_refused(o) + [f"until={o['until']!r}"] * (o["until"] is not None)
     conflicts += ["stop_on_nonfinite=True"] * o["stop_on_nonfinite"] + ["steps=None"] * (o["steps"] is None)
     if conflicts:
-        raise ValueError(f"{name('init')} starts a loop of `steps` on one device that cannot stop early, under no "
-                         f"memory limit: not with {', '.join(conflicts)}")
+        raise ValueError(f"{name('init')} starts a loop of 2 or more `steps` on one device that cannot stop early, "
+                         f"under no memory limit: not with {', '.join(conflicts)}")
 
 
 def init_refused(values: Mapping[str, Any]) -> list[str]:
     """The options (`values` by field name) with which a program cannot start from an init, as ``name=value``:
-    a mesh (its arguments' shardings are the state's) and a memory limit (its plans are chosen on the state)."""
-    return [f"{k}={values[k]!r}" for k in ("devices", "memory_limit") if values[k] is not None]
+    a mesh (its arguments' shardings are the state's), a memory limit (its plans are chosen on the state) and a
+    loop of one step (XLA inlines a one-trip loop, and fuses the init's ops with the step's across the barrier:
+    other last bits than the step from jax.jit's init)."""
+    return ([f"{k}={values[k]!r}" for k in ("devices", "memory_limit") if values[k] is not None]
+            + ["steps=1"] * (values["steps"] == 1))
 
 
 def _devices(devices, name: str) -> tuple:

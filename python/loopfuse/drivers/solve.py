@@ -224,9 +224,9 @@ class _Whole:
 
     def start(self, plain: "_Loop", stopping: "_Loop", init: Callable, params, steps: int) -> bool:
         """Compile `plain`'s loop of `steps` from ``init(params, batch)`` and keep the plan; False, and never
-        tried again, where it cannot start so (a mesh, a memory limit: `options.init_refused`; ordered effects,
+        tried again, where it cannot start so (a mesh, a memory limit, one step: `options.init_refused`; ordered effects,
         typed keys in the state, an init with effects: `InitFoldError`)."""
-        if self.refused or init_refused(vars(plain.step.options)):
+        if self.refused or init_refused({**vars(plain.step.options), "steps": steps}):
             self.refused = True
             return False
         try:

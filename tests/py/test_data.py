@@ -138,3 +138,10 @@ def test_a_leaf_without_the_example_axis_is_named(arrays_, message):
     with pytest.raises(StateMismatchError, match=message):
         compile_step(rows_step)(state, Dataset(arrays_, batch_size=2))
     assert not state["n"].is_deleted()
+
+
+@pytest.mark.parametrize("size, error", [(64.0, TypeError), ("64", TypeError), (True, TypeError), (0, ValueError)])
+def test_a_batch_size_that_is_no_positive_int_is_refused_at_construction(size, error):
+    with pytest.raises(error, match=f"^Dataset batch_size must be a positive int, got .*{size!r}$"):
+        Dataset(arrays(), batch_size=size)
+    assert Dataset(arrays(), batch_size=np.int64(4)).batch_size == 4 and type(Dataset(arrays(), batch_size=np.int64(4)).batch_size) is int

@@ -112,8 +112,14 @@ def test_a_falling_limit_never_gets_a_higher_peak_and_below_the_floor_is_an_erro
         loopfuse.compile_step(step, memory_limit=floor.limit, cache_dir=tmp_path).compiled(fresh(state), batch)
     assert error.value.floor == floor.stats.peak and error.value.plan == str(floor.plan)
     text = str(error.value)
-    assert f"below the floor of this step: the least peak of any plan is {memory_plan.size_text(floor.stats.peak)}" \
+    shown = [memory_plan.size_text(n) for n in (floor.limit, floor.stats.peak)]
+    if shown[0] == shown[1]:                  # a limit just under the floor: the bytes tell them apart
+        shown = [f"{n:,} B" for n in (floor.limit, floor.stats.peak)]
+    assert f"memory_limit {shown[0]} is below the floor of this step: the least peak of any plan is {shown[1]}" \
         in text and "largest buffers live at its peak:" in text
+    with pytest.raises(loopfuse.MemoryLimitError, match=f"memory_limit {floor.stats.peak - 1:,} B is below the floor "
+                                                        f"of this step: the least peak of any plan is {floor.stats.peak:,} B"):
+        loopfuse.compile_step(step, memory_limit=floor.stats.peak - 1, cache_dir=tmp_path).compiled(fresh(state), batch)
     buffers = text.split("live at its peak:\n")[1].split("\npeak:")[0].splitlines()
     assert len(buffers) == memory_plan.FLOOR_BUFFERS and all(re.match(r"  [0-9.]+ [KM]?i?B f32\[", b) for b in buffers)
 

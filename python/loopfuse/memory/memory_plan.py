@@ -282,8 +282,11 @@ class Floor:
                                               batch_paths=plan.batch_paths, top=FLOOR_BUFFERS)
         buffers = "\n".join(f"  {size_text(b.bytes)} {b.shape} {b.kind} {b.what}" + (f" at {b.source}" if b.source else "")
                             for b in report.buffers)
-        head = (f"memory_limit {size_text(self.limit)} is below the floor of this step: the least peak of any plan is "
-                f"{size_text(self.stats.peak)} ({self.plan}: {size_text(self.stats.argument)} arguments + "
+        limit, floor = size_text(self.limit), size_text(self.stats.peak)
+        if limit == floor:                    # a limit just under the floor: the bytes tell them apart
+            limit, floor = f"{self.limit:,} B", f"{self.stats.peak:,} B"
+        head = (f"memory_limit {limit} is below the floor of this step: the least peak of any plan is "
+                f"{floor} ({self.plan}: {size_text(self.stats.argument)} arguments + "
                 f"{size_text(self.stats.output)} outputs - {size_text(self.stats.alias)} aliased + {size_text(self.stats.temp)} "
                 f"temporaries); the {len(report.buffers)} largest buffers live at its peak:\n{buffers}")
         return MemoryLimitError(_table(head, self.considered, self.compiles), floor=self.stats.peak,

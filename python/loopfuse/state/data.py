@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import validate
 from ..errors import StateMismatchError
 from .leaves import leaf_name
 
@@ -38,6 +39,9 @@ class Dataset:
     arrays: Any
     batch_size: int
     key: Any = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "batch_size", validate.steps(self.batch_size, "Dataset batch_size"))
 
     @property
     def num_examples(self) -> int:

@@ -206,6 +206,31 @@ def test_largest_batch_fits_and_twice_it_does_not_in_log_compiles(tmp_path):
         loopfuse.largest_batch(cached, state, make_batch, memory_limit=1024, max_batch=8)
 
 
+def test_largest_batch_names_the_plan_compile_step_chooses_and_checks_the_rows(tmp_path):
+    """The answer's plan is the one `compile_step(..., memory_limit=...)` chooses there, whatever order the search
+    lowered the plans in (it lowered the least-memory plan first, and a step whose rolling changes nothing was
+    answered "memory_budget=0, micro_batches=2" where compile_step says "micro_batches=2"); a `make_batch` that
+    ignores its size is refused (every probe measured its one batch, and the answer did not fit)."""
+    d = 128
+    p = {"w1": jnp.ones((d, d)) / d, "w2": jnp.ones((d, 1)) / d}
+    opt = optax.adam(1e-3)
+
+    def step(state, b):
+        loss, g = jax.value_and_grad(lambda p: jnp.mean((jnp.tanh(b["x"] @ p["w1"]) @ p["w2"] - b["y"]) ** 2))(state[0])
+        u, o = opt.update(g, state[1], state[0])
+        return (optax.apply_updates(state[0], u), o), {"loss": loss}
+    state = (p, opt.init(p))
+    make = lambda n: {"x": jnp.ones((n, d)), "y": jnp.ones((n, 1))}       # noqa: E731
+    sliced = loopfuse.compile_step(step, micro_batches=2, cache_dir=tmp_path)
+    fit = loopfuse.largest_batch(sliced, state, make, "2MiB", max_batch=1024)
+    chosen = loopfuse.compile_step(step, micro_batches=2, memory_limit="2MiB", cache_dir=tmp_path).compiled(
+        fresh(state), make(fit.batch_size)).memory_plan
+    assert fit.plan.chosen == chosen.chosen == memory_plan.Candidate(1.0, 2), (str(fit.plan), str(chosen))
+    fixed = make(8)
+    with pytest.raises(ValueError, match=r"make_batch\(\d+\) returned a batch without \d+ examples \(leading axes \[8\]\)"):
+        loopfuse.largest_batch(sliced, state, lambda n: fixed, "2MiB", max_batch=1024)
+
+
 def test_the_options_it_takes_and_refuses():
     step, state, batch = problem()
     for given, bytes_ in (("2GiB", 2 << 30), ("512 MiB", 512 << 20), ("1.5GB", 1_500_000_000), (4096, 4096),

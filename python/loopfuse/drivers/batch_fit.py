@@ -2,10 +2,14 @@
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import jax
+import numpy as np
+
 from .. import validate
 from ..compile import compiler
 from ..memory.memory_plan import TRACED, Floor, MemoryPlan, Programs, candidates, choose, limit_bytes
 from ..memory.memory_report import size_text
+from ..state.data import Dataset
 from .step import Step
 
 
@@ -61,7 +65,7 @@ def largest_batch(step, state, make_batch: Callable[[int], object], memory_limit
 
     def programs_at(k: int) -> Programs:
         if k not in programs:
-            batches[k] = own._serve(make_batch(unit << k))
+            batches[k] = own._serve(_of_rows(make_batch(unit << k), unit << k))
             programs[k] = Programs.traced(own.fn, options, state, batches[k], {})
             programs[k].lowered(TRACED)        # first: a plan whose pass declines is the step as traced
         return programs[k]
@@ -81,3 +85,16 @@ def largest_batch(step, state, make_batch: Callable[[int], object], memory_limit
     if isinstance(found, Floor):
         raise found.error(at)
     return BatchFit(unit << k, found, probes, sum(p.compiles for p in programs.values()), capped=lo == top)
+
+
+def _of_rows(batch, n: int):
+    """`batch`, checked to hold `n` examples (a `Dataset` of that batch size, or a leaf leading with `n` rows):
+    a size that `make_batch` ignores would be probed as another and fit falsely."""
+    if isinstance(batch, Dataset):
+        rows = [batch.batch_size]
+    else:
+        rows = [np.shape(x)[0] for x in jax.tree_util.tree_leaves(batch) if np.ndim(x)]
+    if n not in rows:
+        raise ValueError(f"make_batch({n}) returned a batch without {n} examples (leading axes {sorted(set(rows))}): "
+                         "largest_batch probes each size with the batch make_batch builds for it")
+    return batch

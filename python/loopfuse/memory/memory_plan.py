@@ -113,6 +113,11 @@ class Candidate:
 TRACED = Candidate(1.0, 1)
 
 
+def preferred(c: Candidate) -> tuple:
+    """`candidates`' order: the fewest slices, then the least recompute."""
+    return c.slices, -c.budget
+
+
 def candidates(options: StepOptions, counts: list[int]) -> list[Candidate]:
     """The plans, most preferred first (the fewest slices, then the least recompute): `options`' budget and
     micro-batches where given, else every count (1, `counts`) and budget (1.0, `BUDGETS`)."""
@@ -129,7 +134,7 @@ class Programs:
     def __init__(self, base: compiler.Plan):
         self.base = base
         self._lowered: dict = {}       # Candidate -> compiler.Lowered
-        self._body: dict = {}          # the text of a lowered program's functions -> the first Candidate with it
+        self._body: dict = {}          # the text of a lowered program's functions -> the Candidates with it
         self._compiled: dict = {}      # Candidate -> Executable
         self.anchor: Candidate | None = None     # the rolled one-slice plan the others are predicted from
         self.compiles = 0              # executables built (compiled by XLA or loaded from the compile cache)
@@ -142,22 +147,28 @@ class Programs:
     def lowered(self, c: Candidate) -> compiler.Lowered:
         if c not in self._lowered:
             self._lowered[c] = compiler.lower(compiler.replan(self.base, c.options(self.base.options)))
-            self._body.setdefault(_body(self._lowered[c].text), c)
+            self._body.setdefault(_body(self._lowered[c].text), []).append(c)
         return self._lowered[c]
 
     def is_lowered(self, c: Candidate) -> bool:
         return c in self._lowered
 
     def same_as(self, c: Candidate) -> Candidate | None:
-        """The earlier plan whose program `c`'s is (the text of its functions), or None."""
-        first = self._body[_body(self.lowered(c).text)]
+        """The more preferred plan (`preferred`) lowered to the same program as `c` (the text of its functions), or
+        None: whatever order plans were lowered in, a program is named after the plan `choose` would try first."""
+        first = min(self._body[_body(self.lowered(c).text)], key=preferred)
         return None if first == c else first
 
     def compiled(self, c: Candidate) -> Executable:
+        """`c`'s executable: compiled once per program (a plan of the same program as one compiled shares it)."""
         if c not in self._compiled:
-            lowered = self.lowered(c)
-            self._compiled[c] = compiler.compile(lowered.plan, lowered)
-            self.compiles += 1
+            same = [p for p in self._body[_body(self.lowered(c).text)] if p in self._compiled]
+            if same:
+                self._compiled[c] = self._compiled[same[0]]
+            else:
+                lowered = self.lowered(c)
+                self._compiled[c] = compiler.compile(lowered.plan, lowered)
+                self.compiles += 1
         return self._compiled[c]
 
     def peak(self, c: Candidate) -> int | None:

@@ -6,8 +6,9 @@ that also records the reference its ``loop(K)`` must equal bitwise: K ``jax.jit`
 XLA compiles the loop body differently from a lone step, ``jax.jit`` of a hand-written ``lax.scan``.
 `DEFAULT` names the programs the opt-in options' corpus tests run by default (`marked`).
 `REGION_ANALYSIS_UNSAFE` names the programs whose ``jax.jit`` result XLA changes under forced
-region-analysis copy insertion (``xla_cpu_copy_insertion_use_region_analysis``): the programs the
-copy-free loop carry must not reach. `region_analysis_triggers` are the smallest such programs found.
+region-analysis copy insertion (``xla_cpu_copy_insertion_use_region_analysis``), and
+`REGION_ANALYSIS_UNSAFE_LOOPS` those whose loop it changes: the programs the copy-free loop carry must
+not reach. `region_analysis_triggers` are the smallest such programs found.
 """
 from typing import Any, Callable, NamedTuple
 
@@ -266,6 +267,23 @@ def batchnorm_state() -> Program:
     return Program(step, state, (_normal(rng, 8, 4), _normal(rng, 8, 1)))
 
 
+def in_place_update() -> Program:
+    """A step that updates a tensor in place (a dynamic_update_slice) and also reduces it, beside an integer, a
+    bool and a scalar leaf (found by a random-program fuzzer): under forced region analysis, jaxlib 0.10's XLA
+    compiles its loop to other last bits than both K jitted steps and jax.jit's scan (the gate:
+    `control_flow.own_in_place_updates`)."""
+    def step(state, b):
+        a, w, m, s = state
+        i3 = a * 3
+        v = i3.astype(jnp.float32) * jnp.mean(w * s) * w
+        out = lax.dynamic_update_slice(v, v[:1] * 3, (jnp.sum(i3),))
+        return (a + i3, w * 0.5 + b * 0.5, m ^ m, s * 0.5 + jnp.sum(v) * 0.5), {"loss": jnp.sum(out)}
+    state = (jnp.array([39, 7, 29], jnp.int32), jnp.array([-0.9799137711524963, -0.20811158418655396, 2.203967332839966],
+                                                          jnp.float32),
+             jnp.array([False, True, False, False]), jnp.float32(1.1225545406341553))
+    return Program(step, state, jnp.float32(0.3817202150821686), loop_reference="scan")
+
+
 def region_analysis_triggers() -> dict:
     """The smallest programs found whose ``jax.jit`` result XLA:CPU changes under forced
     ``xla_cpu_copy_insertion_use_region_analysis``: name -> ``(fn, args, donate_argnums, expected)``
@@ -299,11 +317,13 @@ def region_analysis_triggers() -> dict:
 # ones happen to schedule it safely (the gate turns the option off for it on every version).
 REGION_ANALYSIS_UNSAFE = ("diffrax_pid_saveat_ts", "diffrax_constant_saveat_ts") + (
     () if NEWER_XLA else ("nested_scans",))
+# the programs whose loop(K), not one step, the forced option changes (jaxlib 0.10's XLA)
+REGION_ANALYSIS_UNSAFE_LOOPS = () if NEWER_XLA else ("in_place_update",)
 
 PROGRAMS: dict[str, Callable[[], Program]] = {f.__name__: f for f in [
     diffrax_pid_saveat_ts, diffrax_constant_saveat_ts, diffrax_saveat_t1, diffrax_backsolve,
     optimistix_root_find, optimistix_minimise, loops_dynamic_update_slice, nested_scans, cond_switch,
-    sort_top_k, segment_sum_scatter_add, custom_vjp, rnn, transformer_adamw, batchnorm_state]}
+    sort_top_k, segment_sum_scatter_add, custom_vjp, rnn, transformer_adamw, batchnorm_state, in_place_update]}
 
 # The programs the opt-in options' corpus tests run by default: cheap, and between them a scan, a sort, a
 # scatter and a cond/switch; the others (the diffrax fits take seconds each) run with -m slow. sort_top_k

@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 import loopfuse
-from corpus import PROGRAMS, REGION_ANALYSIS_UNSAFE, marked, region_analysis_triggers
+from corpus import PROGRAMS, REGION_ANALYSIS_UNSAFE, REGION_ANALYSIS_UNSAFE_LOOPS, marked, region_analysis_triggers
 from problems import assert_trees_equal, fresh, stack_trees
 
 OPTION = "xla_cpu_copy_insertion_use_region_analysis"
@@ -71,6 +71,18 @@ def test_loop_started_from_its_init_equals_its_reference(program):
 def test_forced_region_analysis_changes_the_result(program):
     p, expected = program
     forced = loopfuse.compile_step(p.fn, xla_options={OPTION: True})(fresh(p.state), p.batch)
+    assert _differs(forced, expected)
+
+
+@pytest.mark.parametrize("program", REGION_ANALYSIS_UNSAFE_LOOPS, indirect=True)
+def test_forced_region_analysis_changes_the_loop(program):
+    """Its loop, which the gate compiles without the option (its in-place update), equals the reference (above);
+    forced, the option changes it."""
+    p, _ = program
+    expected = {"steps": _steps, "scan": _scan}[p.loop_reference](p.fn, fresh(p.state), p.batch)
+    executable = loopfuse.compile_step(p.fn).loop(K).compiled(fresh(p.state), p.batch)
+    assert OPTION not in executable.xla_options
+    forced = loopfuse.compile_step(p.fn, xla_options={OPTION: True}).loop(K)(fresh(p.state), p.batch)
     assert _differs(forced, expected)
 
 

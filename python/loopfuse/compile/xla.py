@@ -43,8 +43,9 @@ def program_options(module: ir.Module, platform: str, replicated_state_bytes: in
                     xla_options=None, adding_control_flow=()) -> ProgramOptions:
     """The XLA options of `module` on `platform`: the only place they are decided.
 
-    - the copy-free loop carry (`COPY_FREE`) when the module has no control flow of its own and
-      none of its passes adds some (`adding_control_flow`: their names, as roll-layers' loops);
+    - the copy-free loop carry (`COPY_FREE`) when the module has no control flow of its own, none of its passes
+      adds some (`adding_control_flow`: their names, as roll-layers' loops) and it updates no tensor in place
+      (a dynamic_update_slice or a scatter of its own);
     - all-reduces left uncombined when the floating-point state a mesh replicates reaches
       `SPLIT_ALL_REDUCE_BYTES`;
     - then the caller's `xla_options` over both (a value of None removes an option).
@@ -62,6 +63,7 @@ def program_options(module: ir.Module, platform: str, replicated_state_bytes: in
     flag = COPY_FREE.get(platform)
     if flag is not None:
         own = control_flow.own_control_flow(module.operation)
+        updates = control_flow.own_in_place_updates(module.operation)
         if adding_control_flow:
             reasons.append(f"{flag}: off, {' and '.join(adding_control_flow)} adds control flow of its own, where "
                            "XLA's region analysis can change results")
@@ -69,9 +71,14 @@ def program_options(module: ir.Module, platform: str, replicated_state_bytes: in
             reasons.append(f"{flag}: off, the program has control flow of its own ({control_flow.describe(own[0])}"
                            f"{f' and {len(own) - 1} more' if len(own) > 1 else ''}), where XLA's region analysis "
                            "can change results")
+        elif updates:
+            reasons.append(f"{flag}: off, the program updates a tensor in place ({control_flow.describe(updates[0])}"
+                           f"{f' and {len(updates) - 1} more' if len(updates) > 1 else ''}), where XLA's region "
+                           "analysis can change results")
         else:
             values[flag] = True
-            reasons.append(f"{flag}: on (copy-free loop carry), the program has no control flow besides wrap-loop's loop")
+            reasons.append(f"{flag}: on (copy-free loop carry), the program has no control flow besides wrap-loop's "
+                           "loop and no in-place update")
     if replicated_state_bytes >= SPLIT_ALL_REDUCE_BYTES and platform in SPLIT_ALL_REDUCE:
         values.update(SPLIT_ALL_REDUCE[platform])
         reasons.append(f"{SPLIT_ALL_REDUCE[platform]}: each gradient reduced on its own, the mesh replicates "

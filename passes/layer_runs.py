@@ -232,18 +232,27 @@ def with_partners(run: Run, others: list[Run], first_use: list) -> Run:
         ["['linear_*']", "['ln_*']"]
         >>> sorted(with_partners(found[0], found[1:], [1, 2, 3, 4]).families)    # ln, ln_1, then linear, linear_1
         ["['ln_*']"]
+
+        Over the layers of both, where one list goes on (a head module of the same kind after the blocks):
+
+        >>> head = runs(paths + ["['linear_2']['w']"], ["f32[4]", "f32[4]", "f32[4,4]", "f32[4,4]", "f32[4,4]"])
+        >>> [(sorted(j.families), j.start, j.stop) for j in (with_partners(head[1], [head[0]], [1, 3, 2, 4, 5]),
+        ...                                                   with_partners(head[0], [head[1]], [1, 3, 2, 4, 5]))]
+        [(["['linear_*']", "['ln_*']"], 0, 2), (["['linear_*']", "['ln_*']"], 0, 2)]
     """
     def first(r: Run, layer: int) -> float:     # inf: the step reads none of the layer's leaves
         return min((first_use[leaf] for leaf in r.leaves(layer) if first_use[leaf] is not None), default=math.inf)
-    mine = [first(run, l) for l in range(run.length)]
     for other in others:
-        if (other.start, other.stop) != (run.start, run.stop) or set(other.families) & set(run.families):
+        start, stop = max(run.start, other.start), min(run.stop, other.stop)
+        inside = (run.start, run.stop) == (start, stop) or (other.start, other.stop) == (start, stop)
+        if stop - start < 2 or not inside or set(other.families) & set(run.families):
             continue
-        theirs = [first(other, l) for l in range(run.length)]
+        # over the layers of both only: one list may go on (a head module of the same kind after the blocks)
+        mine_run, other = (r.trimmed(start - r.start, r.stop - stop) for r in (run, other))
+        mine, theirs = ([first(r, l) for l in range(stop - start)] for r in (mine_run, other))
         if math.inf not in mine + theirs and all(mine[l] < theirs[l + 1] and theirs[l] < mine[l + 1]
-                                                 for l in range(run.length - 1)):
-            run = Run(run.start, run.stop, {**run.families, **other.families})
-            mine = [min(a, b) for a, b in zip(mine, theirs)]
+                                                 for l in range(stop - start - 1)):
+            run = Run(start, stop, {**mine_run.families, **other.families})
     return run
 
 

@@ -125,6 +125,40 @@ def test_a_layers_modules_held_apart_roll_as_one_layer():
     assert report.startswith("rolled [0]['layer_norm_*'], [0]['linear_*'], "), report
 
 
+def test_a_linen_loop_of_modules_with_a_head_of_the_same_kind_rolls_them_together():
+    """``nn.Dense`` then ``nn.BatchNorm`` created in a loop, then a head ``nn.Dense``: ``Dense_0`` .. ``Dense_4``
+    and ``BatchNorm_0`` .. ``BatchNorm_3`` are runs of other lengths over the same layers, joined over the layers
+    of both (`layer_runs.with_partners`). Before, the BatchNorm layers rolled alone (the Dense leaves read per
+    layer), and ``memory_budget=0.0`` held 1.18x the temporaries of the step as traced (a user's trial)."""
+    import flax.linen as nn
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for _ in range(4):
+                x = nn.relu(nn.BatchNorm(use_running_average=False, momentum=0.9)(nn.Dense(64)(x)))
+            return nn.Dense(10)(x)
+    net, opt = Net(), optax.sgd(0.1, momentum=0.9)
+    x, y = jax.random.normal(jax.random.key(2), (128, 16)), jax.random.randint(jax.random.key(3), (128,), 0, 10)
+    variables = net.init(jax.random.key(0), x)
+
+    def step(state, batch):
+        params, stats, o = state
+
+        def loss(p):
+            logits, new = net.apply({"params": p, "batch_stats": stats}, batch["x"], mutable=["batch_stats"])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, batch["y"]).mean(), new["batch_stats"]
+        (value, stats), g = jax.value_and_grad(loss, has_aux=True)(params)
+        u, o = opt.update(g, o, params)
+        return (optax.apply_updates(params, u), stats, o), {"loss": value}
+    state, data = (variables["params"], variables["batch_stats"], opt.init(variables["params"])), {"x": x, "y": y}
+    report = check_rolls(step, state, data, range(1, 4), packed=False)
+    assert report.startswith("rolled [0]['BatchNorm_*'], [0]['Dense_*'], "), report
+    traced = loopfuse.compile_step(step).memory_stats(fresh(state), data).temp
+    assert rolling(step).memory_stats(fresh(state), data).temp <= traced
+    assert packed_temp_ratio(step, state, data) < 0.9
+
+
 @pytest.mark.parametrize("encoder, decoder", [(4, 4), (3, 4), (4, 3)])
 def test_an_encoders_and_a_decoders_stacks_both_roll(encoder, decoder):
     """An encoder then a decoder, alike products. The encoder's input-gradient chain (none at its first layer,

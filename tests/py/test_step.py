@@ -1,4 +1,6 @@
 """compile_step end to end: numerics against plain jax.jit, caching, stages, memory, errors."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -174,6 +176,19 @@ def test_state_structure_change_names_the_leaf():
 
     with pytest.raises(StateMismatchError, match=r"must return \(new_state, aux\)"):
         loopfuse.compile_step(lambda p, b: p)({"w": jnp.ones(2)}, 0.0)
+
+
+@pytest.mark.parametrize("fn, key, entered, left", [
+    (lambda k, b: (jax.random.key_data(k), {}), lambda: jax.random.key(0), "key<fry>[]", "uint32[2]"),
+    (lambda k, b: (jax.random.wrap_key_data(k), {}), lambda: jax.random.PRNGKey(0), "uint32[2]", "key<fry>[]"),
+    (lambda k, b: (jax.random.key(1, impl="rbg"), {}), lambda: jax.random.key(0), "key<fry>[]", "key<rbg>[]")],
+    ids=["typed-to-raw", "raw-to-typed", "other-impl"])
+def test_a_key_leaf_that_changes_kind_is_named(fn, key, entered, left):
+    """A typed key crosses the executable as its raw data: a step that returned the data for the key (or the
+    reverse) compiled and came back as the other kind, where jax.jit returns what the step does."""
+    with pytest.raises(StateMismatchError, match=re.escape(f"the state enters the step as {entered} but leaves it "
+                                                           f"as {left}")):
+        loopfuse.compile_step(fn).loop(2)(key(), 0.0)
 
 
 def test_failed_call_keeps_the_callers_state():

@@ -165,7 +165,10 @@ def check_same_state(state, new_state) -> None:
             + f"(input {old_def}, output {new_def})")
     for (path, a), (_, b) in zip(old, new):
         sa, sb = spec(a), spec(b)
-        if sa.shape != sb.shape or sa.dtype != sb.dtype:
+        ka, kb = (x.dtype if is_key(x) else None for x in (a, b))     # a typed key is raw data to the executable
+        if sa.shape != sb.shape or sa.dtype != sb.dtype or ka != kb:
+            shown = [f"{x.dtype}{list(x.shape)}" if is_key(x) else f"{s.dtype}{list(s.shape)}"
+                     for x, s in ((a, sa), (b, sb))]
             raise StateMismatchError(
-                f"{leaf_name('state', path)} enters the step as {sa.dtype}{list(sa.shape)} "
-                f"but leaves it as {sb.dtype}{list(sb.shape)}; an update must keep each leaf's shape and dtype")
+                f"{leaf_name('state', path)} enters the step as {shown[0]} but leaves it as {shown[1]}; an update "
+                "must keep each leaf's shape and dtype")

@@ -402,3 +402,16 @@ def test_a_loop_of_one_step_is_not_started_inside_its_program():
     state = jax.jit(lambda p: (jnp.copy(p), opt.init(p)))(x)
     value, g = jax.jit(jax.value_and_grad(lambda w: jnp.sum(jnp.sin(2 * w - b) ** 2)))(state[0])
     assert_trees_equal((sol.params, sol.loss_history), (jax.jit(lambda p, g: p - 0.1 * g)(state[0], g), value[None]))
+
+
+def test_a_leaf_that_is_no_array_is_named_by_its_path():
+    """jax.jit's message named an output position of loopfuse's own traced function (``flat``, ``[1][1]``)."""
+    def my_step(s, b):
+        return s + 1, {"loss": jnp.sum(s), "x": "not an array"}
+    state = jnp.ones(2)
+    with pytest.raises(TypeError, match=r"^my_step returned a str as aux leaf \['x'\]: every leaf of \(new_state, "
+                                        r"aux\) must be an array or a number$"):
+        loopfuse.compile_step(my_step).loop(3)(state, 0.0)
+    with pytest.raises(TypeError, match=r"^<lambda> returned a str as new state leaf \['w'\]: "):
+        loopfuse.compile_step(lambda s, b: ({"w": "w"}, {}))({"w": state}, 0.0)
+    assert not state.is_deleted()

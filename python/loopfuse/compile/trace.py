@@ -127,6 +127,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
             if placement is not None:
                 b = placement.constrain_batch(batch.batch_size, b)
         new_state, aux = _split_output(fn(s, b, **static))
+        _check_arrays(fn, new_state, aux)
         check_same_state(state, new_state)
         aux_leaves, aux_def = jax.tree_util.tree_flatten_with_path(aux)
         out_info["aux_def"], out_info["aux_paths"] = aux_def, [dotted(p) for p, _ in aux_leaves]
@@ -190,6 +191,17 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], kept, dataset, in_sh, out_specs, effects,
                   stop is not None, promoted, stopped_arg)
+
+
+def _check_arrays(fn: Callable, new_state, aux) -> None:
+    """A TypeError naming the first leaf of the step's outputs that is no array (nor a Python or numpy number),
+    by its path, where jax.jit's would name an output position of loopfuse's own traced function."""
+    for what, tree in (("state", new_state), ("aux", aux)):
+        for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            if not isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)):
+                raise TypeError(f"{getattr(fn, '__name__', repr(fn))} returned a {type(x).__name__} as "
+                                f"{leaf_name('new ' + what if what == 'state' else what, path)}: every leaf of "
+                                "(new_state, aux) must be an array or a number")
 
 
 def with_init(traced: Traced, init: Callable, x, batch) -> Traced:

@@ -410,7 +410,7 @@ def test_a_leaf_that_is_no_array_is_named_by_its_path():
         return s + 1, {"loss": jnp.sum(s), "x": "not an array"}
     state = jnp.ones(2)
     with pytest.raises(TypeError, match=r"^my_step returned a str as aux leaf \['x'\]: every leaf of \(new_state, "
-                                        r"aux\) must be an array or a number$"):
+                                        r"aux\) must be an array or a number"):
         loopfuse.compile_step(my_step).loop(3)(state, 0.0)
     with pytest.raises(TypeError, match=r"^<lambda> returned a str as new state leaf \['w'\]: "):
         loopfuse.compile_step(lambda s, b: ({"w": "w"}, {}))({"w": state}, 0.0)

@@ -130,6 +130,7 @@ def test_one_member_is_the_plain_minimize(problem):
     plain = loopfuse.minimize(quadratic, x0[5], h[5], **kwargs)
     one = loopfuse.minimize(quadratic, x0[5:6], per_member(h[5:6]), ensemble=True, **kwargs)
     assert one.steps.tolist() == [plain.steps] and one.retcode.tolist() == [plain.retcode] and one.best == 0
+    assert one.steps.dtype == np.int32                   # as an ensemble of N's (it was int64)
     assert_trees_equal((one.params[0], one.loss_history[0]), (plain.params, plain.loss_history))
 
 

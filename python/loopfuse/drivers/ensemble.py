@@ -353,7 +353,7 @@ def one_member(result: FitResult) -> FitResult:
     """A plain `FitResult` as the result of a 1-member ensemble."""
     history = None if result.history is None else jax.tree_util.tree_map(lambda h: h[None], result.history)
     return FitResult(_member_axis_added(result.state), history,
-                     np.array([result.steps]), np.array([result.retcode]), result.resumed_from)
+                     np.array([result.steps], np.int32), np.array([result.retcode]), result.resumed_from)
 
 
 def check_data(data, n: int) -> None:

@@ -126,6 +126,43 @@ def test_a_bound_method_loss_is_one_program(compiles):
     assert compiles["loopfuse"] == counts["loopfuse"] + 1        # another object: another program, as jax.jit
 
 
+def test_equal_objects_are_two_losses_and_an_unhashable_ones_method_is_kept_while_it_lives(compiles):
+    """A bound method's object keys its programs by identity, as Python compares bound methods: two objects
+    that compare equal are two losses (keyed by equality, the second solved the first's loss), and an object
+    of a plain dataclass (unhashable) is one program per object, freed with it (it was never cached)."""
+    import dataclasses
+    import gc
+    import weakref
+
+    @dataclasses.dataclass(frozen=True)
+    class Named:
+        name: str
+        target: np.ndarray = dataclasses.field(compare=False)
+
+        def loss(self, w):
+            return jnp.sum((w - self.target) ** 2)
+    opt = optax.sgd(0.5)
+    for target in (1.0, 5.0):
+        sol = loopfuse.minimize(Named("q", np.full(2, target, np.float32)).loss, jnp.zeros(2), optimizer=opt, steps=1)
+        assert sol.params.tolist() == [target, target]
+
+    @dataclasses.dataclass
+    class Plain:
+        data: np.ndarray
+
+        def loss(self, w):
+            return jnp.sum((w - self.data) ** 2)
+    problem = Plain(np.ones(4, np.float32))
+    loopfuse.minimize(problem.loss, jnp.zeros(4), optimizer=opt, steps=2)
+    counts = dict(compiles)
+    loopfuse.minimize(problem.loss, jnp.zeros(4), optimizer=opt, steps=2)
+    assert compiles == counts
+    data = weakref.ref(problem.data)
+    del problem
+    gc.collect()
+    assert data() is None
+
+
 def test_a_dataset_solve_repeats_without_compiling(compiles):
     opt, (x, y) = optax.sgd(0.1), (np.ones((32, 4), np.float32), np.ones((32, 1), np.float32))
     data = lambda seed: Dataset({"x": x, "y": y}, batch_size=8, key=jax.random.key(seed))

@@ -144,8 +144,8 @@ def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransforma
     function; `gtol` and `ftol` by their tolerances; a bound method by its object and function), so repeating
     a solve compiles nothing and a loss that is gone frees what it closed over (`_Programs`)."""
     try:
-        hash((loss, optimizer, backend, until))
-    except TypeError:    # an unhashable loss, optimizer or predicate: built anew, never cached
+        hash((optimizer, backend, until))     # (the loss by its identity)
+    except TypeError:    # an unhashable optimizer or predicate: built anew, never cached
         return _build_program(loss, has_data, optimizer, backend, until)
     return _PROGRAMS.get(loss, (has_data, optimizer, backend, until))
 
@@ -171,32 +171,40 @@ def _build_program(loss, has_data, optimizer, backend, until):
 
 
 class _Programs:
-    """`_build_program`'s results, kept per loss while it lives, as jax.jit keeps a function's traces: keyed by
-    a weak reference to the loss (to a bound method's object, with its function in the key: each access makes
-    a new method object), each program built on a proxy that holds the loss weakly, so that a program never
-    keeps its own key alive (a sweep of solves over losses closing over datasets keeps none of them). A loss
-    that cannot be referenced weakly is kept, for the last `size` solves."""
+    """`_build_program`'s results, kept per loss while it lives, as jax.jit keeps a function's traces: keyed by the
+    loss's identity (a bound method's object's, with its function in the key: each access makes a new method
+    object; two equal objects are two losses), dropped when it is collected, each program built on a proxy that
+    holds the loss weakly, so that a program never keeps its own loss alive (a sweep of solves over losses
+    closing over datasets keeps none of them). A loss that cannot be referenced weakly is kept, for the last
+    `size` solves."""
 
     def __init__(self, size: int):
         self.size = size
-        self.owners: "weakref.WeakKeyDictionary[object, OrderedDict]" = weakref.WeakKeyDictionary()
+        self.owners: dict[int, OrderedDict] = {}          # id(owner) -> programs, while the owner lives
         self.strong: OrderedDict = OrderedDict()
         self.lock = threading.Lock()
 
     def get(self, loss: Callable, key: tuple):
         owner, func = (loss.__self__, loss.__func__) if inspect.ismethod(loss) else (loss, None)
         try:
-            with self.lock:
-                built = self.owners.setdefault(owner, OrderedDict())
-        except TypeError:                           # not weakly referable
-            built, func, weak = self.strong, loss, loss
-        else:
             ref = weakref.ref(owner)
+        except TypeError:                           # not weakly referable: kept by its hash, if it has one
+            try:
+                hash(loss)
+            except TypeError:
+                return _build_program(loss, *key)
+            built, key, weak = self.strong, (loss, *key), loss
+        else:
+            with self.lock:
+                built = self.owners.get(id(owner))
+                if built is None:
+                    built = self.owners[id(owner)] = OrderedDict()
+                    weakref.finalize(owner, self.owners.pop, id(owner), None)
             weak = ((lambda *a, **k: func(ref(), *a, **k)) if func is not None else    # noqa: E731
                     (lambda *a, **k: ref()(*a, **k)))
             functools.update_wrapper(weak, loss)
             del weak.__wrapped__                    # (it would hold the loss)
-        key = (func, *key)
+            key = (func, *key)
         with self.lock:
             if key in built:
                 built.move_to_end(key)

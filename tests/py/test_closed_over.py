@@ -118,3 +118,14 @@ def test_packed_and_rolled_programs_take_the_constants_too():
     assert_trees_equal(packed[1], expected[1])
     for a, b in zip(stacked.unpack(), expected[0]):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_after_an_ordered_effects_token(capfd):
+    """jax puts an ordered effect's token argument first, the closed-over array's after it."""
+    def f(s, b):
+        jax.debug.print("s={s}", s=s[0], ordered=True)
+        return s + jnp.sum(X) * b, {}
+    assert_trees_equal(loopfuse.compile_step(f).loop(2)(jnp.zeros(2), jnp.float32(1.0)),
+                       jax.jit(lambda s, b: jax.lax.scan(lambda c, _: f(c, b), s, None, length=2))(jnp.zeros(2),
+                                                                                               jnp.float32(1.0)))
+    assert capfd.readouterr().out.count("s=") == 4            # two steps each

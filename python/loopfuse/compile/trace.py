@@ -60,28 +60,26 @@ def _constants_embedded(lowered, module: ir.Module) -> None:
     loopfuse's passes see a module of the shape they know."""
     main = main_func(module.operation)
     attrs = arg_attrs(main)
-    n = next((i for i, a in enumerate(attrs) if "jax.const" not in a), len(attrs))
-    if n == 0:
+    at = [i for i, a in enumerate(attrs) if "jax.const" in a]     # (after the effects' tokens, where it has some)
+    if not at:
         return
-    if any("jax.const" in a for a in attrs[n:]):
-        raise _jax_compat.UnsupportedJaxError(f"jax {jax.__version__} lowered a closed-over array as an argument "
-                                              "that is not in front of the others; pass it as part of the batch")
     values = _jax_compat.lowering_constants(lowered)
-    if values is None or len(values) != n:
+    if values is None or len(values) != len(at):
         raise _jax_compat.UnsupportedJaxError(
             f"the step closes over arrays that jax {jax.__version__} passes as arguments, and its lowering no "
             "longer says their values; pass them as part of the batch (or the data) instead")
     entry = main.regions[0].blocks[0]
+    args = list(entry.arguments)
     with module.context, main.location, ir.InsertionPoint.at_block_begin(entry):
-        constants = [_constant(v, a.type) for v, a in zip(values, list(entry.arguments)[:n])]
+        constants = [_constant(v, args[i].type) for v, i in zip(values, at)]
         barrier = stablehlo.OptimizationBarrierOp(constants)
-    for arg, value in zip(list(entry.arguments)[:n], barrier.results):
-        arg.replace_all_uses_with(value)
-    for k in reversed(range(n)):
-        entry.erase_argument(k)
+    for i, value in zip(at, barrier.results):
+        args[i].replace_all_uses_with(value)
+    for i in reversed(at):
+        entry.erase_argument(i)
     with module.context:
         retype(main)
-        set_arg_attrs(main, attrs[n:])
+        set_arg_attrs(main, [a for i, a in enumerate(attrs) if i not in at])
 
 
 def _constant(value, type_: ir.Type) -> ir.Value:

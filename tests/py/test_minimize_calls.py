@@ -302,11 +302,19 @@ def test_params_of_no_leaves_run_on_every_backend(params):
         assert (sol.params, sol.loss_history.tolist(), sol.retcode) == (params, [1.0, 1.0, 1.0], "max_steps")
 
 
-def test_a_numpy_step_count_gives_python_ints():
-    for backend in (loopfuse.CompiledLoop(), loopfuse.CompiledLoop(steps=2)):
+def test_a_numpy_step_count_gives_python_ints(tmp_path):
+    """Every count an entry point takes (steps, chunk, CompiledLoop's steps, checkpoint_every, keep, max_batch) is
+    taken as the int it is: a numpy one came back as Solution.steps, or failed to be written as JSON."""
+    for backend in (loopfuse.CompiledLoop(), loopfuse.CompiledLoop(steps=np.int64(2))):
         sol = loopfuse.minimize(lambda p: jnp.sum(p ** 2), jnp.ones(2), optimizer=optax.sgd(0.1), steps=np.int64(5),
                                 backend=backend)
         assert type(sol.steps) is int and sol.steps == 5
+    sol = loopfuse.minimize(lambda p: jnp.sum(p ** 2), jnp.ones(2), optimizer=optax.sgd(0.1), steps=4,
+                            checkpoint_dir=tmp_path / "ck", checkpoint_every=np.int64(2), keep=np.int32(1))
+    assert sol.steps == 4
+    fit = loopfuse.largest_batch(lambda w, b: (w * jnp.mean(b), {}), jnp.ones(4), lambda n: jnp.ones((n, 4)),
+                                 memory_limit="1GiB", max_batch=np.int64(8))
+    assert fit.batch_size == 8
     result = loopfuse.fit(loopfuse.compile_step(lambda s, b: (s * 0.5, {"loss": jnp.sum(s)})), jnp.ones(2), (),
                           np.int64(4), chunk=np.int32(2), progress=False)
     assert type(result.steps) is int and result.steps == 4

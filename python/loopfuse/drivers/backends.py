@@ -127,7 +127,7 @@ class CompiledLoop(Fragment, options=("devices", "sharding", "memory_budget", "m
     def __post_init__(self) -> None:
         _check_ad("CompiledLoop", self.ad)
         if self.steps is not None:
-            validate.steps(self.steps, "CompiledLoop(steps=...)")
+            object.__setattr__(self, "steps", validate.steps(self.steps, "CompiledLoop(steps=...)"))
         self._check_options()
 
     def compile_options(self) -> dict:

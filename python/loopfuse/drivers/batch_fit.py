@@ -46,7 +46,7 @@ def largest_batch(step, state, make_batch: Callable[[int], object], memory_limit
     memory_limit=...)` of the step's options chooses there: O(log(max_batch)) compiles, and a few more for the
     plan. Where even `unit` examples do not fit, the `MemoryLimitError` of that size.
     """
-    validate.steps(max_batch, "max_batch")
+    max_batch = validate.steps(max_batch, "max_batch")
     if not isinstance(step, Step):
         step = Step(step)
     limit = step.options.memory_limit if memory_limit is None else validate.memory_limit(memory_limit)

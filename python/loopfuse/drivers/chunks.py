@@ -77,15 +77,16 @@ def aux_structure(step: Step, state, batch, start: int = 0):
     return jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(t.aux_def, kept))
 
 
-def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> None:
-    """Raise naming the bad `checkpoint_dir=`/`checkpoint_every=`/`keep=` option of fit or minimize."""
-    for name, value in (("checkpoint_every", checkpoint_every), ("keep", keep)):
-        if value is not None:
-            validate.steps(value, name)
+def check_checkpoint_options(checkpoint_dir, checkpoint_every, keep) -> tuple[int | None, int | None]:
+    """``(checkpoint_every, keep)`` as ints; raise naming the bad `checkpoint_dir=`/`checkpoint_every=`/`keep=`
+    option of fit or minimize."""
+    checkpoint_every, keep = (None if value is None else validate.steps(value, name)
+                              for name, value in (("checkpoint_every", checkpoint_every), ("keep", keep)))
     if checkpoint_dir is None and checkpoint_every is not None:
         raise ValueError("checkpoint_every= needs checkpoint_dir= (the folder to save into)")
     if checkpoint_dir is not None:
         check_directory(checkpoint_dir)
+    return checkpoint_every, keep
 
 
 class LoopChunks:

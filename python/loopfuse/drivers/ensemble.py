@@ -92,7 +92,7 @@ class Ensemble:
 
     def __post_init__(self) -> None:
         if self.tile is not None:
-            validate.steps(self.tile, "Ensemble(tile=...)")
+            object.__setattr__(self, "tile", validate.steps(self.tile, "Ensemble(tile=...)"))
 
     def tile_size(self, member: Callable, state, batch, stops: bool = True, devices=None) -> int:
         """The members per tile of an ensemble of `state` (every leaf [N, ...]; over `devices`, each one's

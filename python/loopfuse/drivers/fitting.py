@@ -63,7 +63,7 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     num_steps = validate.steps(num_steps, "num_steps")
     chunk = validate.steps(chunk, "chunk")
     stopping.check(until, stop_on_nonfinite, chunk)
-    check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
+    checkpoint_every, keep = check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if isinstance(batch, Dataset):
         batch.validate()
     members, state, batch = wrapper(ensemble, state, "state", batch)     # the one question: an ensemble?

@@ -78,7 +78,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     members, params, data = wrapper(ensemble, params, "params", data)     # the one question: an ensemble?
     steps = validate.steps(steps)
     stopping.check(until, stop_on_nonfinite, steps)
-    check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
+    checkpoint_every, keep = check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}")
     if not isinstance(backend, (GradOnly, CompiledStep, CompiledLoop)):

@@ -227,8 +227,11 @@ def test_largest_batch_names_the_plan_compile_step_chooses_and_checks_the_rows(t
         fresh(state), make(fit.batch_size)).memory_plan
     assert fit.plan.chosen == chosen.chosen == memory_plan.Candidate(1.0, 2), (str(fit.plan), str(chosen))
     fixed = make(8)
-    with pytest.raises(ValueError, match=r"make_batch\(\d+\) returned a batch without \d+ examples \(leading axes \[8\]\)"):
+    with pytest.raises(ValueError, match=r"make_batch\(\d+\) returned a batch without \d+ examples \(its leaves' axes: \[1, 8, 128\]\)"):
         loopfuse.largest_batch(sliced, state, lambda n: fixed, "2MiB", max_batch=1024)
+    time_major = loopfuse.largest_batch(lambda w, b: (w - 0.1 * jnp.mean(b, axis=(0, 1)) * w, {}), jnp.ones(4),
+                                        lambda n: jnp.ones((5, n, 4)), "1GiB", max_batch=8)
+    assert time_major.batch_size == 8                    # the examples' axis need not be the first
 
 
 def test_the_options_it_takes_and_refuses():

@@ -88,13 +88,13 @@ def largest_batch(step, state, make_batch: Callable[[int], object], memory_limit
 
 
 def _of_rows(batch, n: int):
-    """`batch`, checked to hold `n` examples (a `Dataset` of that batch size, or a leaf leading with `n` rows):
-    a size that `make_batch` ignores would be probed as another and fit falsely."""
+    """`batch`, checked to hold `n` examples (a `Dataset` of that batch size, or a leaf with an axis of `n`, the
+    examples' wherever it is): a size that `make_batch` ignores would be probed as another and fit falsely."""
     if isinstance(batch, Dataset):
-        rows = [batch.batch_size]
+        sizes = {batch.batch_size}
     else:
-        rows = [np.shape(x)[0] for x in jax.tree_util.tree_leaves(batch) if np.ndim(x)]
-    if n not in rows:
-        raise ValueError(f"make_batch({n}) returned a batch without {n} examples (leading axes {sorted(set(rows))}): "
-                         "largest_batch probes each size with the batch make_batch builds for it")
+        sizes = {d for x in jax.tree_util.tree_leaves(batch) for d in np.shape(x)}
+    if n not in sizes:
+        raise ValueError(f"make_batch({n}) returned a batch without {n} examples (its leaves' axes: "
+                         f"{sorted(sizes)}): largest_batch probes each size with the batch make_batch builds for it")
     return batch

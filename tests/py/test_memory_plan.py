@@ -232,6 +232,10 @@ def test_largest_batch_names_the_plan_compile_step_chooses_and_checks_the_rows(t
     time_major = loopfuse.largest_batch(lambda w, b: (w - 0.1 * jnp.mean(b, axis=(0, 1)) * w, {}), jnp.ones(4),
                                         lambda n: jnp.ones((5, n, 4)), "1GiB", max_batch=8)
     assert time_major.batch_size == 8                    # the examples' axis need not be the first
+    # a budget given for a step with no layers: its one plan is the step as traced's program (it found no plan)
+    given = loopfuse.compile_step(lambda w, b: (w - 0.1 * jnp.mean(b) * w, {}), memory_budget=0.5, micro_batches=1)
+    assert loopfuse.largest_batch(given, jnp.ones(4), lambda n: jnp.ones((n, 4)), "1GiB",
+                                  max_batch=8).plan.chosen == memory_plan.Candidate(0.5, 1)
 
 
 def test_the_options_it_takes_and_refuses():

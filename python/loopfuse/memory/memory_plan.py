@@ -320,7 +320,7 @@ def choose(programs: Programs, limit: int, plans: list[Candidate]) -> MemoryPlan
             seen.append(Considered(c, bound, None, "over the limit (predicted at least), not compiled"))
             continue
         same = programs.same_as(c)
-        if same is not None:
+        if same is not None and same in plans:        # (a program no plan given has is this plan's own)
             why = _declined(programs, c, same)
             if why and c.slices > 1:
                 declined.add(c.budget)

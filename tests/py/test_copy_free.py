@@ -58,9 +58,9 @@ def test_copy_free_only_for_programs_without_control_flow_of_their_own(tmp_path)
     assert unset.compiled(init_state(opt), batch()).xla_options == {}
 
 
-# Adam by default (its state holds sgd's, the parameters, and more); slow: sgd, and momentum and AdamW,
-# which test_corpus holds (batchnorm_state, transformer_adamw), compiled with the option on, to jax.jit
-# (the option off) bitwise, one step and a loop
+# Adam by default (its state holds sgd's, the parameters, and more); slow: sgd, and momentum and AdamW
+# (test_corpus holds batchnorm_state with the option on, and transformer_adamw, whose embedding's gradient is
+# a scatter, without it), compiled with the option on, to jax.jit (the option off) bitwise, one step and a loop
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "adam" else pytest.mark.slow) for n in OPTIMIZERS])
 def test_step_and_loop_bitwise_equal_to_compiled_without_the_option(name):
     opt = OPTIMIZERS[name]

@@ -132,7 +132,7 @@ def _carried(f: func.FuncOp, args: list[dict], results: list[dict]) -> dict[int,
     """State result -> the argument of the same ``loopfuse.state`` path and type, which the loop
     carries it into; every state argument has one such result."""
     in_types, out_types = list(f.type.inputs), list(f.type.results)
-    state_arg = {string_attr(a, STATE): i for i, a in enumerate(args) if STATE in a}
+    state_arg = {path: i for i, a in enumerate(args) if (path := string_attr(a, STATE)) is not None}
     carried: dict[int, int] = {}
     carried_paths: set[str] = set()
     for j, a in enumerate(results):

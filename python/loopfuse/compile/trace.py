@@ -90,7 +90,7 @@ def _constant(value, type_: ir.Type) -> ir.Value:
     if x.dtype.kind not in "biufc":      # bfloat16, float8, ...: their bits, which MLIR reads by the type
         x = x.view(f"u{x.dtype.itemsize}")
     tensor = ir.RankedTensorType(type_)
-    attr = ir.DenseElementsAttr.get(np.ascontiguousarray(x), type=tensor.element_type, shape=list(tensor.shape))
+    attr = ir.DenseElementsAttr.get(np.ascontiguousarray(x).data, type=tensor.element_type, shape=list(tensor.shape))
     return stablehlo.ConstantOp(attr).result
 
 

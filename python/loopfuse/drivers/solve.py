@@ -186,6 +186,7 @@ class _Programs:
 
     def get(self, loss: Callable, key: tuple):
         owner, func = (loss.__self__, loss.__func__) if inspect.ismethod(loss) else (loss, None)
+        built: OrderedDict
         try:
             ref = weakref.ref(owner)
         except TypeError:                           # not weakly referable: kept by its hash, if it has one
@@ -196,15 +197,11 @@ class _Programs:
             built, key, weak = self.strong, (loss, *key), loss
         else:
             with self.lock:
-                built = self.owners.get(id(owner))
-                if built is None:
-                    built = self.owners[id(owner)] = OrderedDict()
+                if id(owner) not in self.owners:
+                    self.owners[id(owner)] = OrderedDict()
                     weakref.finalize(owner, self.owners.pop, id(owner), None)
-            weak = ((lambda *a, **k: func(ref(), *a, **k)) if func is not None else    # noqa: E731
-                    (lambda *a, **k: ref()(*a, **k)))
-            functools.update_wrapper(weak, loss)
-            del weak.__wrapped__                    # (it would hold the loss)
-            key = (func, *key)
+                built = self.owners[id(owner)]
+            weak, key = _weakly(loss, ref, func), (func, *key)
         with self.lock:
             if key in built:
                 built.move_to_end(key)
@@ -215,6 +212,16 @@ class _Programs:
             while len(built) > self.size:
                 built.popitem(last=False)
         return program
+
+
+def _weakly(loss: Callable, ref: weakref.ref, func: Callable | None) -> Callable:
+    """`loss` called through `ref`, a weak reference to it (or, for a bound method, to its object, `func` its
+    function), with its name and docstring: what a program holds of it."""
+    def weak(*args, **kwargs):
+        return func(ref(), *args, **kwargs) if func is not None else ref()(*args, **kwargs)
+    functools.update_wrapper(weak, loss, updated=())
+    vars(weak).pop("__wrapped__")                   # (it would hold the loss)
+    return weak
 
 
 _PROGRAMS = _Programs(64)

@@ -129,3 +129,23 @@ def test_after_an_ordered_effects_token(capfd):
                        jax.jit(lambda s, b: jax.lax.scan(lambda c, _: f(c, b), s, None, length=2))(jnp.zeros(2),
                                                                                                jnp.float32(1.0)))
     assert capfd.readouterr().out.count("s=") == 4            # two steps each
+
+
+def test_a_closed_over_mutable_array_is_refused_by_name():
+    """jax.jit's callers pass a closed-over ``jax.new_ref`` and get it back written; as a constant of loopfuse's
+    program its writes would be lost (it raised jax's "Too many leaves for PyTreeDef"). One made inside runs."""
+    ref = jax.new_ref(jnp.zeros(3))
+
+    def writes(s, b):
+        ref[...] = ref[...] + s
+        return s * 2, {"seen": ref[...]}
+    state = jnp.ones(3)
+    with pytest.raises(TypeError, match=r"^writes closes over a mutable array \(jax.new_ref\)"):
+        loopfuse.compile_step(writes)(state, 0.0)
+    assert not state.is_deleted()
+
+    def inside(s, b):
+        own = jax.new_ref(s)
+        own[...] = own[...] * 2
+        return own[...], {}
+    assert_trees_equal(loopfuse.compile_step(inside)(jnp.ones(3), 0.0), jax.jit(inside)(jnp.ones(3), 0.0))

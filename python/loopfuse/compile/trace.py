@@ -160,6 +160,7 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
         shardings = {"in_shardings": tuple(in_sh), "out_shardings": out_sh}
     jitted = jax.jit(flat, keep_unused=True, **shardings)
     traced = jitted.trace(*specs)
+    _check_no_refs(fn, traced)
     promoted = tuple(i for i in range(n_state) if loop and specs[i].weak_type and not out_info["weak"][i])
     carried = _carried(traced.jaxpr, promoted, [x.weak_type for x in specs[:n_state]], out_info["weak"]) \
         if promoted else ()
@@ -189,6 +190,16 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], kept, dataset, in_sh, out_specs, effects,
                   stop is not None, promoted, stopped_arg)
+
+
+def _check_no_refs(fn: Callable, traced) -> None:
+    """A TypeError where the step closes over a mutable array (``jax.new_ref``): jax.jit's callers pass it and
+    get it back written; a loopfuse program's state is what the step takes and returns (its constants would
+    lose the writes)."""
+    ref = getattr(jax, "Ref", None)
+    if ref is not None and any(isinstance(c, ref) for c in traced.jaxpr.consts):
+        raise TypeError(f"{getattr(fn, '__name__', repr(fn))} closes over a mutable array (jax.new_ref): loopfuse "
+                        "carries state as what the step takes and returns; pass its value in the state instead")
 
 
 def _check_arrays(fn: Callable, new_state, aux) -> None:

@@ -363,9 +363,30 @@ def check_roll() -> dict:
     return out
 
 
+def check_set_mesh() -> dict:
+    """A data-parallel step called inside ``jax.set_mesh``: under Explicit axes a ValueError saying why (it was
+    jax's mismatched-mesh error from inside the trace), under Auto axes jax.jit's loss."""
+    from jax.sharding import AxisType
+
+    def step(s, b):
+        value, g = jax.value_and_grad(lambda w: jnp.sum((b @ w) ** 2))(s["w"])
+        return {"w": s["w"] - 0.01 * g}, {"loss": value}
+    out = {}
+    for kind in (AxisType.Explicit, AxisType.Auto):
+        with jax.set_mesh(jax.make_mesh((4,), ("d",), axis_types=(kind,))):
+            state, x = {"w": jnp.ones((8, 4))}, jnp.ones((16, 8))
+            expected = jax.jit(step)(state, x)[1]["loss"]
+            try:
+                got = compile_step(step, devices=jax.devices())(state, x)[1]["loss"]
+                out[str(kind)] = {"equal": bool(np.array_equal(got, expected))}
+            except ValueError as e:
+                out[str(kind)] = {"message": str(e), "state_kept": not state["w"].is_deleted()}
+    return out
+
+
 CHECKS = {"data": check_data, "params": check_params, "bad_batch": check_bad_batch, "dataset": check_dataset,
           "scalars": check_scalar_and_dataset_batch_size, "minimize": check_minimize, "micro_batch": check_micro_batch,
-          "verify": check_verify, "roll": check_roll}
+          "verify": check_verify, "roll": check_roll, "set_mesh": check_set_mesh}
 
 
 def main(names) -> None:

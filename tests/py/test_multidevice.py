@@ -216,3 +216,11 @@ def test_rolling_a_pytree_state_counts_one_devices_share_of_the_activations(fact
     assert four["report"].startswith("did not roll") and "stacking the layers' leaves" in four["report"], four
     assert four["pytree"] <= four["unrolled"], four
     assert one["packed"] < 0.4 * one["unrolled"] and four["packed"] < 0.5 * four["unrolled"], (one, four)
+
+
+def test_a_mesh_in_effect_with_explicit_axes_is_named(facts):
+    out = section(facts, "set_mesh")
+    explicit, auto = out["AxisType.Explicit"], out["AxisType.Auto"]
+    assert explicit["message"].startswith("compile_step(devices=...) lays the state and the batch out over a mesh of "
+                                          "its own") and explicit["state_kept"], explicit
+    assert auto == {"equal": True}, auto

@@ -111,6 +111,8 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     `packed_paths` (a `packed.PackedState`'s): per state leaf, the key paths of the leaves it packs, or None.
     `dataset`: `batch` is a `data.Dataset`; the program takes a step index and the step sees ``batch.batch(index)``.
     """
+    if placement is not None:
+        _check_no_explicit_mesh()
     state_leaves, state_def = jax.tree_util.tree_flatten_with_path(state)
     batch_leaves, batch_def = jax.tree_util.tree_flatten_with_path(batch)
     state_keys, batch_keys = key_impls(x for _, x in state_leaves), key_impls(x for _, x in batch_leaves)
@@ -190,6 +192,17 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     return Traced(module, state_paths, state_def, state_keys, out_info["aux_def"],
                   out_info["aux_paths"], out_info["aux_keys"], kept, dataset, in_sh, out_specs, effects,
                   stop is not None, promoted, stopped_arg)
+
+
+def _check_no_explicit_mesh() -> None:
+    """A ValueError where a program over `devices=` is traced inside ``jax.set_mesh`` of a mesh with Explicit axes:
+    loopfuse lays the state and the batch out over a mesh of its own (Auto axes), which jax refuses to mix
+    with the one in effect (a ValueError about mismatched meshes, from inside the trace)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty and jax.sharding.AxisType.Explicit in tuple(mesh.axis_types):
+        raise ValueError(f"compile_step(devices=...) lays the state and the batch out over a mesh of its own, which "
+                         f"jax cannot mix with the mesh with Explicit axes in effect ({mesh}): call the step outside "
+                         "jax.set_mesh, or under a mesh with Auto axes")
 
 
 def _check_no_refs(fn: Callable, traced) -> None:

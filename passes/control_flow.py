@@ -35,6 +35,8 @@ Examples:
     >>> [op.name for op in own_control_flow(m.operation)]
     ['stablehlo.while']
 """
+from collections.abc import Callable
+
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
@@ -45,15 +47,7 @@ CONTROL_FLOW = ("stablehlo.while", "stablehlo.case", "stablehlo.if")
 
 def own_control_flow(module_op: ir.Operation) -> list[ir.Operation]:
     """Every while/case/if op of the module (in walk order) but wrap-loop's own loop."""
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name in CONTROL_FLOW and not is_wrap_loop(op):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
-    return found
+    return _ops(module_op, lambda op: op.name in CONTROL_FLOW and not is_wrap_loop(op))
 
 
 IN_PLACE = ("stablehlo.dynamic_update_slice", "stablehlo.scatter")
@@ -64,10 +58,15 @@ def own_in_place_updates(module_op: ir.Operation) -> list[ir.Operation]:
     (its histories' writes). Region analysis changed a straight-line step's loop with one: an in-place update
     of a value the step also reduces, two steps of it 1 ulp off both K jitted steps and jax.jit's scan with
     jaxlib 0.10 (tests/py/corpus.py, ``in_place_update``)."""
+    return _ops(module_op, lambda op: op.name in IN_PLACE and not _in_wrap_loop(op))
+
+
+def _ops(module_op: ir.Operation, wanted: Callable[[ir.Operation], bool]) -> list[ir.Operation]:
+    """The ops of the module that are `wanted`, in walk order."""
     found: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name in IN_PLACE and not _in_wrap_loop(op):
+        if wanted(op):
             found.append(op)
         return ir.WalkResult.ADVANCE
 

@@ -194,19 +194,19 @@ class _Programs:
                 hash(loss)
             except TypeError:
                 return _build_program(loss, *key)
-            built, key, weak = self.strong, (loss, *key), loss
+            built, key = self.strong, (loss, *key)
         else:
             with self.lock:
                 if id(owner) not in self.owners:
                     self.owners[id(owner)] = OrderedDict()
                     weakref.finalize(owner, self.owners.pop, id(owner), None)
                 built = self.owners[id(owner)]
-            weak, key = _weakly(loss, ref, func), (func, *key)
+            key = (func, *key)
         with self.lock:
             if key in built:
                 built.move_to_end(key)
                 return built[key]
-        program = _build_program(weak, *key[1:])
+        program = _build_program(loss if built is self.strong else _weakly(loss, ref, func), *key[1:])
         with self.lock:
             built[key] = program
             while len(built) > self.size:

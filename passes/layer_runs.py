@@ -217,11 +217,11 @@ def _indices(key: str) -> list[tuple[str, int | None, str]]:
 
 
 def with_partners(run: Run, others: list[Run], first_use: list) -> Run:
-    """`run` joined by those of `others` over its layers whose layers the step reads interleaved with its
-    own (each one's layer l first read before either one's layer l + 1; `first_use[leaf]`: the first op
-    reading the leaf, or None): the modules of one layer held apart, as a loop over haiku's or linen's
-    modules names them (``layer_norm_3``, ``linear_3``), not stacks read one after the other (a
-    decoder's after an encoder's), which stay apart.
+    """`run` joined by those of `others` whose layers the step reads interleaved with its own (each one's layer
+    l first read before either one's layer l + 1; `first_use[leaf]`: the first op reading the leaf, or None),
+    over the layers both hold where one's span holds the other's: the modules of one layer held apart, as a
+    loop over haiku's or linen's modules names them (``layer_norm_3``, ``linear_3``), not stacks read one
+    after the other (a decoder's after an encoder's), which stay apart.
 
     Examples:
         >>> paths = ["['ln']['s']", "['ln_1']['s']", "['linear']['w']", "['linear_1']['w']"]

@@ -160,9 +160,12 @@ class Programs:
         return None if first == c else first
 
     def compiled(self, c: Candidate) -> Executable:
-        """`c`'s executable: compiled once per program (a plan of the same program as one compiled shares it)."""
+        """`c`'s executable: compiled once per program (a plan of the same program and XLA options as one compiled
+        shares it)."""
         if c not in self._compiled:
-            same = [p for p in self._body[_body(self.lowered(c).text)] if p in self._compiled]
+            options = dict(self.lowered(c).plan.xla.values)
+            same = [p for p in self._body[_body(self.lowered(c).text)]
+                    if p in self._compiled and dict(self.lowered(p).plan.xla.values) == options]
             if same:
                 self._compiled[c] = self._compiled[same[0]]
             else:

@@ -125,6 +125,7 @@ def test_a_layers_modules_held_apart_roll_as_one_layer():
     assert report.startswith("rolled [0]['layer_norm_*'], [0]['linear_*'], "), report
 
 
+@pytest.mark.slow     # ~7 s; the join itself: layer_runs.with_partners' doctest
 def test_a_linen_loop_of_modules_with_a_head_of_the_same_kind_rolls_them_together():
     """``nn.Dense`` then ``nn.BatchNorm`` created in a loop, then a head ``nn.Dense``: ``Dense_0`` .. ``Dense_4``
     and ``BatchNorm_0`` .. ``BatchNorm_3`` are runs of other lengths over the same layers, joined over the layers

@@ -104,8 +104,8 @@ def test_a_loss_that_is_gone_frees_what_it_closed_over():
     gc.collect()
     left = [a.shape for a in jax.live_arrays() if id(a) not in before]
     assert left.count((4,)) == len(kept)                                   # the solutions' params
-    # jax 0.11+'s own AOT lowering (``jax.jit(f).trace(...).lower()``, which loopfuse traces with) keeps one copy
-    # of an array a function closes over and lowers as an argument, in its caches; jax.jit's call path keeps none
+    # jax 0.11+'s own AOT lowering as loopfuse calls it (``jax.jit(f, keep_unused=True).trace(...).lower()`` in plain
+    # jax does the same) keeps what a function closes over, in its caches; jax.jit's call path keeps none
     assert left.count((1000, 4)) == (len(kept) if NEWER_XLA else 0), left
 
 

@@ -98,6 +98,7 @@ def test_an_equinox_mlp_whose_first_block_reads_the_data_rolls_every_block():
     check_rolls(step, state, data, range(0, 4))
 
 
+@pytest.mark.slow     # ~6 s: the suite's time
 def test_a_residual_conv_nets_blocks_roll():
     """Convolutions (their windows, padding and the backward's transposed and input-gradient convolutions, all
     in op attributes) roll like products: the stem and head read the image and the classes, the blocks roll."""
@@ -301,6 +302,7 @@ def test_an_unlike_stem_and_last_block_are_left_as_they_are(tmp_path):
     assert buffer_copies(tmp_path, loopfuse.pack(state, layers=True)) == []
 
 
+@pytest.mark.slow     # ~8 s: the suite's time
 def test_a_part_whose_layers_are_alike_but_do_not_pay_says_so():
     """Where no part of a run rolls, the report names the alike part refused for its cost besides the whole
     run's reason: one sequence of 4 tokens has too few activations to repay reading the left-out rows."""

@@ -74,16 +74,16 @@ def test_forced_region_analysis_changes_the_result(program):
     assert _differs(forced, expected)
 
 
-@pytest.mark.parametrize("program", REGION_ANALYSIS_UNSAFE_LOOPS, indirect=True)
+@pytest.mark.parametrize("program", ["in_place_update"], indirect=True)
 def test_forced_region_analysis_changes_the_loop(program):
     """Its loop, which the gate compiles without the option (its in-place update), equals the reference (above);
-    forced, the option changes it."""
+    forced, the option changes it with jaxlib 0.10 (`REGION_ANALYSIS_UNSAFE_LOOPS`; 0.11+ compiles it alike)."""
     p, _ = program
     expected = {"steps": _steps, "scan": _scan}[p.loop_reference](p.fn, fresh(p.state), p.batch)
     executable = loopfuse.compile_step(p.fn).loop(K).compiled(fresh(p.state), p.batch)
     assert OPTION not in executable.xla_options
     forced = loopfuse.compile_step(p.fn, xla_options={OPTION: True}).loop(K)(fresh(p.state), p.batch)
-    assert _differs(forced, expected)
+    assert _differs(forced, expected) == ("in_place_update" in REGION_ANALYSIS_UNSAFE_LOOPS)
 
 
 @pytest.mark.parametrize("name", ["nested", "donated"])

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
-from .functions import (arg_attrs, main_func, make_private, module_functions, result_attrs, set_arg_attrs,
+from .functions import (arg_attrs, find_function, main_func, make_private, result_attrs, set_arg_attrs,
                         set_result_attrs)
 from .module_pass import ModulePass, PassError
 from .vocabulary import INIT, RUN, STATE, STEP_INDEX, STOPPED
@@ -36,7 +36,7 @@ class FoldInit(ModulePass):
     after_wrap_loop = True
 
     def apply(self, module_op: ir.Operation) -> None:
-        init = next((f for f in module_functions(module_op) if f.sym_name.value == INIT), None)
+        init = find_function(module_op, INIT)
         main = main_func(module_op)
         if init is None:
             raise PassError(main, f"the module has no @{INIT} to start from (a pass before fold-init removed it?)")

@@ -14,12 +14,17 @@ def module_functions(module_op: ir.Operation) -> Iterator[func.FuncOp]:
     return (op for op in module_op.regions[0].blocks[0].operations if isinstance(op, func.FuncOp))
 
 
+def find_function(module_op: ir.Operation, name: str) -> func.FuncOp | None:
+    """The function `@name` of a module, or None."""
+    return next((f for f in module_functions(module_op) if f.sym_name.value == name), None)
+
+
 def function(module_op: ir.Operation, name: str) -> func.FuncOp:
     """The function `@name` of a module (a PassError when it has none)."""
-    for f in module_functions(module_op):
-        if f.sym_name.value == name:
-            return f
-    raise PassError(module_op, f"module has no func.func @{name}")
+    f = find_function(module_op, name)
+    if f is None:
+        raise PassError(module_op, f"module has no func.func @{name}")
+    return f
 
 
 def main_func(module_op: ir.Operation) -> func.FuncOp:

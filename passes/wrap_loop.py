@@ -43,7 +43,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy, stablehlo
 
 from . import rewriter as rw
-from .functions import (arg_attrs, function, main_func, make_private, module_functions, result_attrs, retype,
+from .functions import (arg_attrs, find_function, function, main_func, make_private, result_attrs, retype,
                         set_result_attrs, string_attr)
 from .module_pass import ModulePass, PassError, option
 from .vocabulary import BODY, RESULT, SDY_SHARDING, STATE, STEP_INDEX, STEPS_RUN, STOP, STOPPED
@@ -73,7 +73,7 @@ class WrapLoop(ModulePass):
 
     def apply(self, module_op: ir.Operation) -> None:
         main = main_func(module_op)
-        if any(f.sym_name.value == BODY for f in module_functions(module_op)):
+        if find_function(module_op, BODY) is not None:
             raise PassError(main, f"the module already has @{BODY}: wrap-loop has run on it (it runs once)")
         _wrap(main, self.steps, self.rows)
 

@@ -11,7 +11,7 @@ from typing import TypeAlias
 from jaxlib.mlir import ir, passmanager
 
 from ..passes import PASSES, ModulePass, PassError, PassOptionError
-from ..passes.functions import module_functions
+from ..passes.functions import find_function
 
 
 @dataclass(frozen=True)
@@ -131,9 +131,9 @@ def _callback(spec: ModulePass, errors: list):
 
 def _check_main(module_op: ir.Operation) -> None:
     """A `PassError` at ``@main`` when it is only a declaration: loopfuse's passes rewrite its body."""
-    for f in module_functions(module_op):
-        if f.sym_name.value == "main" and f.is_external:
-            raise PassError(f, "@main is a declaration without a body: loopfuse's passes need the step's body")
+    main = find_function(module_op, "main")
+    if main is not None and main.is_external:
+        raise PassError(main, "@main is a declaration without a body: loopfuse's passes need the step's body")
 
 
 # What MLIR's bindings raise on IR a pass did not check for (a failed cast, a missing block, ...).

@@ -40,7 +40,7 @@ class Plan:
 
     traced: Traced
     options: StepOptions
-    name: str                        # the step function's (`fn_name`)
+    name: str                        # the step function's (`trace.fn_name`)
     avals: tuple                     # of the flat state and batch leaves it is traced for
     batch_paths: tuple               # the `keyed` path of each batch leaf
     passes: tuple                    # the passes it runs (`pipeline.build`, wrap-loop's rows decided)
@@ -91,7 +91,7 @@ def trace(fn: Callable, options: StepOptions, state, batch, static: dict) -> Pla
     if options.init is not None:
         traced = tracing.with_init(traced, options.init, x, batch)
     avals = tuple(map(aval, jax.tree_util.tree_leaves((x, batch))))
-    return _planned(traced, options, fn_name(fn), avals, tuple(keyed_paths(batch)), {"trace": time.perf_counter() - t0})
+    return _planned(traced, options, tracing.fn_name(fn), avals, tuple(keyed_paths(batch)), {"trace": time.perf_counter() - t0})
 
 
 def replan(plan: Plan, options: StepOptions) -> Plan:
@@ -187,11 +187,6 @@ def _check_slices(batch, slices: int, placement) -> None:
             raise StateMismatchError(
                 f"{what} has {n} rows, which do not divide into micro_batches={slices} slices"
                 + (f" on each of {devices} devices" if devices > 1 else ""))
-
-
-def fn_name(fn: Callable) -> str:
-    """The step function's name, as dumps, messages and the dispatcher give it."""
-    return getattr(fn, "__name__", "step")
 
 
 def _program_options(traced: Traced, options: StepOptions, state_avals, passes) -> runtime.ProgramOptions:

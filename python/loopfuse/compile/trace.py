@@ -52,6 +52,11 @@ def _effects(lowered, module: ir.Module) -> Effects:
                    list(args["unordered_effects"]))
 
 
+def fn_name(fn: Callable) -> str:
+    """The step function's name, as dumps, messages and the dispatcher give it."""
+    return getattr(fn, "__name__", "step")
+
+
 def _constants_embedded(lowered, module: ir.Module) -> None:
     """jax 0.11+ lowers an array the function closes over (over ``jax_embedded_constants_max_bytes``) as a
     leading ``@main`` argument tagged ``jax.const``, which jax.jit's callers pass; loopfuse's programs take the
@@ -211,7 +216,7 @@ def _check_no_refs(fn: Callable, traced) -> None:
     lose the writes)."""
     ref = getattr(jax, "Ref", None)
     if ref is not None and any(isinstance(c, ref) for c in traced.jaxpr.consts):
-        raise TypeError(f"{getattr(fn, '__name__', repr(fn))} closes over a mutable array (jax.new_ref): loopfuse "
+        raise TypeError(f"{fn_name(fn)} closes over a mutable array (jax.new_ref): loopfuse "
                         "carries state as what the step takes and returns; pass its value in the state instead")
 
 
@@ -221,7 +226,7 @@ def _check_arrays(fn: Callable, new_state, aux) -> None:
     for what, tree in (("state", new_state), ("aux", aux)):
         for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
             if not isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)):
-                raise TypeError(f"{getattr(fn, '__name__', repr(fn))} returned a {type(x).__name__} as "
+                raise TypeError(f"{fn_name(fn)} returned a {type(x).__name__} as "
                                 f"{leaf_name('new ' + what if what == 'state' else what, path)}: every leaf of "
                                 "(new_state, aux) must be an array or a number")
 

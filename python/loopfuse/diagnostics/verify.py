@@ -39,6 +39,7 @@ from jaxlib.mlir import ir
 
 from .. import settings
 from ..compile import compiler, pipeline, stopping
+from ..compile.trace import fn_name
 from ..errors import MiscompileError
 from ..run.sharding import Placement
 from ..state.data import Dataset
@@ -78,7 +79,7 @@ def check(fn, options, executable, state, batch, start: int, static: dict) -> No
     path, max_abs, max_rel = difference
     passes = pipeline.pipeline_string(executable.passes)
     raise MiscompileError(
-        f"loopfuse's executable for {compiler.fn_name(fn)} computes other values than jax.jit "
+        f"loopfuse's executable for {fn_name(fn)} computes other values than jax.jit "
         f"of the same function: {path} differs by up to {max_abs:.3g} (relative {max_rel:.3g}). "
         f"Passes: {passes}; XLA options: {executable.xla_options or 'none'}. "
         + (f"Removing {' or '.join(culprits)} makes it equal to jax.jit." if culprits else

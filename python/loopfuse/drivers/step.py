@@ -11,6 +11,7 @@ from .. import _jax_compat, validate
 from ..compile import compiler, stopping
 from ..compile.executable import Executable
 from ..compile.options import StepOptions, given, takes_keywords
+from ..compile.trace import fn_name
 from ..diagnostics import verify
 from ..errors import DonatedArrayError
 from ..memory import memory_plan, memory_report
@@ -241,7 +242,7 @@ class Step:
         with self._lock:
             if self._entry == self._bind:
                 self._entry = self._general if self.options.stops else dispatch.dispatcher(
-                    compiler.fn_name(self.fn), self._general, self._entry_miss)
+                    fn_name(self.fn), self._general, self._entry_miss)
         return self._entry(state, batch)
 
     def _entry_miss(self, state, batch):
@@ -268,7 +269,7 @@ class Step:
         """The call for static arguments `names`: jaxlib's C++ dispatcher over `_call` (see `dispatch`)."""
         with self._lock:
             if names not in self._dispatchers:
-                self._dispatchers[names] = dispatch.dispatcher(compiler.fn_name(self.fn), self._call,
+                self._dispatchers[names] = dispatch.dispatcher(fn_name(self.fn), self._call,
                                                                self._cache_miss, names)
             return self._dispatchers[names]
 

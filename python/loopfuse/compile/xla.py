@@ -63,7 +63,6 @@ def program_options(module: ir.Module, platform: str, replicated_state_bytes: in
     flag = COPY_FREE.get(platform)
     if flag is not None:
         own = control_flow.own_control_flow(module.operation)
-        updates = control_flow.own_in_place_updates(module.operation)
         if adding_control_flow:
             reasons.append(f"{flag}: off, {' and '.join(adding_control_flow)} adds control flow of its own, where "
                            "XLA's region analysis can change results")
@@ -71,7 +70,7 @@ def program_options(module: ir.Module, platform: str, replicated_state_bytes: in
             reasons.append(f"{flag}: off, the program has control flow of its own ({control_flow.describe(own[0])}"
                            f"{f' and {len(own) - 1} more' if len(own) > 1 else ''}), where XLA's region analysis "
                            "can change results")
-        elif updates:
+        elif updates := control_flow.own_in_place_updates(module.operation):
             reasons.append(f"{flag}: off, the program updates a tensor in place ({control_flow.describe(updates[0])}"
                            f"{f' and {len(updates) - 1} more' if len(updates) > 1 else ''}), where XLA's region "
                            "analysis can change results")

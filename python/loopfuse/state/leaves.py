@@ -164,11 +164,10 @@ def check_same_state(state, new_state) -> None:
             + (f"missing leaves {missing} " if missing else "") + (f"extra leaves {extra} " if extra else "")
             + f"(input {old_def}, output {new_def})")
     for (path, a), (_, b) in zip(old, new):
-        sa, sb = spec(a), spec(b)
-        ka, kb = (x.dtype if is_key(x) else None for x in (a, b))     # a typed key is raw data to the executable
-        if sa.shape != sb.shape or sa.dtype != sb.dtype or ka != kb:
-            shown = [f"{x.dtype}{list(x.shape)}" if is_key(x) else f"{s.dtype}{list(s.shape)}"
-                     for x, s in ((a, sa), (b, sb))]
+        # a typed key by its key type (the executable takes its raw data: a raw key leaf has the same spec)
+        shown = [f"{x.dtype}{list(x.shape)}" if is_key(x) else f"{s.dtype}{list(s.shape)}"
+                 for x, s in ((a, spec(a)), (b, spec(b)))]
+        if shown[0] != shown[1]:
             raise StateMismatchError(
                 f"{leaf_name('state', path)} enters the step as {shown[0]} but leaves it as {shown[1]}; an update "
                 "must keep each leaf's shape and dtype")

@@ -27,8 +27,9 @@ def line(op: ir.Operation) -> str | None:
     return f"{file.rsplit('/', 1)[-1]}:{number}"
 
 
+@functools.cache
 def in_library(file: str) -> bool:
-    """Whether `file` is inside one of `LIBRARIES`."""
+    """Whether `file` is inside one of `LIBRARIES` (asked once per file: a resolved path costs file system calls)."""
     return os.path.realpath(file).startswith(_library_folders())
 
 

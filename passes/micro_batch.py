@@ -112,23 +112,35 @@ class MicroBatch(ModulePass):
 
 
 def _inline_batch_calls(main: func.FuncOp) -> set[str]:
-    """Inline every call in `main`'s block that reads a value computed from the batch, until none is
-    left; returns the callees' names."""
+    """Inline every call in `main`'s block that reads a value computed from the batch (directly, or inside a
+    region), until none is left; returns the callees' names."""
     inlined: set[str] = set()
+    block = main.body.blocks[0]
     while True:
-        g = Dataflow.of(main.body.blocks[0])
-        tainted = set(batch_inputs(main))
+        tainted = {block.arguments[i] for i in batch_inputs(main)}
         calls = []
-        for n, op in enumerate(g.ops):
-            if any(v in tainted for v in g.operands[n]):
-                tainted.update(g.results[n])
-                if isinstance(op.opview, func.CallOp):
+        for view in block.operations:
+            op = view.operation
+            if any(v in tainted for v in _reads(op)):
+                tainted.update(op.results)
+                if isinstance(view, func.CallOp):
                     calls.append(op)
         if not calls:
             return inlined
         for op in calls:
             inlined.add(op.opview.callee.value)
             rw.inline(op)
+
+
+def _reads(op: ir.Operation) -> list:
+    """The values `op` reads: its operands, and what its regions' ops read (values from outside among them)."""
+    found = list(op.operands)
+    if len(op.regions):
+        def visit(inner: ir.Operation) -> ir.WalkResult:
+            found.extend(inner.operands)
+            return ir.WalkResult.ADVANCE
+        op.walk(visit)
+    return found
 
 
 def _erase_uncalled(module_op: ir.Operation, names: set[str]) -> None:

@@ -134,8 +134,10 @@ class Programs:
     def __init__(self, base: compiler.Plan):
         self.base = base
         self._lowered: dict = {}       # Candidate -> compiler.Lowered
-        self._body: dict = {}          # the text of a lowered program's functions -> the Candidates with it
+        self._body: dict = {}          # Candidate -> the text of its lowered program's functions (`_body`)
+        self._alike: dict = {}         # the text of a lowered program's functions -> the Candidates with it
         self._compiled: dict = {}      # Candidate -> Executable
+        self._loops: dict = {}         # Candidate -> `_loop_bytes`
         self.anchor: Candidate | None = None     # the rolled one-slice plan the others are predicted from
         self.compiles = 0              # executables built (compiled by XLA or loaded from the compile cache)
 
@@ -147,7 +149,8 @@ class Programs:
     def lowered(self, c: Candidate) -> compiler.Lowered:
         if c not in self._lowered:
             self._lowered[c] = compiler.lower(compiler.replan(self.base, c.options(self.base.options)))
-            self._body.setdefault(_body(self._lowered[c].text), []).append(c)
+            self._body[c] = _body(self._lowered[c].text)
+            self._alike.setdefault(self._body[c], []).append(c)
         return self._lowered[c]
 
     def is_lowered(self, c: Candidate) -> bool:
@@ -156,7 +159,8 @@ class Programs:
     def same_as(self, c: Candidate) -> Candidate | None:
         """The more preferred plan (`preferred`) lowered to the same program as `c` (the text of its functions), or
         None: whatever order plans were lowered in, a program is named after the plan `choose` would try first."""
-        first = min(self._body[_body(self.lowered(c).text)], key=preferred)
+        self.lowered(c)
+        first = min(self._alike[self._body[c]], key=preferred)
         return None if first == c else first
 
     def compiled(self, c: Candidate) -> Executable:
@@ -164,7 +168,8 @@ class Programs:
         shares it)."""
         if c not in self._compiled:
             options = dict(self.lowered(c).plan.xla.values)
-            same = [p for p in self._body[_body(self.lowered(c).text)]
+            self.lowered(c)
+            same = [p for p in self._alike[self._body[c]]
                     if p in self._compiled and dict(self.lowered(p).plan.xla.values) == options]
             if same:
                 self._compiled[c] = self._compiled[same[0]]
@@ -208,18 +213,24 @@ class Programs:
 
     def _loop_bytes(self, c: Candidate) -> int:
         """W: the bytes of the results of every ``stablehlo.while`` in `c`'s lowered program."""
-        module = self.lowered(c).module
-        total = 0
+        if c not in self._loops:
+            self._loops[c] = _loop_bytes(self.lowered(c).module)
+        return self._loops[c]
 
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            nonlocal total
-            if op.name == "stablehlo.while":
-                total += sum(tensor_bytes(r.type) for r in op.results)
-            return ir.WalkResult.ADVANCE
 
-        with module.context:
-            module.operation.walk(visit)
-        return total
+def _loop_bytes(module: ir.Module) -> int:
+    """The bytes of the results of every ``stablehlo.while`` in `module`."""
+    total = 0
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        nonlocal total
+        if op.name == "stablehlo.while":
+            total += sum(tensor_bytes(r.type) for r in op.results)
+        return ir.WalkResult.ADVANCE
+
+    with module.context:
+        module.operation.walk(visit)
+    return total
 
 
 def _body(text: str) -> str:

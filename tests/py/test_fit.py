@@ -116,6 +116,40 @@ def test_an_exception_after_a_chunk_raises_fit_error_with_the_state_reached():
     np.testing.assert_array_equal(result.history["loss"], ref.history["loss"])
 
 
+def test_a_failure_reading_the_first_chunk_back_keeps_the_state_it_reached(monkeypatch):
+    """The first chunk consumed the caller's state when its history fails to reach the host: a FitError holds
+    the state the chunk made (counted as no step done: its history is lost), never an error that drops it."""
+    opt = optax.sgd(0.1)
+    state = fresh(init_state(opt))
+
+    def fails(tree):
+        raise RuntimeError("host copy failed")
+
+    monkeypatch.setattr(loopfuse.drivers.chunks, "host", fails)
+    with pytest.raises(loopfuse.FitError, match="RuntimeError after 0 of 20 steps: host copy failed") as info:
+        loopfuse.fit(_step(opt), state, batch(), 20, chunk=10, progress=False)
+    assert all(x.is_deleted() for x in jax.tree_util.tree_leaves(state))
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(info.value.result.state))
+
+
+def test_a_typed_key_in_the_aux_comes_back_as_its_key_data_in_the_history():
+    """numpy holds no PRNG keys: fit's host history holds a kept key leaf as its key data, each row the key
+    the loop's own history holds."""
+    def step(state, b):
+        w, key = state
+        key, sub = jax.random.split(key)
+        return (w - 0.1 * (w - b) + 0.01 * jax.random.normal(sub, w.shape), key), {"loss": jnp.sum(w), "key": sub}
+
+    def start():
+        return jnp.ones(3), jax.random.key(0)
+
+    got = loopfuse.fit(loopfuse.compile_step(step), start(), jnp.zeros(3), 10, chunk=4, progress=False)
+    _, aux = loopfuse.compile_step(step).loop(10)(start(), jnp.zeros(3))
+    assert got.history["key"].dtype == np.uint32 and got.history["key"].shape == (10, 2)
+    np.testing.assert_array_equal(got.history["key"], jax.random.key_data(aux["key"]))
+    np.testing.assert_array_equal(got.history["loss"], aux["loss"])
+
+
 def test_an_exception_before_any_chunk_completes_is_raised_as_is_and_consumes_nothing():
     opt = optax.sgd(0.1)
     state = fresh(init_state(opt))

@@ -24,7 +24,7 @@ from ..passes.roll_layers import rolled_layers, update_after_loops
 from ..run.sigint import SigintHold
 from ..state import packed
 from ..state.checkpoint import CarriedAs, Checkpoints, check_directory
-from ..state.leaves import dotted, keyed_paths
+from ..state.leaves import dotted, keyed_paths, raw
 from .results import FitError, FitResult
 from .step import Step
 
@@ -180,7 +180,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                         continue             # read the oldest chunk back once the queue is full
                 read = run.read_back()
             if read is not None and (bar is not None or callback is not None):
-                aux, ran = jax.tree_util.tree_map(np.asarray, read[0]), read[1]
+                aux, ran = host(read[0]), read[1]
                 if bar is not None:
                     bar.update(ran)
                     _postfix(bar, aux)
@@ -190,7 +190,7 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
         run.retcode = "interrupted"
         run.drain()                          # the state is the last chunk's: count the steps it holds
     except Exception as e:
-        if run.done == run.resumed_from and not run.in_flight:   # nothing ran: the caller's state is untouched
+        if run.planned == run.resumed_from:  # nothing was dispatched: the caller's state is untouched
             raise
         run.drain()
         raise FitError(f"stopped by {type(e).__name__} after {run.done} of {num_steps} steps: {e}; FitError.result "
@@ -300,7 +300,7 @@ class _Run:
             jax.block_until_ready(outputs if outputs and self.in_flight else self.state)
             if not self.timed:
                 self._set_depth(time.perf_counter() - dispatched)
-            aux = jax.tree_util.tree_map(np.asarray, aux)
+            aux = host(aux)
         ran = k if stop is None else int(stop.steps)
         if self.retcode in STOPS:
             if ran:
@@ -400,9 +400,11 @@ def _stack(aux_def, history: list) -> Any:
 
 
 def host(tree) -> Any:
-    """`tree` with its arrays on the host: `jax.device_get`, which starts every copy before it waits for
-    one, but where every array is on a CPU, whose memory is the host's, each is read in place (device_get
-    copies them: 0.3 ms for a minimize's 20 chunks of history, as long as 5 of their device calls)."""
+    """`tree` with its arrays on the host (numpy; a typed PRNG key as its key data, `leaves.raw`, which numpy
+    cannot hold as a key): `jax.device_get`, which starts every copy before it waits for one, but where every
+    array is on a CPU, whose memory is the host's, each is read in place (device_get copies them: 0.3 ms for a
+    minimize's 20 chunks of history, as long as 5 of their device calls)."""
+    tree = jax.tree_util.tree_map(raw, tree)
     devices: set[Any] = {d for x in jax.tree_util.tree_leaves(tree) if isinstance(x, jax.Array)
                          for d in x.sharding.device_set}
     return jax.tree_util.tree_map(np.asarray, tree) if all(d.platform == "cpu" for d in devices) else jax.device_get(tree)

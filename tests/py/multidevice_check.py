@@ -384,9 +384,50 @@ def check_set_mesh() -> dict:
     return out
 
 
+def check_constraint() -> dict:
+    """A step that lays a value out over the 4 devices (``with_sharding_constraint``, ``shard_map``), which
+    jax.jit runs over them: without ``devices=`` a ValueError saying so (it ran on one device, silently other
+    last bits than jax.jit's), with them jax.jit's state."""
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    opt = optax.adam(1e-2)
+
+    def step(layout):
+        def fn(s, b):
+            def loss(p):
+                h = layout(jnp.tanh(b["x"] @ p["w1"]))
+                return jnp.mean((h @ p["w2"] - b["y"]) ** 2)
+            value, g = jax.value_and_grad(loss)(s[0])
+            u, o = opt.update(g, s[1], s[0])
+            return (optax.apply_updates(s[0], u), o), {"loss": value}
+        return fn
+
+    layouts = {"constraint": lambda h: jax.lax.with_sharding_constraint(h, NamedSharding(mesh, P("data"))),
+               "shard_map": jax.shard_map(lambda h: 2 * h, mesh=mesh, in_specs=P("data"), out_specs=P("data"))}
+    params = {"w1": jnp.linspace(-1, 1, 48).reshape(6, 8), "w2": jnp.linspace(-1, 1, 16).reshape(8, 2)}
+    batch = {"x": jnp.linspace(-2, 2, 96).reshape(16, 6), "y": jnp.linspace(0, 1, 32).reshape(16, 2)}
+
+
+    def fresh():
+        return jax.tree.map(jnp.array, params), opt.init(params)
+    out = {}
+    for name, layout in layouts.items():
+        state = fresh()
+        try:
+            compile_step(step(layout))(state, batch)
+            out[name] = {"ran": True}
+        except ValueError as e:
+            out[name] = {"message": str(e), "state_kept": not any(x.is_deleted() for x in jax.tree.leaves(state))}
+        expected = jax.jit(step(layout))(fresh(), batch)
+        got = compile_step(step(layout), devices=jax.devices())(fresh(), batch)
+        out[name]["equal_with_devices"] = all(np.array_equal(a, b) for a, b in zip(host(jax.tree.leaves(got)),
+                                                                                   host(jax.tree.leaves(expected))))
+    return out
+
+
 CHECKS = {"data": check_data, "params": check_params, "bad_batch": check_bad_batch, "dataset": check_dataset,
           "scalars": check_scalar_and_dataset_batch_size, "minimize": check_minimize, "micro_batch": check_micro_batch,
-          "verify": check_verify, "roll": check_roll, "set_mesh": check_set_mesh}
+          "verify": check_verify, "roll": check_roll, "set_mesh": check_set_mesh,
+          "constraint": check_constraint}
 
 
 def main(names) -> None:

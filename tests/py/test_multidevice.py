@@ -224,3 +224,12 @@ def test_a_mesh_in_effect_with_explicit_axes_is_named(facts):
     assert explicit["message"].startswith("compile_step(devices=...) lays the state and the batch out over a mesh of "
                                           "its own") and explicit["state_kept"], explicit
     assert auto == {"equal": True}, auto
+
+
+def test_a_layout_over_several_devices_needs_devices(facts):
+    """jax.jit runs a step that lays values out over 4 devices over them; without devices= loopfuse refuses it
+    (it ran on one device, dropping the layout) and keeps the state, with devices= it equals jax.jit."""
+    for name in ("constraint", "shard_map"):
+        out = section(facts, "constraint")[name]
+        assert out["message"].startswith("fn lays values out over 4 devices") and out["state_kept"], out
+        assert out["equal_with_devices"], out

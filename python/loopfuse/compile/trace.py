@@ -168,6 +168,8 @@ def trace(fn: Callable, state, batch, static: dict, keep_aux, placement=None, st
     jitted = jax.jit(flat, keep_unused=True, **shardings)
     traced = jitted.trace(*specs)
     _check_no_refs(fn, traced)
+    if placement is None:
+        _check_one_device(fn, traced.jaxpr)
     promoted = tuple(i for i in range(n_state) if loop and specs[i].weak_type and not out_info["weak"][i])
     carried = _carried(traced.jaxpr, promoted, [x.weak_type for x in specs[:n_state]], out_info["weak"]) \
         if promoted else ()
@@ -208,6 +210,34 @@ def _check_no_explicit_mesh() -> None:
         raise ValueError(f"compile_step(devices=...) lays the state and the batch out over a mesh of its own, which "
                          f"jax cannot mix with the mesh with Explicit axes in effect ({mesh}): call the step outside "
                          "jax.set_mesh, or under a mesh with Auto axes")
+
+
+def _check_one_device(fn: Callable, jaxpr) -> None:
+    """A ValueError where a step traced for one device names a sharding or a mesh over several (a
+    ``with_sharding_constraint``, a ``shard_map``): jax.jit runs such a step over those devices, a program
+    for one device drops the constraint (other last bits than jax.jit's, silently); ``devices=`` runs it so."""
+    found = _multi_device(getattr(jaxpr, "jaxpr", jaxpr))
+    if found is not None:
+        primitive, n = found
+        raise ValueError(f"{fn_name(fn)} lays values out over {n} devices ({primitive}), which jax.jit would run it "
+                         "over; compile_step without devices= runs it on one device and would drop that layout: pass "
+                         "the devices, compile_step(..., devices=mesh.devices.flat), to run it over them")
+
+
+def _multi_device(jaxpr) -> tuple[str, int] | None:
+    """(the primitive, the device count) of the first equation of `jaxpr`, or of one it calls, whose parameters
+    name a sharding or a mesh over more than one device; None where none does."""
+    for eqn in jaxpr.eqns:
+        for value in eqn.params.values():
+            n = (len(value.device_set) if isinstance(value, jax.sharding.Sharding) else
+                 value.devices.size if isinstance(value, jax.sharding.Mesh) else 1)
+            if n > 1:
+                return eqn.primitive.name, n
+        for inner in jax.extend.core.jaxprs_in_params(eqn.params):
+            found = _multi_device(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _check_no_refs(fn: Callable, traced) -> None:

@@ -178,6 +178,19 @@ def test_state_structure_change_names_the_leaf():
         loopfuse.compile_step(lambda p, b: p)({"w": jnp.ones(2)}, 0.0)
 
 
+def test_a_step_that_returns_another_kind_of_state_says_so_in_a_few_leaves():
+    """checkify.checkify(step) returns (Error, (state, aux)): the message names the kinds and a few of the Error's
+    leaves, cut short, not its every internal repr (it listed ErrorEffect and jaxlib Traceback objects)."""
+    from jax.experimental import checkify
+
+    def step(s, b):
+        checkify.check(jnp.all(s > -100), "state too small {x}", x=s.sum())
+        return s * 0.5, {"m": s.mean()}
+    with pytest.raises(StateMismatchError, match=r"its new state is of type Error where the state given is of type") as e:
+        loopfuse.compile_step(checkify.checkify(step))(jnp.arange(4.0), None)
+    assert len(str(e.value)) < 1000 and "Traceback object" not in str(e.value)
+
+
 @pytest.mark.parametrize("fn, key, entered, left", [
     (lambda k, b: (jax.random.key_data(k), {}), lambda: jax.random.key(0), "key<fry>[]", "uint32[2]"),
     (lambda k, b: (jax.random.wrap_key_data(k), {}), lambda: jax.random.PRNGKey(0), "uint32[2]", "key<fry>[]"),

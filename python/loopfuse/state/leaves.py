@@ -151,6 +151,17 @@ def aux_kept(aux_paths: list, keep_aux) -> list:
 
 
 # ---- a state and its update -----------------------------------------------------------------------
+def _few(paths: list[str], n: int = 5) -> str:
+    """The first `n` of `paths`, each cut to a readable length, and how many more."""
+    shown = ", ".join(repr(_short(p)) for p in paths[:n])
+    return f"[{shown}" + (f", and {len(paths) - n} more]" if len(paths) > n else "]")
+
+
+def _short(x, n: int = 120) -> str:
+    text = str(x)
+    return text if len(text) <= n else text[:n] + "..."
+
+
 def check_same_state(state, new_state) -> None:
     """new_state must have state's tree structure, shapes and dtypes; name the first leaf that differs."""
     old, old_def = jax.tree_util.tree_flatten_with_path(state)
@@ -159,10 +170,13 @@ def check_same_state(state, new_state) -> None:
         old_paths = {keyed(p) for p, _ in old}
         new_paths = {keyed(p) for p, _ in new}
         missing, extra = sorted(old_paths - new_paths), sorted(new_paths - old_paths)
-        raise StateMismatchError(
-            "the new state's pytree structure differs from the input state's: "
-            + (f"missing leaves {missing} " if missing else "") + (f"extra leaves {extra} " if extra else "")
-            + f"(input {old_def}, output {new_def})")
+        kinds = "" if type(new_state) is type(state) else (
+            f"the step returns (new_state, aux), and its new state is of type {type(new_state).__name__} where the "
+            f"state given is of type {type(state).__name__}; ")
+        raise StateMismatchError((
+            f"the new state's pytree structure differs from the input state's: {kinds}"
+            + (f"missing leaves {_few(missing)} " if missing else "") + (f"extra leaves {_few(extra)} " if extra else "")
+            + ("" if kinds else f"(input {_short(old_def)}, output {_short(new_def)})")).rstrip())
     for (path, a), (_, b) in zip(old, new):
         # a typed key by its key type (the executable takes its raw data: a raw key leaf has the same spec)
         shown = [f"{x.dtype}{list(x.shape)}" if is_key(x) else f"{s.dtype}{list(s.shape)}"

@@ -3,6 +3,7 @@ else; a `Step` called with a `PackedState` computes bitwise what `jax.jit` of th
 computes, passes only the buffers, and returns a packed state; against the unpacked program XLA's
 fusion of the slices and concatenates changes last bits of two programs (measured tolerances below),
 as it does for the pack-state pass."""
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -92,6 +93,21 @@ def test_pack_layers_stacks_named_layers_in_key_order_and_no_fields_of_a_class()
     moments = _Moments(layer(1.0), layer(2.0))
     assert [np.asarray(x).tolist() for x in loopfuse.pack(moments, layers=True).buffers] == \
         [np.asarray(x).tolist() for x in loopfuse.pack(moments).buffers] == [[1.0] * 6 + [2.0] * 6]   # not stacked
+
+
+def test_weakly_typed_layer_leaves_stay_apart_with_a_warning_naming_them():
+    """A bias made from a Python scalar without a dtype is weak: stacked, it would come back strongly typed, so
+    it stays apart (its layers then roll stacked inside each call); pack says so and names the leaves."""
+    def layers(make):
+        return {"layers": [{"w": jnp.ones((4, 4)), "b": make()} for _ in range(3)]}
+
+    with pytest.warns(UserWarning, match=r"3 layer leaves are weakly typed and stay unstacked \(\['layers'\]\[0\]\['b'\]"):
+        weak = loopfuse.pack(layers(lambda: jnp.full((4,), 0.01)), layers=True)
+    assert len(weak.kept) == 3 and all(x.weak_type for x in weak.kept)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        strong = loopfuse.pack(layers(lambda: jnp.full((4,), 0.01, jnp.float32)), layers=True)
+    assert not strong.kept and len(strong.buffers) == 2
 
 
 def test_layers_stacked_by_index_from_keys_that_sort_otherwise_are_packed_again_in_place():

@@ -229,8 +229,7 @@ def _multi_device(jaxpr) -> tuple[str, int] | None:
     name a sharding or a mesh over more than one device; None where none does."""
     for eqn in jaxpr.eqns:
         for value in eqn.params.values():
-            n = (len(value.device_set) if isinstance(value, jax.sharding.Sharding) else
-                 value.devices.size if isinstance(value, jax.sharding.Mesh) else 1)
+            n = _device_count(value)
             if n > 1:
                 return eqn.primitive.name, n
         for inner in jax.extend.core.jaxprs_in_params(eqn.params):
@@ -238,6 +237,15 @@ def _multi_device(jaxpr) -> tuple[str, int] | None:
             if found is not None:
                 return found
     return None
+
+
+def _device_count(value) -> int:
+    """The devices a sharding or a concrete mesh names (one for anything else: an abstract mesh names none)."""
+    if isinstance(value, jax.sharding.NamedSharding):
+        value = value.mesh
+    if isinstance(value, jax.sharding.Mesh):
+        return value.devices.size
+    return len(value.device_set) if isinstance(value, jax.sharding.Sharding) else 1
 
 
 def _check_no_refs(fn: Callable, traced) -> None:

@@ -29,6 +29,7 @@ Examples:
 """
 import functools
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -177,16 +178,28 @@ def pack(state, *, max_leaf_elements: int = MAX_LEAF_ELEMENTS, layers: bool = Fa
 
 def _layer_groups(paths: list, leaves: list) -> dict:
     """One group per leaf of each run of alike layers (`layer_runs.runs`, or `keyed_runs` in leaf
-    order where no index proposes one), its layers in order."""
-    types = [f"{x.dtype}{list(np.shape(x))}" if _packable(x, math.inf) else None for x in leaves]
+    order where no index proposes one), its layers in order. A group of weakly typed leaves stays apart
+    (a buffer would make them strongly typed), with a warning naming them: a model's leaf made from a
+    Python scalar without a dtype (``jnp.full(shape, 0.01)``) is weak, and its layers then roll stacked
+    inside each call, or not at all."""
+    types = [f"{x.dtype}{list(np.shape(x))}" if _packable(x, math.inf, weak=True) else None for x in leaves]
     groups: dict = {}
+    weak: list = []
     named = [p if t is not None else None for p, t in zip(paths, types)]
     for run in runs(named, types) or keyed_runs(named, types, list(range(len(named)))):   # keys: in leaf order
         for prefix, per_layer in sorted(run.families.items()):
             for suffix in sorted(per_layer[0]):
                 group = [layer[suffix] for layer in per_layer]
-                if not any(i in g for g in groups.values() for i in group):
+                if any(is_weak(leaves[i]) for i in group):
+                    weak += [paths[i] for i in group]
+                elif not any(i in g for g in groups.values() for i in group):
                     groups[("layers", prefix, suffix)] = group
+    if weak:
+        more = f" and {len(weak) - 3} more" if len(weak) > 3 else ""
+        warnings.warn(f"loopfuse.pack(layers=True): {len(weak)} layer leaves are weakly typed and stay unstacked "
+                      f"({', '.join(weak[:3])}{more}): a buffer would make them strongly typed. A leaf made from a "
+                      "Python scalar without a dtype is weak (jnp.full(shape, 0.01)); give it one "
+                      "(jnp.full(shape, 0.01, jnp.float32)) to stack it with its layers", stacklevel=3)
     return groups
 
 
@@ -252,8 +265,11 @@ def _mirrors(treedef) -> list:
     return part
 
 
-def _packable(x, max_leaf_elements: float) -> bool:
-    if not hasattr(x, "dtype") or is_key(x) or is_weak(x) or not 0 < math.prod(np.shape(x)) <= max_leaf_elements:
+def _packable(x, max_leaf_elements: float, weak: bool = False) -> bool:
+    """Whether `x` may live in a buffer: an array of one device, not a key, not empty, of at most
+    `max_leaf_elements` elements, and strongly typed unless `weak`."""
+    if (not hasattr(x, "dtype") or is_key(x) or is_weak(x) and not weak
+            or not 0 < math.prod(np.shape(x)) <= max_leaf_elements):
         return False
     sharding = getattr(x, "sharding", None)
     return sharding is None or len(sharding.device_set) == 1

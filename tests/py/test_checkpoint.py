@@ -16,6 +16,7 @@ import pytest
 
 import loopfuse
 import loopfuse.drivers.chunks
+import loopfuse.state.checkpoint
 from checkpoint_child import CHUNK, EVERY, fit, problem, raw, until_ten
 from loopfuse.drivers.backends import CompiledLoop, CompiledStep, GradOnly
 
@@ -73,6 +74,32 @@ def test_an_interrupted_or_failed_fit_resumes_from_its_last_checkpoint(step, who
     resumed = fit(tmp_path, 24, step)
     assert resumed.resumed_from == 8
     _assert_bitwise(resumed.state, whole.state)
+
+
+def test_ctrl_c_saves_the_steps_it_stopped_at_and_a_second_one_waits_for_that_save(step, whole, tmp_path, monkeypatch):
+    """A Ctrl-C saves the state it stopped at (it saved none: a re-run redid up to an interval), and a second
+    one while that save is written is dropped (it raised out of orbax's wait, losing the result and the save)."""
+    fn, state, data = problem()
+    close = loopfuse.state.checkpoint.Checkpoints.close
+
+    def close_with_a_second_ctrl_c(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        close(self)
+
+    monkeypatch.setattr(loopfuse.state.checkpoint.Checkpoints, "close", close_with_a_second_ctrl_c)
+
+    def ctrl_c(done, aux):
+        if done == 11:              # chunks end at 3, 4, 7, 8, 11, 12, ...: between the saves of 8 and 12
+            os.kill(os.getpid(), signal.SIGINT)
+
+    result = loopfuse.fit(step, state, data, 24, chunk=CHUNK, progress=False, callback=ctrl_c,
+                          checkpoint_dir=tmp_path, checkpoint_every=EVERY)
+    assert result.interrupted and result.steps == 11 and _steps(tmp_path) == [4, 8, 11]
+    monkeypatch.setattr(loopfuse.state.checkpoint.Checkpoints, "close", close)
+    resumed = fit(tmp_path, 24, step)
+    assert resumed.resumed_from == 11
+    _assert_bitwise(resumed.state, whole.state)
+    np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])
 
 
 def test_a_queued_fit_saves_each_checkpoint_from_its_own_state(step, whole, tmp_path, monkeypatch):

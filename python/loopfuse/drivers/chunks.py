@@ -7,6 +7,7 @@ dispatched or read back and delivered once its result is bound (Ctrl-C stops aft
 flight: the one running and those queued behind it, about `CHAIN_SECONDS` of steps, see `_Run`);
 an exception after a chunk completed is raised as `FitError` carrying the state reached.
 """
+import contextlib
 import math
 import time
 from collections import deque
@@ -188,7 +189,9 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
                     callback(run.done, aux)
     except KeyboardInterrupt:
         run.retcode = "interrupted"
-        run.drain()                          # the state is the last chunk's: count the steps it holds
+        with sigint.ignored():               # stopping already: another Ctrl-C waits for the state and its save
+            run.drain()                      # the state is the last chunk's: count the steps it holds
+            run.save_reached()
     except Exception as e:
         if run.planned == run.resumed_from:  # nothing was dispatched: the caller's state is untouched
             raise
@@ -196,11 +199,12 @@ def drive(chunks: Chunks, state, num_steps: int, *, chunk: int, progress: bool =
         raise FitError(f"stopped by {type(e).__name__} after {run.done} of {num_steps} steps: {e}; FitError.result "
                        f"holds the state, steps and aux history after step {run.done}", run.result("error")) from e
     finally:
+        with sigint.ignored() if run.retcode == "interrupted" else contextlib.nullcontext():
+            if bar is not None:
+                bar.close()
+            if checkpoints is not None:
+                checkpoints.close()     # waits for a save in flight
         sigint.restore()
-        if bar is not None:
-            bar.close()
-        if checkpoints is not None:
-            checkpoints.close()
     return run.result()
 
 
@@ -317,6 +321,12 @@ class _Run:
             self.checkpoints.save(self.done, self.state, _stack(self.aux_def, self.history),
                                   self.retcode if self.retcode in STOPS else None, wait=ended)
         return aux, ran
+
+    def save_reached(self) -> None:
+        """Save the checkpoint of the steps read back, where it is not saved yet (a run Ctrl-C stopped)."""
+        if self.checkpoints is not None and self.done > self.resumed_from:
+            self.checkpoints.save(self.done, self.state, _stack(self.aux_def, self.history),
+                                  self.retcode if self.retcode in STOPS else None, wait=True)
 
     def drain(self) -> None:
         """Read back every chunk still in flight."""

@@ -1,5 +1,6 @@
 """SIGINT held while a driver binds a result that a donation made the only copy of the state (`SigintHold`)."""
 import _signal    # `signal`'s own functions, without its enum conversions (7 us of every run, a handler set and reset)
+import contextlib
 import os
 import signal
 import sys
@@ -57,6 +58,16 @@ class SigintHold:
         elif self.previous == signal.SIG_DFL:  # the default action: the process ends
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.raise_signal(signal.SIGINT)
+
+    @contextlib.contextmanager
+    def ignored(self):
+        """SIGINT held inside and dropped at the end: a run that a Ctrl-C is stopping already finishes its last
+        state and checkpoint whatever more land meanwhile (as the first one asked)."""
+        held, self.holding = self.holding, True
+        try:
+            yield
+        finally:
+            self.holding, self.pending = held, False
 
     def __enter__(self) -> "SigintHold":
         self.holding = True

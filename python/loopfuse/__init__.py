@@ -18,7 +18,7 @@ _EXPORTS = {
     "Reverse": "drivers.backends", "Forward": "drivers.backends",
     "LoopfuseError": "errors", "StateMismatchError": "errors", "DonatedArrayError": "errors", "FitError": "drivers.results",
     "MiscompileError": "errors", "AuxPathError": "errors", "MemoryReportError": "errors", "MemoryLimitError": "errors",
-    "InitFoldError": "errors",
+    "InitFoldError": "errors", "CheckpointError": "errors",
     "largest_batch": "drivers.batch_fit", "BatchFit": "drivers.batch_fit", "MemoryPlan": "memory.memory_plan",
     "PipelineError": "compile.pipeline", "CacheWarning": "compile.cache",
 }
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from .drivers.results import FitError, FitResult, Solution
     from .drivers.solve import minimize
     from .drivers.step import Step, compile_step
-    from .errors import (AuxPathError, DonatedArrayError, InitFoldError, LoopfuseError, MemoryLimitError,
-                         MemoryReportError, MiscompileError, StateMismatchError)
+    from .errors import (AuxPathError, CheckpointError, DonatedArrayError, InitFoldError, LoopfuseError,
+                         MemoryLimitError, MemoryReportError, MiscompileError, StateMismatchError)
     from .memory.memory_plan import MemoryPlan
     from .memory.memory_report import MemoryReport
     from .run.runtime import MemoryStats

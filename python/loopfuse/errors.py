@@ -23,6 +23,11 @@ class InitFoldError(LoopfuseError, ValueError):
     effects, its state typed PRNG keys, or the init effects of its own."""
 
 
+class CheckpointError(LoopfuseError, RuntimeError):
+    """The latest checkpoint of a run cannot be read (damaged after it was written): the message names it and the
+    one before it."""
+
+
 class MemoryReportError(LoopfuseError, RuntimeError):
     """XLA did not write the buffer assignment or live ranges that `Step.memory_report` reads."""
 

@@ -102,6 +102,27 @@ def test_ctrl_c_saves_the_steps_it_stopped_at_and_a_second_one_waits_for_that_sa
     np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])
 
 
+@pytest.mark.parametrize("damage", ["meta", "state"])
+def test_a_damaged_latest_checkpoint_is_named_with_the_one_before_it(step, whole, tmp_path, damage):
+    """A checkpoint damaged after it was written (its meta cut, its state item gone) raised orbax's, json's or
+    tensorstore's own error; it is a CheckpointError naming it and the checkpoint before it, nothing changed,
+    and with it moved away the run resumes bitwise from the one before."""
+    fit(tmp_path, 12, step)
+    if damage == "meta":
+        (tmp_path / "12" / "meta" / "metadata").write_text("{garbage")
+    else:
+        shutil.rmtree(tmp_path / "12" / "state")
+    fn, state, data = problem()
+    with pytest.raises(loopfuse.CheckpointError, match=r"the checkpoint of step 12 in .* cannot be read \(.*\); if it is "
+                       r"damaged, move 12 out of the folder to resume from the checkpoint before it \(step 8\)"):
+        loopfuse.fit(step, state, data, 24, chunk=CHUNK, progress=False, checkpoint_dir=tmp_path, checkpoint_every=EVERY)
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state)) and _steps(tmp_path) == [4, 8, 12]
+    shutil.move(tmp_path / "12", tmp_path.parent / f"{tmp_path.name}-damaged-12")
+    resumed = fit(tmp_path, 24, step)
+    assert resumed.resumed_from == 8
+    _assert_bitwise(resumed.state, whole.state)
+
+
 def test_a_queued_fit_saves_each_checkpoint_from_its_own_state(step, whole, tmp_path, monkeypatch):
     """Chunks are queued on the device, but a chunk whose checkpoint is due is read back before the next
     one consumes its state: resumed from a checkpoint before the last, the run ends bitwise as a whole."""

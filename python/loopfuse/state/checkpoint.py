@@ -20,13 +20,13 @@ orbax-checkpoint is an optional dependency (``pip install loopfuse[checkpoint]``
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
 
 from .. import settings
-from ..errors import StateMismatchError
+from ..errors import CheckpointError, StateMismatchError
 from .leaves import dtype, key_impls, keyed_paths, raw, wrap_keys
 from .packed import PackedState
 
@@ -149,14 +149,28 @@ class Checkpoints:
         items = {"state": ocp.args.StandardRestore([self._abstract(x) for x in leaves])}
         if saved_paths:
             items["history"] = ocp.args.StandardRestore()
-        restored = self._manager.restore(self._saved, args=ocp.args.Composite(**items))
+        restored = self._read(lambda: self._manager.restore(self._saved, args=ocp.args.Composite(**items)))
         state = wrap_keys(restored["state"], key_impls(leaves))
         history = [np.asarray(h) for h in restored["history"]] if saved_paths else []
         return meta["steps"], jax.tree_util.tree_unflatten(treedef, state), history, meta["stopped"]
 
     def _meta(self) -> dict:
         ocp = self._ocp
-        return self._manager.restore(self._saved, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+        return self._read(lambda: self._manager.restore(self._saved, args=ocp.args.Composite(
+            meta=ocp.args.JsonRestore()))["meta"])
+
+    def _read(self, read: Callable):
+        """`read()` of the latest checkpoint; what orbax, tensorstore or json raise on a damaged one (an item
+        missing, a file cut short, a checksum off) as a `CheckpointError` naming it and the one before it."""
+        try:
+            return read()
+        except Exception as e:
+            cause = str(e).strip().split("\n", 1)[0][:300]
+            earlier = [s for s in self._manager.all_steps() if s < self._saved]
+            before = (f"move {self._saved} out of the folder to resume from the checkpoint before it (step "
+                      f"{max(earlier)})" if earlier else "move it out of the folder to start over (no checkpoint is before it)")
+            raise CheckpointError(f"{self._where()} cannot be read ({type(e).__name__}: {cause}); if it is damaged, "
+                                  f"{before}, or use another checkpoint_dir (nothing was changed)") from e
 
     def _where(self) -> str:
         return f"the checkpoint of step {self._saved} in {self.directory}"

@@ -139,6 +139,18 @@ def test_hit_skips_passes_and_xla_and_keeps_the_layout(tmp_path):
     assert jax.tree_util.tree_leaves(out_hit[1]["grads"]) == []
 
 
+def test_an_entry_is_readable_as_the_umask_allows(tmp_path):
+    """A cache shared by several users: an entry is written as an ordinary file is (it was the owner's alone,
+    0600, so another user recompiled and replaced it with their own)."""
+    old = os.umask(0o022)
+    try:
+        loopfuse.compile_step(STEP, cache_dir=tmp_path)(fresh(init_state(OPT)), BATCH)
+    finally:
+        os.umask(old)
+    entries = list(tmp_path.rglob("*.lfx"))
+    assert entries and all(p.stat().st_mode & 0o777 == 0o644 for p in entries)
+
+
 def test_environment_variable_names_the_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
     loopfuse.compile_step(STEP).compiled(init_state(OPT), BATCH)

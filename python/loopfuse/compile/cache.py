@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import struct
-import tempfile
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
@@ -33,6 +32,7 @@ import jaxlib
 from jaxlib.mlir import ir
 
 from .. import passes, settings
+from .pipeline import write_atomic
 
 CACHE_ENV = "LOOPFUSE_CACHE_DIR"
 FORMAT = 1
@@ -128,17 +128,11 @@ class Entry:
         buf = io.BytesIO()
         module.operation.write_bytecode(buf)
         data = _pack(executable.serialize(), buf.getvalue())
-        tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.stem[:16]}-", suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
+            write_atomic(self.path, data)     # other users of a shared folder may read it, as the umask says
             return True
         except OSError as e:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
             warnings.warn(f"loopfuse compile cache: cannot write to {self.path.parent} ({e}); "
                           "running uncached", CacheWarning, stacklevel=2)
             return False

@@ -83,11 +83,12 @@ def dump_folder(root: Path, name: str, module: ir.Module, specs, settings=()) ->
     return root / f"{safe}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: `path` is complete or absent."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write `data` to `path` through a temporary file and a rename: `path` is complete or absent, and readable
+    as the umask allows an ordinary file (`tempfile.mkstemp`'s are the owner's alone)."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_bytes(data) if isinstance(data, bytes) else tmp.write_text(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -1,6 +1,7 @@
 """Checks of user-given arguments shared by every entry point (one rule, one message)."""
 import math
 import operator
+import os
 import re
 
 STEPS_LIMIT = 2**31  # the device loop counter is int32
@@ -86,6 +87,23 @@ def memory_limit(value, name: str = "memory_limit") -> int | str:
     value = int(value) if isinstance(value, float) else operator.index(value)
     if value < 1:
         raise ValueError(f"{name} must be at least 1 byte, got {given!r}")
+    return value
+
+
+def folder(value, name: str):
+    """`value` as a folder setting: None, a str or an os.PathLike (a TypeError naming `name` else: bytes and
+    numbers failed inside pathlib at the first call)."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a folder (a str or os.PathLike) or None, got {type(value).__name__} {value!r}")
+    return value
+
+
+def device(value, name: str = "device"):
+    """`value` as the one device to run on: None or a jax Device."""
+    import jax
+    if value is not None and not isinstance(value, jax.Device):
+        raise TypeError(f"{name} must be a jax device (e.g. jax.devices()[0], jax.devices('cpu')[0]) or None, got "
+                        f"{type(value).__name__} {value!r}")
     return value
 
 

@@ -428,3 +428,15 @@ def test_a_leaf_that_is_no_array_is_named_by_its_path():
     with pytest.raises(TypeError, match=r"^<lambda> returned a str as new state leaf \['w'\]: "):
         loopfuse.compile_step(lambda s, b: ({"w": "w"}, {}))({"w": state}, 0.0)
     assert not state.is_deleted()
+
+
+@pytest.mark.parametrize("option, value, match", [
+    ("cache_dir", 5, "cache_dir must be a folder .* got int 5"),
+    ("cache_dir", b"/tmp/x", "cache_dir must be a folder .* got bytes"),
+    ("dump_ir", 3, "dump_ir must be a folder .* got int 3"),
+    ("device", "cpu:0", r"device must be a jax device \(e.g. jax.devices\(\)\[0\].* got str 'cpu:0'")])
+def test_an_option_of_the_wrong_type_is_named_by_compile_step(option, value, match):
+    """They were accepted, then failed inside pathlib or as "'str' object has no attribute 'platform'" at the
+    first call."""
+    with pytest.raises(TypeError, match=match):
+        loopfuse.compile_step(lambda s, b: (s, {}), **{option: value})

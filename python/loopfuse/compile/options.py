@@ -136,6 +136,9 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
     stopping.check(o["until"], o["stop_on_nonfinite"], o["steps"])
     if o["devices"] is not None:
         o["devices"] = _devices(o["devices"], name("devices"))
+    validate.device(o["device"], name("device"))
+    for key in ("cache_dir", "dump_ir"):
+        validate.folder(o[key], name(key))
     if o["init"] is not None:
         _check_init(o, name)
     if o["sharding"] not in (None, "data", "params", "members"):    # "members": an ensemble's (see `ensemble`)

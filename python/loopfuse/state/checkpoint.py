@@ -25,7 +25,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from .. import settings
+from .. import settings, validate
 from ..errors import CheckpointError, StateMismatchError
 from .leaves import dtype, key_impls, keyed_paths, raw, wrap_keys
 from .packed import PackedState
@@ -75,9 +75,7 @@ def check_directory(directory: str | os.PathLike) -> Path:
     left of an old one that orbax was deleting (a user's folder or file), which orbax would fail to restore
     (the latest) or delete to keep the newest `keep`.
     """
-    if not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(f"checkpoint_dir must be a folder (a str or os.PathLike) or None, got "
-                        f"{type(directory).__name__} {directory!r}")
+    validate.folder(directory, "checkpoint_dir")
     if os.fspath(directory) == "":
         raise ValueError("checkpoint_dir='' names no folder (it would checkpoint into the current directory): "
                          "pass a folder, or None for no checkpoints")

@@ -45,7 +45,8 @@ class StepOptions:
                                           "(None: all).")
     steps: int | None = option(None, "run that many updates per call in one device loop; aux gains a leading [steps] "
                                      "axis.")
-    device: Any = option(None, "the one device to run on (default: the first).")
+    device: Any = option(None, "the one device to run on (default: the first, whatever device the arguments "
+                                  "are committed to or `jax.default_device` names: pass it).")
     devices: tuple | None = option(None, "run SPMD over a mesh of these devices (a list of jax devices; with "
                                          "`sharding`).")
     sharding: str | None = option(None, "over `devices`, \"data\" (default) splits the batch and replicates the state, "

@@ -123,6 +123,25 @@ def test_a_damaged_latest_checkpoint_is_named_with_the_one_before_it(step, whole
     _assert_bitwise(resumed.state, whole.state)
 
 
+def test_a_second_run_into_the_same_folder_is_refused_while_the_first_runs(step, whole, tmp_path):
+    """Two runs checkpointing into one folder interleaved their saves and deletions and failed inside orbax or
+    tensorstore; the second is a ValueError saying the folder is in use, and a run that failed before its first
+    chunk leaves it free."""
+    fn, state, data = problem()
+
+    def second_run(done, aux):
+        if done == 4:
+            with pytest.raises(ValueError, match=r"is in use: another run checkpoints into it now"):
+                fit(tmp_path, 24, step)
+
+    first = loopfuse.fit(step, state, data, 24, chunk=CHUNK, progress=False, callback=second_run,
+                         checkpoint_dir=tmp_path, checkpoint_every=EVERY)
+    _assert_bitwise(first.state, whole.state)
+    with pytest.raises(TypeError):      # fails compiling, after its checkpoints were opened
+        loopfuse.fit(step, state, {"x": jnp.ones((3, 3))}, 30, chunk=CHUNK, progress=False, checkpoint_dir=tmp_path)
+    assert fit(tmp_path, 24, step).resumed_from == 24
+
+
 def test_a_queued_fit_saves_each_checkpoint_from_its_own_state(step, whole, tmp_path, monkeypatch):
     """Chunks are queued on the device, but a chunk whose checkpoint is due is read back before the next
     one consumes its state: resumed from a checkpoint before the last, the run ends bitwise as a whole."""

@@ -103,13 +103,18 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         chunk = runner.chunk_size(state, steps, followed)
         every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
         checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-        plain = runner.unwatched(state, steps, chunk, followed)
-        carried_state, checkpoints, back = carried((plain or runner).program(chunk), state, batch, checkpoints)
-        if whole is not None and plain is not None and carried_state is state:   # carried as the init makes it
-            started = whole.start(plain, runner, initial, params, steps)
-        if not started:
-            state = carried_state
-            (plain or runner).compile(state, chunk_sizes(0, steps, chunk, every))
+        try:
+            plain = runner.unwatched(state, steps, chunk, followed)
+            carried_state, checkpoints, back = carried((plain or runner).program(chunk), state, batch, checkpoints)
+            if whole is not None and plain is not None and carried_state is state:   # carried as the init makes it
+                started = whole.start(plain, runner, initial, params, steps)
+            if not started:
+                state = carried_state
+                (plain or runner).compile(state, chunk_sizes(0, steps, chunk, every))
+        except BaseException:
+            if checkpoints is not None:
+                checkpoints.close()         # releases the folder (`drive` does, once it runs)
+            raise
     compile_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -17,6 +17,7 @@ delete them to keep the newest `keep`).
 
 orbax-checkpoint is an optional dependency (``pip install loopfuse[checkpoint]``), imported here only.
 """
+import fcntl
 import os
 import re
 from pathlib import Path
@@ -113,6 +114,7 @@ class Checkpoints:
         path = check_directory(directory)
         ocp = self._ocp = _orbax()
         self.directory = str(path)
+        self._lock = _locked(path)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._saved: int | None = self._manager.latest_step()
@@ -222,9 +224,36 @@ class Checkpoints:
             self._manager.wait_until_finished()
 
     def close(self) -> None:
-        """Wait for the save in flight and release the manager."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Wait for the save in flight and release the manager and the folder."""
+        try:
+            self._manager.wait_until_finished()
+            self._manager.close()
+        finally:
+            if self._lock is not None:
+                self._lock.close()
+
+
+_LOCK = ".loopfuse-run.lock"    # held by the run that checkpoints into the folder (its first process)
+
+
+def _locked(path: Path):
+    """The open lock file of `path`, held (``flock``) until it is closed: a second run checkpointing into the same
+    folder is a ValueError (two runs' saves and deletions interleaved failed inside orbax or tensorstore). The
+    processes of one multi-host run share the folder: its first process alone holds the lock. None where
+    the file system has no locks."""
+    if jax.process_index() != 0:
+        return None
+    path.mkdir(parents=True, exist_ok=True)
+    lock = open(path / _LOCK, "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise ValueError(f"checkpoint_dir={str(path)!r} is in use: another run checkpoints into it now (it holds "
+                         f"{_LOCK}); give each run a folder of its own (nothing was touched)") from None
+    except OSError:     # no locks on this file system
+        pass
+    return lock
 
 
 class CarriedAs:

@@ -121,7 +121,9 @@ class RollLayers(ModulePass):
             sunk = sink(main, block, [v for v, _ in state_leaves(main)])
             rolled, tried = self._roll(module_op, main, lines, update=False)
             if not tried:
-                lines.append("no run of alike layers: no state leaves differ only in one index or key")
+                lines.append("no run of alike layers: no state leaves differ only in one index or key" + (
+                    " (layers held stacked and looped over, as lax.scan, nn.scan or nnx.scan do, are a device loop "
+                    "already; roll-layers rolls a Python loop over alike layers)" if _loops(block) else ""))
             if sunk is not None and rolled:
                 sunk.finish(layers_block(main))
             elif sunk is not None:
@@ -271,6 +273,11 @@ class RollLayers(ModulePass):
             return untried(by_index), bool(by_index)
         return untried(keyed_runs(paths, types, [0] * len(paths) if first_use is None else first_use,
                                   self.min_layers)), False
+
+
+def _loops(block: ir.Block) -> bool:
+    """Whether `block` (the step's) runs a ``stablehlo.while`` of its own (the step loops over something)."""
+    return any(op.operation.name == "stablehlo.while" for op in block.operations)
 
 
 def _first_use(g: Dataflow, leaves: list) -> list:

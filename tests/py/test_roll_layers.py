@@ -454,3 +454,17 @@ def test_verify_holds_a_rolled_program_to_its_tolerance(monkeypatch):
     with pytest.raises(loopfuse.MiscompileError, match="roll-layers") as caught:
         rolled(step, verify=True)(loopfuse.pack(state, layers=True), tokens)
     assert caught.value.culprits == ["memory_budget (the pass 'roll-layers')"]
+
+
+def test_layers_the_step_scans_over_itself_are_named_a_loop_already():
+    """equinox's filter_vmap + lax.scan idiom (flax's nn.scan, nnx.scan alike): the layers' leaves are stacked and
+    the step loops over them; nothing rolls, and the report says why rather than only that no index differs."""
+    def step(state, x):
+        def loss(w):
+            h, _ = jax.lax.scan(lambda h, wl: (jnp.tanh(h @ wl), None), x, w)
+            return jnp.mean(h ** 2)
+        value, g = jax.value_and_grad(loss)(state)
+        return state - 0.1 * g, {"loss": value}
+    w, x = jnp.full((4, 16, 16), 0.1), jnp.ones((8, 16))
+    text = loopfuse.compile_step(step, memory_budget=0.0).compiled(w, x).reports["roll-layers"]
+    assert text.startswith("no run of alike layers") and "are a device loop already" in text, text

@@ -150,6 +150,8 @@ def checked(values: dict, name: Callable[[str], str] = str) -> dict:
         raise ValueError(f"sharding={o['sharding']!r} needs devices=[...] to shard over")
     if o["passes"] is not None and not isinstance(o["passes"], str):
         o["passes"] = tuple(o["passes"])
+    if o["passes"] is not None:
+        pipeline.chosen(o["passes"])     # a ValueError naming an unknown pass or a bad option, before any call
     if o["keep_aux"] is not None:
         o["keep_aux"] = tuple(o["keep_aux"])
     if o["xla_options"] is not None:

@@ -73,9 +73,11 @@ def test_failure_without_dump_dir_still_writes_a_reproducer(monkeypatch):
     assert err.value.reproducer.exists()
 
 
-def test_unknown_pass_is_a_clear_error_before_any_call():
-    with pytest.raises(ValueError, match="pass 'no-such-pass': unknown pass"):
-        loopfuse.compile_step(lambda s, b: (s + b, 0.0), passes=["no-such-pass"])
+def test_unknown_pass_is_a_clear_error():
+    with pytest.raises(loopfuse.LoopfuseError, match="pass 'no-such-pass' failed: unknown pass"):
+        loopfuse.compile_step(lambda s, b: (s + b, 0.0), passes=["no-such-pass"])(jnp.ones(2), jnp.ones(2))
+    with pytest.raises(ValueError, match="pass 'wrap-loop' option 'steps': expects int"):   # a loopfuse pass's
+        loopfuse.compile_step(lambda s, b: (s + b, 0.0), passes=["wrap-loop{steps=x}"])   # options: when it is made
 
 
 def _add(s, b):

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from jaxlib.mlir import ir
 
-from loopfuse.compile import pass_manager
+from loopfuse.diagnostics import opt as opt_module
 from loopfuse.diagnostics.opt import main
 from loopfuse.passes import PASSES, PassOptionError, RollLayers, Simplify
 
@@ -104,7 +104,7 @@ def test_help_lists_every_pass_with_summary_and_options(capsys, monkeypatch):
 
 def test_pass_failure_in_a_chunk_without_location_names_the_chunks_first_line(capsys, monkeypatch):
     """A failure with no location of its own: an unknown pass let through to run time (parsing refuses it now)."""
-    monkeypatch.setattr(pass_manager, "_checked", lambda spec: spec)
+    monkeypatch.setattr(opt_module, "_checked", lambda spec: spec)
     text = MODULE + "// -----\n\n" + MODULE
     code, _, err = opt_in_process(capsys, monkeypatch, "-", "--split-input-file",
                                   "--pass-pipeline=builtin.module(no-such-pass)", stdin=text.encode())

@@ -4,11 +4,7 @@ A loopfuse pass is a `ModulePass` object; an upstream one (canonicalize, cse ...
 handed to MLIR's registry. Running either reports failures as MLIR error diagnostics: a loopfuse
 pass's `PassError` at the offending op, the verifier's at the invalid op.
 """
-import contextlib
-import os
 import re
-import sys
-import tempfile
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -16,7 +12,6 @@ from jaxlib.mlir import ir, passmanager
 
 from ..passes import PASSES, ModulePass, PassError, PassOptionError
 from ..passes.functions import find_function
-from .mlir_context import make_context
 
 
 @dataclass(frozen=True)
@@ -66,7 +61,7 @@ def make_pass(name: str, options: str = "") -> Pass:
     '=', each option at most once)."""
     cls = PASSES.get(name)
     if cls is None:
-        return _checked(UpstreamPass(name, options.strip()))
+        return UpstreamPass(name, options.strip())
     for m in _SPACED_EQ.finditer(options):
         if m.group(2) or m.group(3):
             raise PassOptionError(name, m.group(1), f"no spaces around '=' (write {m.group(1)}={m.group(4)})")
@@ -79,36 +74,6 @@ def make_pass(name: str, options: str = "") -> Pass:
             raise PassOptionError(name, key, "given more than once")
         values[key] = value
     return cls.from_text(values)
-
-
-def _checked(spec: UpstreamPass) -> UpstreamPass:
-    """`spec` once MLIR's registry takes it (a ValueError naming it and why not: an unknown pass, a bad option,
-    with the line LLVM's option parser writes to stderr itself, which would otherwise come out bare)."""
-    with make_context(), _stderr_captured() as said:
-        try:
-            passmanager.PassManager("builtin.module").add(str(spec))
-            return spec
-        except ValueError as e:
-            error = e
-    llvm = " ".join("".join(said).split()).lstrip(": ")
-    raise ValueError(f"pass '{spec}': {_upstream_error(str(error))}" + (f" ({llvm})" if llvm else ""))
-
-
-@contextlib.contextmanager
-def _stderr_captured():
-    """What native code writes to file descriptor 2 inside, as the text of the list it yields (at the end)."""
-    sys.stderr.flush()
-    said: list[str] = []
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as f:
-        os.dup2(f.fileno(), 2)
-        try:
-            yield said
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            f.seek(0)
-            said.append(f.read().decode(errors="replace"))
 
 
 class PassFailure(RuntimeError):
@@ -132,7 +97,7 @@ def run_pass(module: ir.Module, spec: Pass) -> None:
             try:
                 pm.add(str(spec))
             except ValueError as e:
-                raise PassFailure(spec, _upstream_error(str(e)), e) from None
+                raise PassFailure(spec, upstream_error(str(e)), e) from None
         try:
             pm.run(module.operation)
         except ir.MLIRError as e:
@@ -186,7 +151,7 @@ def _unexpected(e: Exception) -> str:
     return f"{text} (unexpected {type(e).__name__})" if isinstance(e, _UNCHECKED) else text
 
 
-def _upstream_error(mlir_message: str) -> str:
+def upstream_error(mlir_message: str) -> str:
     if "does not refer to a registered pass" in mlir_message:
         return f"unknown pass (loopfuse passes: {', '.join(PASSES)}; others come from MLIR's registry)"
     return " ".join(mlir_message.split())

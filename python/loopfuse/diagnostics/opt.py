@@ -9,14 +9,17 @@ Errors are one line each, ``file:line:col: error: message`` (a pass failure name
 the exit status is 1; loopfuse-opt prints no traceback and leaves the ``-o`` file as it was.
 """
 import argparse
+import contextlib
+import os
 import re
 import sys
+import tempfile
 import textwrap
 
-from jaxlib.mlir import ir
+from jaxlib.mlir import ir, passmanager
 
 from ..compile.mlir_context import make_context
-from ..compile.pass_manager import Pass, PassFailure, UpstreamPass, parse_pipeline, run_pass
+from ..compile.pass_manager import Pass, PassFailure, UpstreamPass, parse_pipeline, run_pass, upstream_error
 from ..passes import PASSES
 from ..passes.module_pass import option_name
 from ..passes.vocabulary import PIPELINE_HEADER, SPLIT_MARKER
@@ -86,7 +89,40 @@ def _pipeline(ns, text: str, name: str) -> list[Pass]:
         passes += _replayable(parse_pipeline(header[len(PIPELINE_HEADER):]), name)
     if ns.pass_pipeline:
         passes += parse_pipeline(ns.pass_pipeline)
-    return passes + [PASSES[n]() for n in ns.single or []]
+    return [_checked(p) for p in passes] + [PASSES[n]() for n in ns.single or []]
+
+
+def _checked(spec: Pass) -> Pass:
+    """`spec` once MLIR's registry takes it, checked before any chunk runs (a ValueError naming it and why not:
+    an unknown upstream pass, a bad option, with the line LLVM's option parser writes to stderr itself, which
+    came out bare, then the failure once per chunk)."""
+    if not isinstance(spec, UpstreamPass):
+        return spec
+    with make_context(), _stderr_captured() as said:
+        try:
+            passmanager.PassManager("builtin.module").add(str(spec))
+            return spec
+        except ValueError as e:
+            error = e
+    llvm = " ".join("".join(said).split()).lstrip(": ")
+    raise ValueError(f"pass '{spec}': {upstream_error(str(error))}" + (f" ({llvm})" if llvm else ""))
+
+
+@contextlib.contextmanager
+def _stderr_captured():
+    """What native code writes to file descriptor 2 inside, as the text of the list it yields (at the end)."""
+    sys.stderr.flush()
+    said: list[str] = []
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            said.append(f.read().decode(errors="replace"))
 
 
 def _replayable(passes: list[Pass], name: str) -> list[Pass]:

@@ -15,6 +15,7 @@ import re
 import sys
 import tempfile
 import textwrap
+from typing import Iterator
 
 from jaxlib.mlir import ir, passmanager
 
@@ -109,7 +110,7 @@ def _checked(spec: Pass) -> Pass:
 
 
 @contextlib.contextmanager
-def _stderr_captured():
+def _stderr_captured() -> Iterator[list[str]]:
     """What native code writes to file descriptor 2 inside, as the text of the list it yields (at the end)."""
     sys.stderr.flush()
     said: list[str] = []

@@ -142,6 +142,18 @@ def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = N
     return stacked, views, lambda result: replace(result, state=result.state.unpack())
 
 
+@contextlib.contextmanager
+def closed_on_failure(checkpoints: Checkpoints | CarriedAs | None):
+    """`checkpoints` closed (their folder released) where what runs inside fails: a driver's work before `drive`,
+    which closes them itself once it runs."""
+    try:
+        yield
+    except BaseException:
+        if checkpoints is not None:
+            checkpoints.close()
+        raise
+
+
 def same_layout(result: FitResult) -> FitResult:
     """`carried`'s ``back`` of a state carried in the caller's layout: the result as it is."""
     return result

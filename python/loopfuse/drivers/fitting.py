@@ -7,7 +7,7 @@ from .. import validate
 from ..compile import stopping
 from ..state.checkpoint import Checkpoints
 from ..state.data import Dataset
-from .chunks import LoopChunks, carried, check_checkpoint_options, drive
+from .chunks import LoopChunks, carried, check_checkpoint_options, closed_on_failure, drive
 from .ensemble import wrapper
 from .results import FitError, FitResult
 from .step import Step
@@ -71,12 +71,8 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
                                                          step.options.keep_aux)
     chunks = LoopChunks(step, batch, until, stop_on_nonfinite)
     checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-    try:
+    with closed_on_failure(checkpoints):
         state, checkpoints, back = carried(chunks.program(min(chunk, num_steps)), state, batch, checkpoints)
-    except BaseException:
-        if checkpoints is not None:
-            checkpoints.close()         # releases the folder (`drive` does, once it runs)
-        raise
     try:
         result = drive(chunks, state, num_steps, chunk=chunk, progress=progress, callback=callback,
                        checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)

@@ -22,8 +22,8 @@ from ..passes.control_flow import own_control_flow
 from ..state.checkpoint import Checkpoints
 from ..state.data import Dataset
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
-from .chunks import (CHUNK, LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, drive, host,
-                     same_layout, steps_per_call)
+from .chunks import (CHUNK, LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, closed_on_failure,
+                     drive, host, same_layout, steps_per_call)
 from .ensemble import wrapper
 from .results import FitResult, Solution
 from .step import Step
@@ -103,7 +103,7 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
         chunk = runner.chunk_size(state, steps, followed)
         every = (checkpoint_every or chunk) if checkpoint_dir is not None else None
         checkpoints = Checkpoints(checkpoint_dir, keep) if checkpoint_dir is not None else None
-        try:
+        with closed_on_failure(checkpoints):
             plain = runner.unwatched(state, steps, chunk, followed)
             carried_state, checkpoints, back = carried((plain or runner).program(chunk), state, batch, checkpoints)
             if whole is not None and plain is not None and carried_state is state:   # carried as the init makes it
@@ -111,10 +111,6 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
             if not started:
                 state = carried_state
                 (plain or runner).compile(state, chunk_sizes(0, steps, chunk, every))
-        except BaseException:
-            if checkpoints is not None:
-                checkpoints.close()         # releases the folder (`drive` does, once it runs)
-            raise
     compile_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -156,11 +156,15 @@ class Programs:
     def is_lowered(self, c: Candidate) -> bool:
         return c in self._lowered
 
+    def _alike_to(self, c: Candidate) -> list[Candidate]:
+        """The plans lowered so far to `c`'s program (the text of its functions), `c` among them."""
+        self.lowered(c)
+        return self._alike[self._body[c]]
+
     def same_as(self, c: Candidate) -> Candidate | None:
         """The more preferred plan (`preferred`) lowered to the same program as `c` (the text of its functions), or
         None: whatever order plans were lowered in, a program is named after the plan `choose` would try first."""
-        self.lowered(c)
-        first = min(self._alike[self._body[c]], key=preferred)
+        first = min(self._alike_to(c), key=preferred)
         return None if first == c else first
 
     def compiled(self, c: Candidate) -> Executable:
@@ -168,8 +172,7 @@ class Programs:
         shares it)."""
         if c not in self._compiled:
             options = dict(self.lowered(c).plan.xla.values)
-            self.lowered(c)
-            same = [p for p in self._alike[self._body[c]]
+            same = [p for p in self._alike_to(c)
                     if p in self._compiled and dict(self.lowered(p).plan.xla.values) == options]
             if same:
                 self._compiled[c] = self._compiled[same[0]]

@@ -21,7 +21,10 @@ steps, each checked by the next:
    computes no input gradient, made the encoder's window of a chain through both stacks' backward
    ops the cheaper). A chain of L - 1 ops not anchored at
    position 0 is positions 1 .. L-1 with no op at position 0 (a *dead first position*, below);
-   shorter chains are not roles.
+   shorter chains are not roles. A chain of exactly L ops may be such a chain joined by one alike op
+   after the run (a layer norm's ``2 (x - mean)`` by the MSE loss's ``2 (x - y)``): where it runs
+   forward and its first op reads a value of position 1, it and the chains that read it are placed
+   one late if fewer bytes then cross (`_one_late`).
 3. **Validation** (exact). Every operand of a role must be, at every position l, one of:
    the layer's own leaf (`Seed`); one value the same for all positions, computed outside the run
    (`Invariant`); a value computed outside the run, another at each position (`PerLayer`: a
@@ -304,8 +307,12 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
     for i, s in _cut_binary(g, long, binary, placed, length).items():
         cut(i, s)
     _cut_in_order(g, long, [i for i in range(len(long)) if i not in start], placed, length, cut)
-    out = [(chain, [0]) for chain in exact] + [(chain[max(start[i], 0):start[i] + length], [max(-start[i], 0)])
-                                               for i, chain in enumerate(long)]
+    late = _one_late(g, exact, [anchors(chain) for chain in exact], placed, length)
+    for i in late:          # positions 1 .. L-1 (a dead first position), its last op after the run
+        placed.update((o, k + 1) for k, o in enumerate(exact[i][:-1]))
+        placed[exact[i][-1]] = _OUTSIDE
+    out = [(chain[:-1], [1]) if i in late else (chain, [0]) for i, chain in enumerate(exact)] + \
+        [(chain[max(start[i], 0):start[i] + length], [max(-start[i], 0)]) for i, chain in enumerate(long)]
     for chain in short:
         for o in chain:
             del placed[o]
@@ -325,6 +332,35 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
         else:
             dropped.append(f"{_describe(g, chain[0])} has its like in {len(chain)} of the {length} layers")
     return out, dropped
+
+
+def _one_late(g: Dataflow, exact: list, anchors: list, placed: dict, length: int) -> set[int]:
+    """The chains of exactly L ops (`exact`, at positions 0 .. L-1 in `placed`, the longer chains cut;
+    `anchors`: each one's `_position` anchors) that start at position 1 instead: ops of the input gradient, which the run's first
+    layer lacks where it reads the data, joined by one alike op after the run (a mean-subtracting norm's
+    ``2 (x - mean)`` by the MSE loss's ``2 (x - y)`` after the last layer), their last op then outside.
+    Such a chain runs forward (each op after the one before it, in program order) and its first op reads
+    a value of position 1 (the layer's ``x - mean``), which no forward op of position 0 can (a backward op
+    reads the cotangent from position 1: a carry); the chains that read its values are one late with it.
+    So the candidates are the chains not placed by a leaf that program order lets start at 1 (between the
+    ops of the chains placed by their leaves: `_between`), forward with a first op that reads a value at
+    position 1, or with a first op that reads a candidate's; each is a chain of L + 1 ops whose first is
+    missing, cut at 0 (one late) or 1 (as found) by `_cut_binary`."""
+    skeleton = sorted((o, l) for chain, found in zip(exact, anchors) if found == {0} for l, o in enumerate(chain))
+    first = {chain[0]: i for i, (chain, found) in enumerate(zip(exact, anchors))
+             if not found and 1 in _between(skeleton, chain[:-1], length)}
+    todo = [i for o, i in first.items()
+            if o < exact[i][1] and any(placed.get(g.owner[v]) == 1 for v in g.operands[o])]
+    maybe = set(todo)
+    while todo:
+        for v in g.results[exact[todo.pop()][0]]:
+            for q, _ in g.users[v]:
+                if (i := first.get(q)) is not None and i not in maybe:
+                    maybe.add(i)
+                    todo.append(i)
+    maybe_ = sorted(maybe)
+    cuts = _cut_binary(g, [[None, *exact[i]] for i in maybe_], range(len(maybe_)), placed, length, missing=True)
+    return {maybe_[n] for n, s in cuts.items() if s == 0}
 
 
 def _cut_in_order(g: Dataflow, long: list, rest: list, placed: dict, length: int, cut) -> None:
@@ -402,10 +438,12 @@ def _placed(ops: list) -> dict:
 _OUTSIDE, _UNPLACED = -1, None
 
 
-def _cut_binary(g: Dataflow, long: list, chains: list, placed: dict, length: int) -> dict[int, int]:
+def _cut_binary(g: Dataflow, long: list, chains, placed: dict, length: int, missing: bool = False) -> dict[int, int]:
     """Windows for chains of L + 1 ops (`chains`, indices into `long`): each is cut at its start (0: its
     first op at position 0) or after its first op (1), all together, so that the fewest bytes cross
-    between positions: a minimum cut, as PyTorch's partitioner cuts a graph into saved and recomputed.
+    between positions (a tie: 0): a minimum cut, as PyTorch's partitioner cuts a graph into saved and
+    recomputed. `missing`: each chain's first op is None, missing (`_one_late`: a tie is then 1, and only
+    values crossing `within` the run count).
 
     Chain c cut at s puts its k-th op at position k - s. Its values read by (or read from) placed ops
     cost the same whatever the other chains do (the terminal edges); a value between the k-th ops of
@@ -426,9 +464,9 @@ def _cut_binary(g: Dataflow, long: list, chains: list, placed: dict, length: int
     here = {**placed, **{o: _UNPLACED for j in chains for o in long[j]}}
     counts: dict = {}                      # `_uses_at` of `here`
     for i in chains:
-        cost = [_crossing(g, here, long[i], s, length, counts) for s in (0, 1)]
-        add(source, index[i], cost[1] + 1)   # on the sink side, i is cut at 1 and pays cost[1] (ties go to 0)
-        add(index[i], sink, cost[0])         # ... on the source side at 0
+        cost = [_crossing(g, here, long[i], s, length, counts, within=missing) for s in (0, 1)]
+        add(source, index[i], cost[1] + (not missing))    # on the sink side, i is cut at 1 and pays cost[1]
+        add(index[i], sink, cost[0] + missing)            # ... on the source side at 0
 
     def at(k: int) -> int:
         return k if 0 <= k < length else _OUTSIDE
@@ -492,12 +530,15 @@ def _min_cut(capacity: dict, source: int, sink: int) -> set:
                 flow[b, a] -= push
 
 
-def _crossing(g: Dataflow, placed: dict, chain: list, start: int, length: int, counts: dict | None = None) -> int:
+def _crossing(g: Dataflow, placed: dict, chain: list, start: int, length: int, counts: dict | None = None,
+              within: bool = False) -> int:
     """Bytes of the values that would newly cross between positions (a value read at a position, or
     outside, other than its producer's) if `chain` were cut at `start`, given the ops `placed` so far
     (ops of uncut chains do not count). A value that crosses to a position already is not counted again.
-    `counts`: the caller's `_uses_at` cache, while `placed` stays as it is."""
-    mine = {o: (k - start if 0 <= k - start < length else _OUTSIDE) for k, o in enumerate(chain)}
+    `counts`: the caller's `_uses_at` cache, while `placed` stays as it is. `within`: only values read at
+    one position of the run and computed at another count (`_one_late`: a cut that leaves one op more
+    outside the run reads a value from outside at one position fewer, which is no reason to cut there)."""
+    mine = {o: (k - start if 0 <= k - start < length else _OUTSIDE) for k, o in enumerate(chain) if o is not None}
     counts = {} if counts is None else counts
     mine_uses: dict = {}                # value -> the chain's ops using it, once per use
     for o in mine:
@@ -517,12 +558,14 @@ def _crossing(g: Dataflow, placed: dict, chain: list, start: int, length: int, c
     for o, at in mine.items():
         for v in g.operands[o]:
             p = g.owner[v]
-            if p != ARG and position(p) is not _UNPLACED and position(p) != at and not crosses_already(v, at):
+            if p != ARG and position(p) is not _UNPLACED and position(p) != at and not crosses_already(v, at) \
+                    and not (within and _OUTSIDE in (at, position(p))):
                 new.add((v, at))
         for v in g.results[o]:
             for q, _ in g.users[v]:
                 to = position(q)
-                if to is not _UNPLACED and to != at and not crosses_already(v, to):
+                if to is not _UNPLACED and to != at and not crosses_already(v, to) \
+                        and not (within and _OUTSIDE in (at, to)):
                     new.add((v, to))
     return sum(g.nbytes(v) for v, _ in new)
 

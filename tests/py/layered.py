@@ -250,22 +250,28 @@ def autoencoder(encoder: int, decoder: int, width: int, batch: int, opt=None):
 
 
 # ---- layer-normed blocks before a head block ---------------------------------------------------------
-def normed_mlp(layers: int, width: int, batch: int, head=lambda h: h, opt=None):
+def normed_mlp(layers: int, width: int, batch: int, head=lambda h: h, opt=None, target: bool = False):
     """``x + tanh(layer_norm(x, s_l) w_l)`` per block, `head` instead of tanh in the last; the first block
-    reads the batch, so its input has no gradient: the ops that compute it in the others are missing there."""
+    reads the batch, so its input has no gradient: the ops that compute it in the others are missing there.
+    The loss ``mean(x ** 2)``, or with `target` the squared error against the batch's ``y``, whose gradient
+    ``2 (x - y)`` is alike to the layer norm's ``2 (x - mean)``."""
     rng = np.random.default_rng(0)
     params = {"blocks": [{"w": jnp.asarray(rng.normal(size=(width, width)) / width ** 0.5, jnp.float32),
                           "s": jnp.asarray(1.0 + 0.1 * rng.normal(size=width), jnp.float32)} for _ in range(layers)]}
 
-    def loss(p, x):
+    def forward(p, x):
         for l, block in enumerate(p["blocks"]):
             mean = x.mean(-1, keepdims=True)
             normed = (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * block["s"]
             x = x + (head if l == layers - 1 else jnp.tanh)(normed @ block["w"])
-        return jnp.mean(x ** 2)
+        return x
     opt = opt or optax.adamw(1e-3)
     x = jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)
-    return transformer.optax_step(loss, opt), (params, opt.init(params)), x
+    if not target:
+        return transformer.optax_step(lambda p, x: jnp.mean(forward(p, x) ** 2), opt), (params, opt.init(params)), x
+    data = {"x": x, "y": jnp.asarray(rng.normal(size=(batch, width)), jnp.float32)}
+    return (transformer.optax_step(lambda p, d: jnp.mean((forward(p, d["x"]) - d["y"]) ** 2), opt),
+            (params, opt.init(params)), data)
 
 
 class _LinenNormedBlock(nn.Module):

@@ -90,7 +90,8 @@ LIT = Path(__file__).resolve().parents[1] / "lit"
 
 
 @pytest.mark.parametrize("name", ["roll-layers", "roll-layers-parts", "roll-layers-stacks", "roll-layers-stacks-jax12",
-                                  "roll-layers-rms", "roll-layers-update-after", "roll-layers-labels"])
+                                  "roll-layers-rms", "roll-layers-norm", "roll-layers-update-after",
+                                  "roll-layers-labels"])
 def test_the_lit_cases_rolled_equal_their_input_in_the_reference_interpreter(name):
     """Each case of the roll-layers lit tests (forced to roll; the one that does not roll too) computes,
     under the reference interpreter, bitwise what the traced step it rolls computes: the sum of a leaf

@@ -456,6 +456,23 @@ def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monk
     leaves_close(resumed.state, result.state)
 
 
+def test_fit_under_a_memory_limit_carries_the_layers_stacked(monkeypatch):
+    """A limit that the step fits only rolled, and only with its layers stacked (inside one call the stack is a
+    copy, which the pass declines: not worth it): `fit` carries the stacked state as with a `memory_budget`,
+    and its plan rolls in one slice. Before, `fit` carried the pytree under a limit, and failed with a
+    MemoryLimitError: no plan on the pytree fits."""
+    packs, pack = [], chunks.packed.pack
+    monkeypatch.setattr(chunks.packed, "pack", lambda state, **kw: packs.append(kw) or pack(state, **kw))
+    step, state, data = layered.rms_mlp(4, 64, 64, opt=optax.adamw(1e-3, eps=EPS))
+    unrolled = loopfuse.compile_step(step).loop(2).memory_stats(fresh(state), data).peak
+    stacked = rolling(step).loop(2).memory_stats(pack(fresh(state), layers=True), data).peak
+    limited = loopfuse.compile_step(step, keep_aux=("loss",), memory_limit=(unrolled + stacked) // 2)
+    result = loopfuse.fit(limited, fresh(state), data, 4, chunk=2, progress=False)
+    assert packs == [{"layers": True}]
+    assert limited.loop(2).compiled(pack(fresh(state), layers=True), data).memory_plan.chosen.slices == 1
+    leaves_close(result.state, run(jax.jit(step), fresh(state), data, 4)[0])
+
+
 @pytest.mark.slow     # micro-batches through rolled loops by default: the micro_batches=4 tests below, fuzz seeds 43, 151
 def test_one_slice_at_a_time_runs_through_the_rolled_loops():
     """micro_batches with a budget: roll-layers rolls the layers inside the micro-batch loop's body (one

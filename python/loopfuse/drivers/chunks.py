@@ -120,17 +120,19 @@ class LoopChunks:
 
 def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = None):
     """``(state, checkpoints, back)``: how a driver carries `state` through the calls of `step` (its
-    first chunk's, `Chunks.program`; None: nothing compiled). Where it rolls layers (``memory_budget``)
-    and its program on the state with its layers stacked (``pack(state, layers=True)``) rolls a run of
-    layers (roll-layers' report; that compile is the first chunk's own; an update run alone, after a
-    micro-batch loop, does not count: a pytree's update writes its leaves in place), the stacked state:
+    first chunk's, `Chunks.program`; None: nothing compiled). Where it rolls layers (``memory_budget``, or a
+    ``memory_limit``, whose plan may) and its program on the state with its layers stacked
+    (``pack(state, layers=True)``; under a limit, the plan chosen for it) rolls a run of layers
+    (roll-layers' report; that compile is the first chunk's own; an update run alone, after a micro-batch
+    loop, does not count: a pytree's update writes its leaves in place), the stacked state:
     the loops then update the layers in place, with no stack built or taken apart per call (the packed
     figure of README "Rolling repeated layers"), unless the update runs after the loops and the program on
     `state` as it is needs fewer temporaries (both compiled: XLA's figures decide, the same every time;
     `optax.apply_if_finite` keeps each layer's new moments until its check). Else `state` as it is.
     `checkpoints` keep the caller's layout (`checkpoint.CarriedAs`); ``back(result)`` gives a `FitResult`
     the caller's layout back."""
-    if step is None or step.options.memory_budget is None or isinstance(state, packed.PackedState):
+    if step is None or isinstance(state, packed.PackedState) or \
+            step.options.memory_budget is None and step.options.memory_limit is None:
         return state, checkpoints, same_layout
     stacked = packed.pack(state, layers=True)
     compiled = step.compiled(stacked, batch)

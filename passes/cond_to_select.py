@@ -83,6 +83,13 @@ class Selects:
     def __len__(self) -> int:
         return len(self.done)
 
+    def held(self) -> frozenset:
+        """The ops `undo` reads again (no other rewrite may erase them): those it moves back into the branches,
+        and those whose values a case read or returned."""
+        values = [v for s in self.done for v in (s.index, *(v for found in s.returned for v in found))]
+        return frozenset([op for s in self.done for ops, _ in s.branches for op in ops]
+                         + [ir.OpResult(v).owner.operation for v in values if isinstance(v.owner, ir.OpView)])
+
     def undo(self) -> None:
         """Each case back where it stood, last first, its branches' ops back in it and its uses its results."""
         for s in reversed(self.done):

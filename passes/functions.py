@@ -27,6 +27,21 @@ def function(module_op: ir.Operation, name: str) -> func.FuncOp:
     return f
 
 
+def erase_uncalled(module_op: ir.Operation, names: set[str]) -> None:
+    """Erase the private functions named `names` that no call in the module calls any more (after inlining)."""
+    called: set[str] = set()
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if isinstance(op.opview, func.CallOp):
+            called.add(op.opview.callee.value)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    for f in list(module_functions(module_op)):
+        if f.sym_name.value in names - called:
+            f.operation.erase()
+
+
 def main_func(module_op: ir.Operation) -> func.FuncOp:
     """The public entry function `@main` of a module."""
     return function(module_op, "main")

@@ -336,9 +336,10 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
 
 def _one_late(g: Dataflow, exact: list, anchors: list, placed: dict, length: int) -> set[int]:
     """The chains of exactly L ops (`exact`, at positions 0 .. L-1 in `placed`, the longer chains cut;
-    `anchors`: each one's `_position` anchors) that start at position 1 instead: ops of the input gradient, which the run's first
-    layer lacks where it reads the data, joined by one alike op after the run (a mean-subtracting norm's
-    ``2 (x - mean)`` by the MSE loss's ``2 (x - y)`` after the last layer), their last op then outside.
+    `anchors`: each one's `_position` anchors) that start at position 1 instead: ops of the input
+    gradient, which the run's first layer lacks where it reads the data, joined by one alike op after the
+    run (a mean-subtracting norm's ``2 (x - mean)`` by the MSE loss's ``2 (x - y)`` after the last
+    layer), their last op then outside.
     Such a chain runs forward (each op after the one before it, in program order) and its first op reads
     a value of position 1 (the layer's ``x - mean``), which no forward op of position 0 can (a backward op
     reads the cotangent from position 1: a carry); the chains that read its values are one late with it.

@@ -63,7 +63,7 @@ from . import rewriter as rw
 from .batch_axis import AFTER, COMBINE, Plan, Refusal, analyze, batch_inputs
 from .dataflow import ARG, Dataflow
 from .dead_code import erase_dead_ops, pure_callees
-from .functions import main_func, module_functions
+from .functions import erase_uncalled, main_func
 from .locations import described, line
 from .matchers import producer, splat
 from .module_pass import ModulePass, PassError, option
@@ -107,7 +107,7 @@ class MicroBatch(ModulePass):
         as_traced.erase()
         text = _describe(plan)        # before the rewrite erases the ops it names
         _rewrite(main, plan, pure)
-        _erase_uncalled(module_op, inlined)
+        erase_uncalled(module_op, inlined)
         self.report(module_op, text)
 
 
@@ -141,21 +141,6 @@ def _reads(op: ir.Operation) -> list:
             return ir.WalkResult.ADVANCE
         op.walk(visit)
     return found
-
-
-def _erase_uncalled(module_op: ir.Operation, names: set[str]) -> None:
-    """Erase the private functions named `names` that no call in the module calls any more."""
-    called: set[str] = set()
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if isinstance(op.opview, func.CallOp):
-            called.add(op.opview.callee.value)
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
-    for f in list(module_functions(module_op)):
-        if f.sym_name.value in names - called:
-            f.operation.erase()
 
 
 def _rewrite(main: func.FuncOp, plan: Plan, pure: frozenset) -> None:

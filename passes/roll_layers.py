@@ -4,7 +4,8 @@ A model written as a Python loop over L alike layers traces to L copies of each 
 ops, L copies of its backward ops and L copies of each leaf's optimizer update, and the backward
 pass keeps every layer's activations alive until it reaches that layer. This pass finds such a run
 (`layer_runs` proposes it from the state leaves' paths, `layer_roles` checks that the ops are the
-same at every layer) and rewrites the step as
+same at every layer; first, the calls to a function jax lowered in two forms, one where a layer reads
+the data and one where its input has a gradient, are inlined: `inline_forms`) and rewrites the step as
 
 * the run's state leaves stacked (``[L, ...]`` per leaf: parameters and optimizer moments), and the
   values from outside the run that differ between layers (a layer-wise rate) stacked too: where each
@@ -71,7 +72,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 from .batch_axis import batch_devices
 from .canonicalize import fold_slices
 from .cond_to_select import Selects
-from .functions import arg_attrs, main_func, result_attrs, string_attr
+from .functions import arg_attrs, erase_uncalled, main_func, result_attrs, string_attr
 from .matchers import rows, sliced_rows, splat_value
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
@@ -119,7 +120,7 @@ class RollLayers(ModulePass):
             # in a micro-batch body, the ops micro-batch moved before its loop back in it: each layer's
             # ops read its leaves (`sink_leaf_ops`)
             sunk = sink(main, block, [v for v, _ in state_leaves(main)])
-            rolled, tried = self._roll(module_op, main, lines, update=False)
+            rolled, tried = self._roll(module_op, main, lines, update=False, held=selected.held())
             if not tried:
                 lines.append("no run of alike layers: no state leaves differ only in one index or key" + (
                     " (layers held stacked and looped over, as lax.scan, nn.scan or nnx.scan do, are a device loop "
@@ -136,15 +137,19 @@ class RollLayers(ModulePass):
                 lines.append(f"{len(selected)} two-way cond(s) of cheap ops run as selects (cond-to-select)")
         self.report(module_op, "\n".join(lines))
 
-    def _roll(self, module_op: ir.Operation, main: func.FuncOp, lines: list, update: bool) -> tuple[bool, set]:
+    def _roll(self, module_op: ir.Operation, main: func.FuncOp, lines: list, update: bool,
+              held: frozenset = frozenset()) -> tuple[bool, set]:
         """Roll the runs of alike layers in `layers_block` (with `update`: the update runs in ``@main``,
         `Plan.of`), saying what rolled and what did not in `lines`: (whether any rolled, the leaf paths
-        of the runs tried)."""
+        of the runs tried). Where the first run tried leaves its first layer out or does not roll, the
+        calls to a function's forms are inlined (`inline_forms`; not the calls in `held`, which an undo
+        puts back) and the run is tried again, once."""
         rolled = False
         tried: set = set()       # the leaf paths of the runs tried so far
         pure: frozenset | None = pure_callees(module_op)   # alike ops merged: until the first rewrite
         g = None                 # the block's Dataflow, read again after each rewrite
         indexed = False          # an index in the paths proposed a run: no run by keys is tried then
+        inlined = update         # the forms of a function inlined (an update run has no such calls)
         block = main.body.blocks[0] if update else layers_block(main)
         what = UPDATE_RUN if update else ""
         while True:
@@ -160,7 +165,13 @@ class RollLayers(ModulePass):
                 if not candidates:       # the superset had some: none is left once ordered
                     break
             whole = candidates[0][0]
-            run, plan, names = self._plan_joined(g, main, candidates, leaves, update, by_index)
+            run, plan, names, analyzed = self._plan_joined(g, main, candidates, leaves, update, by_index)
+            if not inlined and (plan.why_not or run.start > analyzed.start):
+                inlined = True
+                if forms := inline_forms(block, held):
+                    erase_uncalled(module_op, forms)
+                    g, pure = None, pure_callees(module_op)
+                    continue
             tried |= names
             where = f"{what}{', '.join(sorted(run.families))} [{run.start}:{run.stop}]"
             if plan.why_not:
@@ -183,11 +194,11 @@ class RollLayers(ModulePass):
 
     def _plan_joined(self, g: Dataflow, main: func.FuncOp, candidates: list, leaves: list, update: bool,
                      by_index: bool):
-        """(part, plan, leaf paths) of the first candidate run, joined by the candidates the step reads
-        layer by layer with it (`with_partners`: one layer's modules held apart) where an index proposed
-        it, or its part over the layers of a candidate that mirrors part of it, joined by that one
-        (`sub_partner`: the moments an optimizer keeps for the layers it trains, the first ones frozen, or
-        for each layer's adapters), or alone where they do not roll together (`_plan`)."""
+        """(part, plan, leaf paths, the run analyzed) of the first candidate run, joined by the candidates
+        the step reads layer by layer with it (`with_partners`: one layer's modules held apart) where an
+        index proposed it, or its part over the layers of a candidate that mirrors part of it, joined by
+        that one (`sub_partner`: the moments an optimizer keeps for the layers it trains, the first ones
+        frozen, or for each layer's adapters), or alone where they do not roll together (`_plan`)."""
         whole, names = candidates[0]
         if by_index and len(candidates) > 1:
             others = [r for r, _ in candidates[1:]]
@@ -195,8 +206,8 @@ class RollLayers(ModulePass):
                 if joined is not whole:
                     run, plan = self._plan(g, main, joined, leaves, update)
                     if not plan.why_not:
-                        return run, plan, _leaf_paths(joined, [path for _, path in leaves])
-        return (*self._plan(g, main, whole, leaves, update), names)
+                        return run, plan, _leaf_paths(joined, [path for _, path in leaves]), joined
+        return (*self._plan(g, main, whole, leaves, update), names, whole)
 
     def _plan(self, g: Dataflow, main: func.FuncOp, run, leaves: list, update: bool):
         """(part, plan) for the part of `run` that rolls best: the whole run; or the run less layers at
@@ -273,6 +284,33 @@ class RollLayers(ModulePass):
             return untried(by_index), bool(by_index)
         return untried(keyed_runs(paths, types, [0] * len(paths) if first_use is None else first_use,
                                   self.min_layers)), False
+
+
+def inline_forms(block: ir.Block, held: frozenset = frozenset()) -> set[str]:
+    """Inline the calls in `block` to a function jax lowered in more than one form (their callees): ``_var``
+    where a layer reads the data, ``_var_0`` (with more results: the residuals the derivative reads) where
+    the layer's input has a gradient, one ``jnp.var`` (equinox's LayerNorm) whose two callees make the first
+    layer's call unlike the others'. Inlined, the ops both forms compute line up, and those only the
+    derivative needs have no op at the first layer (a dead first position: `layer_roles`); not the calls
+    `held` (by `Selects`, to put back). jax names a function's forms ``f``, ``f_0``, ``f_1`` ..; two
+    functions that only look so are inlined too, which changes no value (XLA inlines every call)."""
+    calls = [view for view in block.operations if isinstance(view, func.CallOp) and view.operation not in held]
+    forms: dict = defaultdict(set)
+    for call in calls:
+        forms[_form_key(call)].add(call.callee.value)
+    inlined = [call for call in calls if len(forms[_form_key(call)]) > 1]
+    names = {call.callee.value for call in inlined}
+    for call in inlined:
+        rw.inline(call.operation)
+    return names
+
+
+def _form_key(call: func.CallOp) -> tuple:
+    """What the forms of one function share: the callee's name less jax's suffix for another form of it
+    (``_var_0`` -> ``_var``) and the types of the arguments (its derivative, ``silu_1`` beside ``silu_0``,
+    reads others)."""
+    base, _, suffix = call.callee.value.rpartition("_")
+    return base if base and suffix.isdigit() else call.callee.value, tuple(str(v.type) for v in call.operands)
 
 
 def _loops(block: ir.Block) -> bool:

@@ -6,7 +6,7 @@ given), the data an argument of the step.
 * `linen_gpt`: a flax linen GPT; its blocks are ``@nn.compact`` submodules, so its parameters are
   ``Block_0`` .. ``Block_{L-1}`` (dict keys carrying the index, not a list).
 * `eqx_mlp`: an equinox residual MLP, a list of modules; the first block reads the batch (its input
-  has no gradient).
+  has no gradient); with `norm`, each block's input through ``eqx.nn.LayerNorm`` first.
 * `tied_mlp`: a residual MLP whose every block also applies one matrix all blocks share (its gradient
   is a sum over the layers).
 * `haiku_mlp`: residual blocks under haiku's module names (``block/layer_norm``, ``block_1/layer_norm``, ..:
@@ -79,20 +79,22 @@ def linen_gpt(layers: int, width: int, heads: int, seq: int, batch: int, vocab: 
 class _EqxBlock(eqx.Module):
     up: eqx.nn.Linear
     down: eqx.nn.Linear
+    norm: eqx.nn.LayerNorm | None
 
-    def __init__(self, width: int, hidden: int, key):
+    def __init__(self, width: int, hidden: int, key, norm: bool):
         k1, k2 = jax.random.split(key)
         self.up, self.down = eqx.nn.Linear(width, hidden, key=k1), eqx.nn.Linear(hidden, width, key=k2)
+        self.norm = eqx.nn.LayerNorm(width) if norm else None
 
     def __call__(self, x):
-        return x + self.down(jax.nn.gelu(self.up(x)))
+        return x + self.down(jax.nn.gelu(self.up(x if self.norm is None else self.norm(x))))
 
 
 class _EqxMLP(eqx.Module):
     layers: list
 
-    def __init__(self, layers: int, width: int, hidden: int, key):
-        self.layers = [_EqxBlock(width, hidden, k) for k in jax.random.split(key, layers)]
+    def __init__(self, layers: int, width: int, hidden: int, key, norm: bool):
+        self.layers = [_EqxBlock(width, hidden, k, norm) for k in jax.random.split(key, layers)]
 
     def __call__(self, x):
         for layer in self.layers:
@@ -100,8 +102,8 @@ class _EqxMLP(eqx.Module):
         return x
 
 
-def eqx_mlp(layers: int, width: int, hidden: int, batch: int, opt=None):
-    params = eqx.filter(_EqxMLP(layers, width, hidden, jax.random.key(0)), eqx.is_array)
+def eqx_mlp(layers: int, width: int, hidden: int, batch: int, opt=None, norm: bool = False):
+    params = eqx.filter(_EqxMLP(layers, width, hidden, jax.random.key(0), norm), eqx.is_array)
     rng = np.random.default_rng(1)
     data = {"x": rng.normal(size=(batch, width)).astype(np.float32),
             "y": rng.normal(size=(batch, width)).astype(np.float32)}

@@ -239,14 +239,26 @@ def with_partners(run: Run, others: list[Run], first_use: list) -> Run:
         >>> [(sorted(j.families), j.start, j.stop) for j in (with_partners(head[1], [head[0]], [1, 3, 2, 4, 5]),
         ...                                                   with_partners(head[0], [head[1]], [1, 3, 2, 4, 5]))]
         [(["['linear_*']", "['ln_*']"], 0, 2), (["['linear_*']", "['ln_*']"], 0, 2)]
+
+        Not a run inside one of its layers (a linen block's two layer norms, ``LayerNorm_0`` and ``LayerNorm_1``):
+
+        >>> blocks = [f"['Block_{b}']['LayerNorm_{n}']['scale']" for b in range(3) for n in range(2)]
+        >>> found = runs(blocks, ["f32[4]"] * 6)
+        >>> [(r.start, r.stop) for r in found]
+        [(0, 3), (0, 2)]
+        >>> list(with_partners(found[0], found[1:], [1, 2, 3, 4, 5, 6]).families)
+        ["['Block_*']"]
     """
     def first(r: Run, layer: int) -> float:     # inf: the step reads none of the layer's leaves
         return min((first_use[leaf] for leaf in r.leaves(layer) if first_use[leaf] is not None), default=math.inf)
+
+    def held(r: Run) -> set[int]:
+        return {leaf for layer in range(r.length) for leaf in r.leaves(layer)}
     for other in others:
         start, stop = max(run.start, other.start), min(run.stop, other.stop)
         inside = (run.start, run.stop) == (start, stop) or (other.start, other.stop) == (start, stop)
-        if stop - start < 2 or not inside or set(other.families) & set(run.families):
-            continue
+        if stop - start < 2 or not inside or set(other.families) & set(run.families) or held(other) & held(run):
+            continue     # not the modules of one of its layers (a linen block's LayerNorm_0, LayerNorm_1)
         # over the layers of both only: one list may go on (a head module of the same kind after the blocks)
         mine_run, other = (r.trimmed(start - r.start, r.stop - stop) for r in (run, other))
         mine, theirs = ([first(r, l) for l in range(stop - start)] for r in (mine_run, other))

@@ -31,7 +31,12 @@ the data an argument:
   3e-4 * 0.8 ** (8 - l); `layered.layer_wise_rates`: block l's moments under ``['l<l>']`` and ``['blocks'][l]``);
 * ``multisteps``: gradient accumulation, ``optax.MultiSteps(adamw, every_k_schedule=2)`` on an RMS-norm MLP
   of 8 blocks of 256 -> 1024 -> 256, batch 256 (`layered.rms_mlp`; the update in a ``lax.cond`` over the
-  whole state, run as selects: `passes/cond_to_select.py`).
+  whole state, run as selects: `passes/cond_to_select.py`);
+* ``eqx_norm``: ``eqx`` with ``eqx.nn.LayerNorm`` before each block's MLP (`layered.eqx_mlp(norm=True)`: its
+  ``jnp.var`` lowered in two forms, one at the first block, which reads the batch, and one at the others);
+* ``normed_mse``: 8 blocks ``x + tanh(layer_norm(x) w_l)`` of width 512, batch 1024, the first reading the batch,
+  the squared error against a target (`layered.normed_mlp(target=True)`: the loss's ``2 (x - y)`` is the op of
+  the norm's ``2 (x - mean)``).
 
 Per model: the layers rolled (roll-layers' report); temporaries from the compiled executables of
 jax.jit (the step as written, donated) and of loopfuse at ``memory_budget=0.0``: the state as a
@@ -52,6 +57,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import optax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,6 +95,11 @@ MODELS = {
     "llrd": lambda size: transformer.gpt(**size, opt=layered.layer_wise_rates(size["layers"], "blocks", 3e-4)),
     "multisteps": lambda size: layered.rms_mlp(*((8, 256, 256) if size is GPT else (3, 8, 4)),
                                                opt=optax.MultiSteps(optax.adamw(1e-3), every_k_schedule=2)),
+    "eqx_norm": lambda size: layered.eqx_mlp(**({"layers": 12, "width": 256, "hidden": 1024, "batch": 1024}
+                                                if size is GPT else {"layers": 4, "width": 8, "hidden": 16, "batch": 4}),
+                                             norm=True),
+    "normed_mse": lambda size: layered.normed_mlp(*((8, 512, 1024) if size is GPT else (4, 8, 4)), head=jnp.tanh,
+                                                  target=True),
 }
 
 

@@ -352,16 +352,16 @@ def _one_late(g: Dataflow, exact: list, anchors: list, placed: dict, length: int
              if not found and 1 in _between(skeleton, chain[:-1], length)}
     todo = [i for o, i in first.items()
             if o < exact[i][1] and any(placed.get(g.owner[v]) == 1 for v in g.operands[o])]
-    maybe = set(todo)
+    candidates = set(todo)
     while todo:
         for v in g.results[exact[todo.pop()][0]]:
             for q, _ in g.users[v]:
-                if (i := first.get(q)) is not None and i not in maybe:
-                    maybe.add(i)
+                if (i := first.get(q)) is not None and i not in candidates:
+                    candidates.add(i)
                     todo.append(i)
-    maybe_ = sorted(maybe)
-    cuts = _cut_binary(g, [[None, *exact[i]] for i in maybe_], range(len(maybe_)), placed, length, missing=True)
-    return {maybe_[n] for n, s in cuts.items() if s == 0}
+    order = sorted(candidates)
+    cuts = _cut_binary(g, [[None, *exact[i]] for i in order], range(len(order)), placed, length, missing=True)
+    return {order[n] for n, s in cuts.items() if s == 0}
 
 
 def _cut_in_order(g: Dataflow, long: list, rest: list, placed: dict, length: int, cut) -> None:

@@ -4,8 +4,9 @@ A model written as a Python loop over L alike layers traces to L copies of each 
 ops, L copies of its backward ops and L copies of each leaf's optimizer update, and the backward
 pass keeps every layer's activations alive until it reaches that layer. This pass finds such a run
 (`layer_runs` proposes it from the state leaves' paths, `layer_roles` checks that the ops are the
-same at every layer; first, the calls to a function jax lowered in two forms, one where a layer reads
-the data and one where its input has a gradient, are inlined: `inline_forms`) and rewrites the step as
+same at every layer; where the first layer does not line up, the calls to a function jax lowered in two
+forms, one where a layer reads the data and one where its input has a gradient, are inlined and the run
+tried again: `inline_forms`) and rewrites the step as
 
 * the run's state leaves stacked (``[L, ...]`` per leaf: parameters and optimizer moments), and the
   values from outside the run that differ between layers (a layer-wise rate) stacked too: where each

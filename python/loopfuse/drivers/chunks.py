@@ -20,6 +20,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from .. import validate
+from ..errors import MemoryLimitError
 from ..passes import control_flow, wrap_loop
 from ..passes.roll_layers import rolled_layers, update_after_loops
 from ..run.sigint import SigintHold
@@ -122,7 +123,7 @@ def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = N
     """``(state, checkpoints, back)``: how a driver carries `state` through the calls of `step` (its
     first chunk's, `Chunks.program`; None: nothing compiled). Where it rolls layers (``memory_budget``, or a
     ``memory_limit``, whose plan may) and its program on the state with its layers stacked
-    (``pack(state, layers=True)``; under a limit, the plan chosen for it) rolls a run of layers
+    (``pack(state, layers=True)``; under a limit, the plan chosen for it, where one fits) rolls a run of layers
     (roll-layers' report; that compile is the first chunk's own; an update run alone, after a micro-batch
     loop, does not count: a pytree's update writes its leaves in place), the stacked state:
     the loops then update the layers in place, with no stack built or taken apart per call (the packed
@@ -135,7 +136,10 @@ def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = N
             step.options.memory_budget is None and step.options.memory_limit is None:
         return state, checkpoints, same_layout
     stacked = packed.pack(state, layers=True)
-    compiled = step.compiled(stacked, batch)
+    try:
+        compiled = step.compiled(stacked, batch)
+    except MemoryLimitError:     # the stacked buffers' copies put every plan there over the limit: the pytree's may fit
+        return state, checkpoints, same_layout
     report = compiled.reports.get("roll-layers", "")
     if not rolled_layers(report) or (update_after_loops(report)
                                       and step.compiled(state, batch).memory.temp < compiled.memory.temp):

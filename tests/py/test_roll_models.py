@@ -281,6 +281,7 @@ def test_layer_normed_blocks_roll_up_to_an_unlike_last_block(head):
     check_rolls(step, state, x, range(0, 4))
 
 
+@pytest.mark.slow     # ~5 s; the default run has its lit case (roll-layers-norm.mlir, test_roll_layers)
 def test_layer_normed_blocks_roll_beside_a_loss_alike_to_their_input_gradient():
     """The squared error against a target: its gradient's ``2 (x - y)`` is the op the layer norm's ``2 (x - mean)``
     is at every layer but the first, which reads the data and computes no input gradient. The shift map's chain
@@ -496,6 +497,7 @@ def test_fit_carries_the_layers_stacked_and_gives_the_pytree_back(tmp_path, monk
     leaves_close(resumed.state, result.state)
 
 
+@pytest.mark.slow     # ~5 s: the suite's time
 def test_fit_under_a_memory_limit_carries_the_layers_stacked(monkeypatch):
     """A limit that the step fits only rolled, and only with its layers stacked (inside one call the stack is a
     copy, which the pass declines: not worth it): `fit` carries the stacked state as with a `memory_budget`,

@@ -88,7 +88,7 @@ class Selects:
         and those whose values a case read or returned."""
         values = [v for s in self.done for v in (s.index, *(v for found in s.returned for v in found))]
         return frozenset([op for s in self.done for ops, _ in s.branches for op in ops]
-                         + [ir.OpResult(v).owner.operation for v in values if isinstance(v.owner, ir.OpView)])
+                         + [v.owner.operation for v in values if isinstance(v.owner, ir.OpView)])
 
     def undo(self) -> None:
         """Each case back where it stood, last first, its branches' ops back in it and its uses its results."""

@@ -309,8 +309,7 @@ def _position(g: Dataflow, length: int, seeds: list, chains: list) -> tuple[list
     _cut_in_order(g, long, [i for i in range(len(long)) if i not in start], placed, length, cut)
     late = _one_late(g, exact, [anchors(chain) for chain in exact], placed, length)
     for i in late:          # positions 1 .. L-1 (a dead first position), its last op after the run
-        placed.update((o, k + 1) for k, o in enumerate(exact[i][:-1]))
-        placed[exact[i][-1]] = _OUTSIDE
+        placed.update((o, k + 1 if k + 1 < length else _OUTSIDE) for k, o in enumerate(exact[i]))
     out = [(chain[:-1], [1]) if i in late else (chain, [0]) for i, chain in enumerate(exact)] + \
         [(chain[max(start[i], 0):start[i] + length], [max(-start[i], 0)]) for i, chain in enumerate(long)]
     for chain in short:
@@ -360,7 +359,7 @@ def _one_late(g: Dataflow, exact: list, anchors: list, placed: dict, length: int
                     candidates.add(i)
                     todo.append(i)
     order = sorted(candidates)
-    cuts = _cut_binary(g, [[None, *exact[i]] for i in order], range(len(order)), placed, length, missing=True)
+    cuts = _cut_binary(g, [[None, *exact[i]] for i in order], list(range(len(order))), placed, length, missing=True)
     return {order[n] for n, s in cuts.items() if s == 0}
 
 
@@ -439,7 +438,8 @@ def _placed(ops: list) -> dict:
 _OUTSIDE, _UNPLACED = -1, None
 
 
-def _cut_binary(g: Dataflow, long: list, chains, placed: dict, length: int, missing: bool = False) -> dict[int, int]:
+def _cut_binary(g: Dataflow, long: list, chains: list, placed: dict, length: int,
+                missing: bool = False) -> dict[int, int]:
     """Windows for chains of L + 1 ops (`chains`, indices into `long`): each is cut at its start (0: its
     first op at position 0) or after its first op (1), all together, so that the fewest bytes cross
     between positions (a tie: 0): a minimum cut, as PyTorch's partitioner cuts a graph into saved and

@@ -138,8 +138,8 @@ def carried(step: Step | None, state, batch, checkpoints: Checkpoints | None = N
     stacked = packed.pack(state, layers=True)
     try:
         compiled = step.compiled(stacked, batch)
-    except MemoryLimitError:     # the stacked buffers' copies put every plan there over the limit: the pytree's may fit
-        return state, checkpoints, same_layout
+    except MemoryLimitError:     # the stacked buffers' copies put every plan there over the limit:
+        return state, checkpoints, same_layout      # the pytree's may fit
     report = compiled.reports.get("roll-layers", "")
     if not rolled_layers(report) or (update_after_loops(report)
                                       and step.compiled(state, batch).memory.temp < compiled.memory.temp):

@@ -140,6 +140,7 @@ def test_no_prediction_is_below_zero_and_a_limit_below_every_plan_is_the_floor()
     assert all(programs.predicted(c) >= 0 for c in plans if programs.predicted(c) is not None)
 
 
+@pytest.mark.slow
 def test_micro_batch_predictions_are_close_and_the_chosen_plan_runs_within_tolerance(tmp_path):
     """The model's prediction of a plan in slices against XLA's figures; the plan chosen runs, its loss and
     state against jax.jit's (micro-batches reassociate the gradient's sums: test_micro_batch's tolerance)."""
@@ -187,6 +188,7 @@ def test_batch_norm_refuses_slices_with_its_line_and_the_limit_is_met_by_remat(t
                and "(so with 4 to 256 slices)" in line for line in declined), declined
 
 
+@pytest.mark.slow
 def test_largest_batch_fits_and_twice_it_does_not_in_log_compiles(tmp_path):
     step, state, _ = problem()
     limit = loopfuse.compile_step(step, memory_budget=0.0).memory_stats(fresh(state), make_batch(96)).peak

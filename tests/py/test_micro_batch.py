@@ -236,6 +236,7 @@ def test_a_batch_that_does_not_divide_is_an_error_naming_the_leaf():
         loopfuse.compile_step(train_step(opt), micro_batches=0)
 
 
+@pytest.mark.slow
 def test_temporaries_fall_with_the_slices():
     """Where the activations dominate (a batch of 2048 through three 512-wide layers), the step holds one
     slice's activations at a time: the temporaries fall with m (17.0, 13.4, 8.3, 5.7 MiB on jaxlib 0.10's

@@ -27,8 +27,8 @@ from problems import fresh
 from test_roll_layers import EPS, leaves_close, report as roll_report, run
 
 TINY = dict(layers=4, width=16, heads=2, seq=8, batch=2, vocab=32)
-FUZZ_DEFAULT = (0, 1, 19, 43, 151)     # 43: packed, micro-batches; 19: also clipped, an update run writing a leaf it
-# does not read; 151: packed, micro-batches, 11 layers under keys h_0 .. h_10 (leaf order is not layer order)
+FUZZ_DEFAULT = (0, 1, 43, 151)     # 43: packed, micro-batches; 151: packed, micro-batches, 11 layers under keys
+# h_0 .. h_10 (leaf order is not layer order); under -m slow, 19: also clipped, an update run writing a leaf it does not read
 FUZZ_SLOW = [s for s in range(420) if s not in FUZZ_DEFAULT]   # 150, 158: a run ending with the odd layer of blocks
 # without their residual, its extra op left after the run (`layer_fuzz.Model.may_end`); 187: the alike layers after
 # such a layer roll (the parts on either side of the layer before the one `Roles.odd` points at)
@@ -624,6 +624,7 @@ def test_a_packed_state_rolls_over_its_rows_inside_a_micro_batch_loop():
     leaves_close(run(call, packed, batch, 2)[0].unpack(), run(jax.jit(step), fresh(state), batch, 2)[0])
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_rolls_its_update_in_place():
     """optax.MultiSteps updates the state in a ``lax.cond`` every k steps. Its branches, elementwise ops, run
     as selects (`cond_to_select`), so the update rolls into the backward loop over the stacked rows: a third of
@@ -638,6 +639,7 @@ def test_gradient_accumulation_rolls_its_update_in_place():
     assert isinstance(chunks.carried(call.loop(2), fresh(state), data)[0], loopfuse.PackedState)
 
 
+@pytest.mark.slow
 def test_an_update_after_the_loops_reads_the_leaves_there_and_rolls_over_the_rows():
     """A global-norm clip keeps the update after the backward loop. Its shares that read no gradient (Adam's
     ``b1 * mu``, ``b2 * nu``, the weight decay's ``wd * p``) are left where the step computes them, not saved
@@ -652,6 +654,7 @@ def test_an_update_after_the_loops_reads_the_leaves_there_and_rolls_over_the_row
     assert packed_temp_ratio(step, state, data, call) < 0.8
 
 
+@pytest.mark.slow
 def test_layer_wise_learning_rates_roll_the_moments_kept_per_label():
     """``optax.multi_transform`` with a label per layer (layer-wise rate decay) keeps layer 3's moments under
     ``['l3']`` and again under ``['layers'][3]``, the other layers masked out: the paths propose the labels'

@@ -256,6 +256,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_until_over_four_devices_equals_the_steps_run_one_by_one():
     """SPMD (data and params sharding) in a fresh interpreter with 4 CPU devices."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",

@@ -165,6 +165,7 @@ def test_the_error_names_every_pass_that_ran_wrap_loops_rows_included():
     assert caught.value.passes == pipeline.pipeline_string(ran) and "wrap-loop{steps=200 rows=128}" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_bias_before_a_batch_norm_moves_either_way_within_verifys_tolerance():
     """flax linen blocks ``x + relu(BatchNorm(Dense(x)))``, AdamW as users run it (eps 1e-8): the norm takes each
     feature's mean out, so the Dense bias's gradient is rounding noise, which Adam turns into a step either way,
@@ -188,6 +189,7 @@ def test_a_bias_before_a_batch_norm_moves_either_way_within_verifys_tolerance():
     assert any(beyond)
 
 
+@pytest.mark.slow
 def test_blocks_computing_in_bfloat16_are_held_to_two_bfloat16_units():
     """Mixed precision (float32 params cast to bfloat16 in each block): XLA rounds bfloat16 at other points in
     a loop than in the unrolled program, so jax.jit of the same blocks as a lax.scan has a loss more than

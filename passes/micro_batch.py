@@ -66,7 +66,7 @@ from .dead_code import erase_dead_ops, pure_callees
 from .functions import erase_uncalled, main_func
 from .locations import described, line
 from .matchers import producer, splat
-from .module_pass import ModulePass, PassError, option
+from .module_pass import ModulePass, PassError, option, reports
 from .rewriter import Builder, Loop
 from .vocabulary import MICRO_BATCH
 
@@ -86,6 +86,10 @@ class MicroBatch(ModulePass):
 
     def adds_control_flow(self) -> bool:
         return self.slices > 1
+
+    def added_control_flow(self, module_op: ir.Operation) -> bool:
+        """Whether the batch was cut (its loop), as the report says."""
+        return reports(module_op).get(self.name, "").startswith("micro-batched")
 
     def apply(self, module_op: ir.Operation) -> None:
         if self.slices == 1:

@@ -78,8 +78,13 @@ class ModulePass:
 
     def adds_control_flow(self) -> bool:
         """Whether the pass may add control flow of the module's own (loops besides wrap-loop's): then
-        the program is compiled as one that has some (`xla.program_options`)."""
+        the program is compiled as one that has some (`xla.program_options`), unless it added none."""
         return False
+
+    def added_control_flow(self, module_op: ir.Operation) -> bool:
+        """Whether the pass added control flow of the module's own to `module_op`, which it ran on: whether it
+        may (`adds_control_flow`), or, for a pass whose report says so, whether it did."""
+        return self.adds_control_flow()
 
     def report(self, module_op: ir.Operation, text: str) -> None:
         """Say what the pass did: `text` goes on the module (``loopfuse.report.<name>``), into the

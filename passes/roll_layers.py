@@ -79,7 +79,7 @@ from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
 from .layer_runs import keyed_runs, runs, sub_partner, with_partners
-from .module_pass import ModulePass, option
+from .module_pass import ModulePass, option, reports
 from .sink_leaf_ops import sink
 from . import rewriter as rw
 from . import xla_cpu
@@ -106,6 +106,10 @@ class RollLayers(ModulePass):
 
     def adds_control_flow(self) -> bool:
         return self.memory_budget < 1.0
+
+    def added_control_flow(self, module_op: ir.Operation) -> bool:
+        """Whether a run rolled (an update run too: its loop), as the report says."""
+        return any(line.startswith("rolled ") for line in reports(module_op).get(self.name, "").splitlines())
 
     def apply(self, module_op: ir.Operation) -> None:
         lines: list[str] = []
@@ -676,7 +680,63 @@ class Plan:
                  if isinstance(c, Internal) and c.role in activations}
         per_layer = sum(g.nbytes(roles.value(g, r, j)) for r, j in reads)
         kept = sum(g.nbytes(roles.value(g, r, j)) for r, j in {*((r, j) for r, j, _ in self.carries), *self.saved})
-        return (n - 1) * per_layer - n * kept
+        return (n - 1) * per_layer - n * kept - self._exports_kept(reads)
+
+    def _exports_kept(self, reads: set) -> int:
+        """About how many bytes more than the unrolled program the loops keep of the values ops outside the run
+        read: each is stacked over every layer, the forward loop's rows until the ops after it read them, the
+        backward loop's from its end (a value read at one layer only is kept alone, `_Rewrite.backward_loop`).
+        The unrolled program keeps a forward value from its op to its readers at the layers they read it (at
+        every layer where a backward role reads it too, which the activations saved count as not kept), and
+        a backward value until its readers run: at once, one layer after another, where they read no other
+        layer's backward values (the weight gradients of layers that only some layers compute), or until
+        every layer's is there (a global norm's clip)."""
+        g, roles, n = self.g, self.roles, self.roles.length
+        carried = {(r, j) for r, j, _ in [*self.carries, *self.bcarries]}
+        memo: dict = {}
+        total = 0
+        for (r, j), layers in self.exports.items():
+            b = g.nbytes(roles.value(g, r, j))
+            if r not in self.backward:
+                if (r, j) not in self.saved and not ((r, j) in carried and layers == {n - 1}):
+                    total += n * b if (r, j) in reads else (n - len(layers)) * b
+                continue
+            rows = layers - {0} if (r, j) in carried else layers
+            if len(rows) < 2 or (r, j) in self.state or (r, j) in self.sums or (r, j) in self.accumulated:
+                continue
+            waiting = sum(1 for l in rows if any(not self._backward_layers(u, memo) <= {l}
+                                                 for u, _ in g.users[roles.value(g, r, j, l)] if u not in roles.role_of))
+            total += (n - waiting - (waiting < len(rows))) * b
+        return total
+
+    def _backward_layers(self, op: int, memo: dict) -> frozenset:
+        """The layers whose backward roles' values op `op`, outside the run, reads, directly or through other ops
+        outside it (memoized in `memo`)."""
+        g, role_of = self.g, self.roles.role_of
+        todo = [op]
+        while todo:
+            m = todo[-1]
+            if m in memo:
+                todo.pop()
+                continue
+            found, pending = set(), []
+            for v in g.operands[m]:
+                p = g.owner[v]
+                if p == ARG:
+                    continue
+                if p in role_of:
+                    if role_of[p][0] in self.backward:
+                        found.add(role_of[p][1])
+                elif p in memo:
+                    found |= memo[p]
+                else:
+                    pending.append(p)
+            if pending:
+                todo += pending
+            else:
+                memo[m] = frozenset(found)
+                todo.pop()
+        return memo[op]
 
     def _update_saves(self) -> int:
         """The bytes of the packed buffers an update run writes in place: XLA:CPU copies each one the

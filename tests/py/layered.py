@@ -320,21 +320,26 @@ def linen_batch_norm_mlp(layers: int, width: int, batch: int, opt=None):
     return step, (params, variables["batch_stats"], opt.init(params)), data
 
 
-def rms_mlp(layers: int, width: int, batch: int, opt=None):
+def rms_mlp(layers: int, width: int, batch: int, opt=None, frozen: int = 0):
     """Residual blocks ``x + silu(rms_norm(x, g_l) w1_l + b1_l) w2_l`` (a Llama-style MLP block), the first reading
     the data, then a linear head: the gradient of a block's input through its RMS norm reads the input itself,
-    and the first block computes none."""
+    and the first block computes none. The first `frozen` blocks are read through ``lax.stop_gradient`` (a
+    fine-tuning idiom), after a trained input projection ``inp``: every block computes its input's gradient,
+    only the others their weights'."""
     rng = np.random.default_rng(0)
     params = {"layers": [{"w1": rng.normal(size=(width, 4 * width)).astype(np.float32) / 16,
                           "b1": np.zeros(4 * width, np.float32),
                           "w2": rng.normal(size=(4 * width, width)).astype(np.float32) / 32,
                           "g": np.ones(width, np.float32)} for _ in range(layers)],
               "head": rng.normal(size=(width, 1)).astype(np.float32) / 16}
+    if frozen:
+        params["inp"] = rng.normal(size=(width, width)).astype(np.float32) / 8
     data = {"x": rng.normal(size=(batch, width)).astype(np.float32), "y": rng.normal(size=(batch, 1)).astype(np.float32)}
 
     def loss(p, d):
-        x = d["x"]
-        for b in p["layers"]:
+        x = d["x"] @ p["inp"] if frozen else d["x"]
+        for i, b in enumerate(p["layers"]):
+            b = jax.lax.stop_gradient(b) if i < frozen else b
             normed = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * b["g"]
             x = x + jax.nn.silu(normed @ b["w1"] + b["b1"]) @ b["w2"]
         return jnp.mean((x @ p["head"] - d["y"]) ** 2)

@@ -61,6 +61,51 @@ def test_copy_free_only_for_programs_without_control_flow_of_their_own(tmp_path)
 # Adam by default (its state holds sgd's, the parameters, and more); slow: sgd, and momentum and AdamW
 # (test_corpus holds batchnorm_state with the option on, and transformer_adamw, whose embedding's gradient is
 # a scatter, without it), compiled with the option on, to jax.jit (the option off) bitwise, one step and a loop
+def _centred_step(s, b):
+    """A loss that reads each example less the batch's mean: micro-batch does not cut it."""
+    return s - 0.1 * jax.grad(lambda w: jnp.sum((b * w - jnp.mean(b * w)) ** 2))(s), ()
+
+
+def test_a_pass_that_adds_no_loop_leaves_the_program_as_traced_with_the_option(tmp_path):
+    """roll-layers that rolls nothing and micro-batch that does not cut leave the program as traced, which is then
+    compiled with the option, as without them, also where it is loaded from the compile cache: a `memory_budget`
+    that rolls nothing costs no memory (an MLP whose first layers are frozen with stop_gradient held 1.27x the
+    temporaries of the same step without it when each such pass turned the option off). Where they do add a loop,
+    the option stays off."""
+    opt = optax.adam(1e-2)
+    plain = loopfuse.compile_step(train_step(opt)).compiled(init_state(opt), batch())
+    for kw in ({}, {"cache_dir": tmp_path}, {"cache_dir": tmp_path}):      # the third loads the second's
+        call = loopfuse.compile_step(train_step(opt), memory_budget=0.0, dump_ir=tmp_path / "dump", **kw)
+        compiled = call.compiled(init_state(opt), batch())
+        assert not compiled.reports["roll-layers"].startswith("rolled")
+        assert compiled.xla_options == plain.xla_options == {OPTION: True}
+        assert compiled.memory.temp == plain.memory.temp
+        assert_trees_equal(call(init_state(opt), batch()), jax.jit(train_step(opt))(init_state(opt), batch()))
+    notes = [p.read_text() for p in (tmp_path / "dump").glob("*/executable.txt")]
+    assert notes and all(f"{OPTION}: on" in n for n in notes)
+    cut = loopfuse.compile_step(_centred_step, micro_batches=2)
+    with pytest.warns(UserWarning, match="micro_batches=2 not applied"):
+        compiled = cut.compiled(jnp.ones(4), jnp.arange(4.0))
+    assert compiled.xla_options == {OPTION: True}
+    rolled = loopfuse.compile_step(_scan_free_layers, memory_budget=0.0)
+    assert rolled.compiled(*_layers_state()).xla_options == {}
+    assert "roll-layers adds control flow of its own" in str(rolled.compiled(*_layers_state()).program)
+
+
+def _scan_free_layers(s, b):
+    """Four alike tanh layers as a Python loop, SGD: roll-layers rolls them."""
+    def loss(ws):
+        x = b
+        for w in ws:
+            x = x + jnp.tanh(x @ w)
+        return jnp.sum(x * x)
+    return [w - 0.1 * g for w, g in zip(s, jax.grad(loss)(s))], ()
+
+
+def _layers_state():
+    return [jnp.full((64, 64), 0.01 * (i + 1)) for i in range(4)], jnp.ones((256, 64))
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "adam" else pytest.mark.slow) for n in OPTIMIZERS])
 def test_step_and_loop_bitwise_equal_to_compiled_without_the_option(name):
     opt = OPTIMIZERS[name]

@@ -61,6 +61,7 @@ class Lowered:
     module: ir.Module
     text: str
     seconds: dict                    # the plan's, and each pass's
+    xla: runtime.ProgramOptions      # the XLA options it is compiled with (`_program`)
 
 
 def build(fn: Callable, options: StepOptions, state, batch, static: dict) -> Executable:
@@ -115,11 +116,14 @@ def _planned(traced: Traced, options: StepOptions, name: str, avals: tuple, batc
 
 def lower(plan: Plan, *, stages: dict | None = None, note: str | None = None) -> Lowered:
     """Run `plan`'s passes on a copy of its traced module (the plan stays as traced), dumping every stage to
-    its dump folder (with `note`, where the executable comes from, as ``executable.txt``) and into `stages`
-    when given (see `pipeline.lower`)."""
+    its dump folder (with `note`, where the executable comes from, and the XLA options, as ``executable.txt``)
+    and into `stages` when given (see `pipeline.lower`)."""
     module = copy_module(plan.traced.module)
-    text, timings = pipeline.lower(module, list(plan.passes), dump=plan.dump, stages=stages, note=note)
-    return Lowered(plan, module, text, {**plan.seconds, **timings})
+    text, timings = pipeline.lower(module, list(plan.passes), dump=plan.dump, stages=stages)
+    program = _program(plan, module)
+    if plan.dump is not None and note is not None:
+        pipeline.write_dump(plan.dump, "executable.txt", note + str(program))
+    return Lowered(plan, module, text, {**plan.seconds, **timings}, program)
 
 
 def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
@@ -127,22 +131,26 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     plan's `lower` when the caller has it, saves running the passes again (not with a dump folder, whose
     passes run also on a hit, for the dump)."""
     devices, traced = plan.devices, plan.traced
-    compile_options = xla.compile_options(devices, plan.xla.values, shardy=xla.uses_shardy(traced.module))
+    shardy = xla.uses_shardy(traced.module)
     t0 = time.perf_counter()
     where = compile_cache.folder(plan.options.cache_dir)
-    entry = None if where is None or traced.effects.host_callbacks else compile_cache.Entry.of(
-        where, str(traced.module), pipeline.pipeline_string(plan.passes), devices, compile_options)
+    entry = None if where is None or traced.effects.host_callbacks else compile_cache.Entry.of(   # the program's
+        where, str(traced.module), pipeline.pipeline_string(plan.passes), devices,                # options follow
+        xla.compile_options(devices, plan.xla.values, shardy=shardy))                             # from the plan's
     loaded = entry.load(traced.module.context) if entry is not None else None
     cache_seconds = time.perf_counter() - t0
     if plan.dump is not None or lowered is None and loaded is None:
-        lowered = lower(plan, note=_origin(entry, loaded, where is not None) + str(plan.xla))
+        lowered = lower(plan, note=_origin(entry, loaded, where is not None))
     seconds = dict(lowered.seconds if lowered is not None else plan.seconds)
     if loaded is not None:
         executable, module = loaded
+        program = _program(plan, module)
     else:
         assert lowered is not None
+        program = lowered.xla
         t0 = time.perf_counter()
-        executable = xla.compile_module(lowered.text, devices, compile_options, host_callbacks=traced.effects.host_callbacks)
+        executable = xla.compile_module(lowered.text, devices, xla.compile_options(devices, program.values, shardy=shardy),
+                                        host_callbacks=traced.effects.host_callbacks)
         seconds["xla"] = time.perf_counter() - t0
         module = lowered.module
         if entry is not None:
@@ -152,7 +160,7 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     if where is not None:
         seconds["cache"] = cache_seconds
     built = Executable.build(traced, module, executable, plan.avals, plan.options.placement, devices[0],
-                             plan.options.donate, plan.xla, plan.passes, seconds)
+                             plan.options.donate, program, plan.passes, seconds)
     refused = built.reports.get("micro-batch", "")
     if refused.startswith("did not"):
         asked = "the micro-batch pass" if plan.options.micro_batches is None else f"micro_batches={plan.options.micro_batches}"
@@ -199,6 +207,17 @@ def _program_options(traced: Traced, options: StepOptions, state_avals, passes) 
                 replicated += a.size * a.dtype.itemsize
     return xla.program_options(traced.module, options.program_devices[0].platform, replicated,
                                    options.xla_options, [p.name for p in passes if p.adds_control_flow()])
+
+
+def _program(plan: Plan, module: ir.Module) -> runtime.ProgramOptions:
+    """The XLA options `plan`'s program, `module` after its passes, is compiled with: the plan's, decided before
+    the passes ran (the compile cache's key), less what a pass that may add control flow of its own asked
+    where it added none (roll-layers that rolled nothing, micro-batch that did not cut: the program as traced)."""
+    ran = [p for p in plan.passes if p.adds_control_flow()]
+    if all(p.added_control_flow(module.operation) for p in ran):
+        return plan.xla
+    return _program_options(plan.traced, plan.options, plan.avals[:len(plan.traced.state_paths)],
+                            [p for p in ran if p.added_control_flow(module.operation)])
 
 
 def _origin(entry: compile_cache.Entry | None, loaded, cache_set: bool) -> str:

@@ -131,13 +131,11 @@ def run(module: ir.Module, specs, on_stage=None, repro_dir: Path | None = None) 
     return timings
 
 
-def lower(module: ir.Module, specs, *, dump: Path | None = None, stages: dict | None = None,
-          note: str | None = None) -> tuple[str, dict]:
+def lower(module: ir.Module, specs, *, dump: Path | None = None, stages: dict | None = None) -> tuple[str, dict]:
     """Run `specs` on `module` in place: (final MLIR text, {pass name: seconds}).
 
     Each stage ("00-traced", "NN-after-<pass>", "final") is printed once, for the `dump` folder
-    (``<stage>.mlir``, the last one ``NN-final.mlir``) and for `stages` (when given); `note` (where
-    the executable comes from) goes into the dump as ``executable.txt`` once the passes succeeded. A dump
+    (``<stage>.mlir``, the last one ``NN-final.mlir``) and for `stages` (when given). A dump
     that cannot be written warns and stops; it never hides the pipeline's own result or failure.
     """
     writer = _DumpWriter(dump) if dump is not None else None
@@ -152,8 +150,6 @@ def lower(module: ir.Module, specs, *, dump: Path | None = None, stages: dict | 
     timings = run(module, specs, (lambda name, m: on_stage(name, str(m))) if keep else None, repro_dir=dump)
     text = str(module)
     if writer:
-        if note is not None:
-            writer.write("executable.txt", note)
         writer.write(f"{len(specs) + 1:02d}-{FINAL_STAGE}", text)
         for name, report in reports(module.operation).items():
             writer.write(f"{name}.txt", report + "\n")

@@ -166,7 +166,8 @@ class Step:
         """
         top = validate.steps(top, "top")
         plan = self._plan(state, batch, start, static)
-        report = memory_report.compile_report(compiler.lower(plan).module, plan.devices, plan.xla.values,
+        lowered = compiler.lower(plan)
+        report = memory_report.compile_report(lowered.module, plan.devices, lowered.xla.values,
                                               host_callbacks=plan.traced.effects.host_callbacks,
                                               batch_paths=plan.batch_paths, top=top)
         chosen = self._memory_plan(state, batch, start, static)

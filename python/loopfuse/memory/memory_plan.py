@@ -171,9 +171,9 @@ class Programs:
         """`c`'s executable: compiled once per program (a plan of the same program and XLA options as one compiled
         shares it)."""
         if c not in self._compiled:
-            options = dict(self.lowered(c).plan.xla.values)
+            options = dict(self.lowered(c).xla.values)
             same = [p for p in self._alike_to(c)
-                    if p in self._compiled and dict(self.lowered(p).plan.xla.values) == options]
+                    if p in self._compiled and dict(self.lowered(p).xla.values) == options]
             if same:
                 self._compiled[c] = self._compiled[same[0]]
             else:
@@ -305,7 +305,7 @@ class Floor:
         """The error that names the floor and the buffers live at its peak (`memory_report`: one compile more)."""
         lowered = programs.lowered(self.plan)
         plan = lowered.plan
-        report = memory_report.compile_report(lowered.module, plan.devices, plan.xla.values,
+        report = memory_report.compile_report(lowered.module, plan.devices, lowered.xla.values,
                                               host_callbacks=plan.traced.effects.host_callbacks,
                                               batch_paths=plan.batch_paths, top=FLOOR_BUFFERS)
         buffers = "\n".join(f"  {size_text(b.bytes)} {b.shape} {b.kind} {b.what}" + (f" at {b.source}" if b.source else "")

@@ -114,7 +114,7 @@ def _first(op_name: str) -> str:
 def compile_report(module: ir.Module, devices, xla_options: Mapping[str, Any], *, host_callbacks=(), batch_paths=(),
                    top: int = 10) -> MemoryReport:
     """Compile `module` (a lowered program: the module handed to XLA) for `devices` with its program's
-    `xla_options` (``Plan.xla.values``, `host_callbacks` its trace's) and XLA's dump into a temporary folder, and
+    `xla_options` (``Lowered.xla.values``, `host_callbacks` its trace's) and XLA's dump into a temporary folder, and
     read its `MemoryReport` (the `top` largest buffers at the peak; `batch_paths` name the batch arguments);
     the folder is deleted before this returns."""
     with module.context:

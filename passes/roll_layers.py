@@ -652,9 +652,9 @@ class Plan:
         n = roles.length
         saves = self._update_saves() if self.update else self._activations_saved() // self.shards
         seeds = {c.leaf for classes in roles.operands for c in classes if isinstance(c, Seed)}
-        stack = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
-        stack += sum(n * g.nbytes(_broadcast_sources(g, c.values)[0][0]) for c in _per_layer(roles)
-                     if _stack_rows(g, c.values) is None)
+        leaves = sum(n * g.nbytes(roles.seeds[s][0]) for s in seeds if _packed_buffer(g, roles.seeds[s]) is None)
+        stack = leaves + sum(n * g.nbytes(_broadcast_sources(g, c.values)[0][0]) for c in _per_layer(roles)
+                             if _stack_rows(g, c.values) is None)
         left_out = sum(g.nbytes(roles.seeds[s][0]) * (_rows(g, found[0], roles.seeds[s]) - n)
                        for s in set(self.state.values()) if (found := _packed_buffer(g, roles.seeds[s])))
         cost = stack + left_out
@@ -663,6 +663,8 @@ class Plan:
         than = f", more than the ~{_kib(max(saves, 0))} of {'copies' if self.update else 'activations'} rolling saves"
         if not stack:
             return f"reading the packed rows of the layers left out of the run would cost {_kib(left_out)} of temporaries{than}"
+        if not leaves:       # the leaves are rows of packed buffers already: no layout helps
+            return f"stacking the values that differ by layer inside each call would cost {_kib(stack + left_out)} of temporaries{than}"
         hint = ("the packed state holds them in another order than the step reads them (loopfuse.pack stacks "
                 "layers held under names in their keys' order)" if any(_out_of_order(g, roles.seeds[s]) for s in seeds)
                 else "loopfuse.pack(state, layers=True) keeps them stacked between calls")

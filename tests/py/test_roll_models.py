@@ -713,6 +713,36 @@ def test_layers_frozen_with_stop_gradient_roll_only_where_that_holds_less():
         leaves_close(run(call, fresh(state), data, 2)[0], run(jax.jit(step), fresh(state), data, 2)[0])
 
 
+def test_a_packed_state_that_does_not_roll_is_not_told_to_pack():
+    """A U-Net's skips (each down block's output read by an up block): on a state packed with its layers stacked,
+    the down blocks do not roll, since what rolling would stack inside the call is values that differ by layer
+    (slices of the packed buffers that are not rows of one), not the state's leaves; the report says so, and no
+    longer that `loopfuse.pack(state, layers=True)` would keep them stacked (the state is packed so already)."""
+    rng = np.random.default_rng(0)
+    d = 16
+    params = {"inp": rng.normal(size=(8, d)).astype(np.float32), "mid": rng.normal(size=(d, d)).astype(np.float32),
+              "down": [{"w": rng.normal(size=(d, d)).astype(np.float32), "b": np.zeros(d, np.float32)} for _ in range(3)],
+              "up": [{"w": rng.normal(size=(2 * d, d)).astype(np.float32), "b": np.zeros(d, np.float32)} for _ in range(3)]}
+    data = rng.normal(size=(16, 8)).astype(np.float32)
+
+    def loss(p, x):
+        x, skips = x @ p["inp"], []
+        for b in p["down"]:
+            x = jax.nn.gelu(x @ b["w"] + b["b"]) + x
+            skips.append(x)
+        x = x @ p["mid"]
+        for b, skip in zip(p["up"], reversed(skips)):
+            x = jax.nn.gelu(jnp.concatenate([x, skip], -1) @ b["w"] + b["b"]) + x
+        return jnp.mean(x ** 2)
+    opt = optax.adamw(1e-3)
+    step = transformer.optax_step(loss, opt)
+    packed = loopfuse.pack((params, opt.init(params)), layers=True)
+    report = roll_report(rolling(step), packed, data)
+    down = next(line for line in report.splitlines() if "['down']" in line)
+    assert down.startswith("did not roll") and "stacking the values that differ by layer inside each call" in down, report
+    assert "loopfuse.pack" not in report, report
+
+
 @pytest.mark.slow      # ~10 s on 2 cores (the default suite's time)
 def test_fit_keeps_the_pytree_where_the_stacked_program_would_hold_more():
     """`optax.apply_if_finite` checks every gradient before its inner update lands, so the backward loop keeps

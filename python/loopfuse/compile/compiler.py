@@ -134,9 +134,10 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     shardy = xla.uses_shardy(traced.module)
     t0 = time.perf_counter()
     where = compile_cache.folder(plan.options.cache_dir)
-    entry = None if where is None or traced.effects.host_callbacks else compile_cache.Entry.of(   # the program's
-        where, str(traced.module), pipeline.pipeline_string(plan.passes), devices,                # options follow
-        xla.compile_options(devices, plan.xla.values, shardy=shardy))                             # from the plan's
+    # keyed by the plan's options, from which the program's follow (`_program`)
+    entry = None if where is None or traced.effects.host_callbacks else compile_cache.Entry.of(
+        where, str(traced.module), pipeline.pipeline_string(plan.passes), devices,
+        xla.compile_options(devices, plan.xla.values, shardy=shardy))
     loaded = entry.load(traced.module.context) if entry is not None else None
     cache_seconds = time.perf_counter() - t0
     if plan.dump is not None or lowered is None and loaded is None:
@@ -211,8 +212,9 @@ def _program_options(traced: Traced, options: StepOptions, state_avals, passes) 
 
 def _program(plan: Plan, module: ir.Module) -> runtime.ProgramOptions:
     """The XLA options `plan`'s program, `module` after its passes, is compiled with: the plan's, decided before
-    the passes ran (the compile cache's key), less what a pass that may add control flow of its own asked
-    where it added none (roll-layers that rolled nothing, micro-batch that did not cut: the program as traced)."""
+    the passes ran (the compile cache's key) as if each pass that may add control flow of its own added some;
+    or, where one added none (roll-layers that rolled nothing, micro-batch that did not cut), those decided
+    without it."""
     ran = [p for p in plan.passes if p.adds_control_flow()]
     if all(p.added_control_flow(module.operation) for p in ran):
         return plan.xla

@@ -535,7 +535,7 @@ func.func public @main(%arg0: tensor<6xf32> {loopfuse.packed = ["['w'][0]", "['w
 // hold, and the whole run would stack its gradients and read a left-out row for what it saves (a tie:
 // 24 B each way), so the update is left as micro-batch made it.
 // CHECK-LABEL: module
-// CHECK-SAME: did not roll the update of ['w'] [0:3]: stacking the layers' leaves inside each call would cost 24 B of temporaries, more than the ~24 B of copies rolling saves
+// CHECK-SAME: did not roll the update of ['w'] [0:3]: stacking the values that differ by layer inside each call would cost 24 B of temporaries, more than the ~24 B of copies rolling saves
 // CHECK: stablehlo.while{{.*}}attributes {loopfuse.micro_batch = 2 : i32}
 // CHECK: stablehlo.concatenate {{.*}} -> tensor<6xf32>
 func.func public @main(%arg0: tensor<6xf32> {loopfuse.packed = ["['w'][0]", "['w'][1]", "['w'][2]"], loopfuse.state = ".buffers[0]"}, %arg1: tensor<2x2xf32>) -> (tensor<6xf32> {loopfuse.result = 0 : i32, loopfuse.state = ".buffers[0]"}, tensor<f32> {loopfuse.result = 1 : i32}) {

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 
+import layered
 import loopfuse
 from loopfuse.compile import xla
 from loopfuse.compile.mlir_context import parse_module
@@ -87,23 +88,10 @@ def test_a_pass_that_adds_no_loop_leaves_the_program_as_traced_with_the_option(t
     with pytest.warns(UserWarning, match="micro_batches=2 not applied"):
         compiled = cut.compiled(jnp.ones(4), jnp.arange(4.0))
     assert compiled.xla_options == {OPTION: True}
-    rolled = loopfuse.compile_step(_scan_free_layers, memory_budget=0.0)
-    assert rolled.compiled(*_layers_state()).xla_options == {}
-    assert "roll-layers adds control flow of its own" in str(rolled.compiled(*_layers_state()).program)
-
-
-def _scan_free_layers(s, b):
-    """Four alike tanh layers as a Python loop, SGD: roll-layers rolls them."""
-    def loss(ws):
-        x = b
-        for w in ws:
-            x = x + jnp.tanh(x @ w)
-        return jnp.sum(x * x)
-    return [w - 0.1 * g for w, g in zip(s, jax.grad(loss)(s))], ()
-
-
-def _layers_state():
-    return [jnp.full((64, 64), 0.01 * (i + 1)) for i in range(4)], jnp.ones((256, 64))
+    step, state, data = layered.rms_mlp(4, 64, 64)
+    rolled = loopfuse.compile_step(step, memory_budget=0.0).compiled(loopfuse.pack(state, layers=True), data)
+    assert rolled.reports["roll-layers"].startswith("rolled ") and rolled.xla_options == {}
+    assert "roll-layers adds control flow of its own" in str(rolled.program)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "adam" else pytest.mark.slow) for n in OPTIMIZERS])

@@ -170,6 +170,7 @@ def test_micro_batch_predictions_are_close_and_the_chosen_plan_runs_within_toler
         assert np.max(np.abs(np.asarray(x) - np.asarray(y))) <= 1e-5 * np.max(np.abs(np.asarray(y))) + 1e-6
 
 
+@pytest.mark.slow
 def test_batch_norm_refuses_slices_with_its_line_and_the_limit_is_met_by_remat(tmp_path):
     """The layers kept stacked (`loopfuse.pack(state, layers=True)`), so that they roll at this small size."""
     step, state, batch = problem(bn_loss, rows=256)

@@ -59,9 +59,6 @@ def test_copy_free_only_for_programs_without_control_flow_of_their_own(tmp_path)
     assert unset.compiled(init_state(opt), batch()).xla_options == {}
 
 
-# Adam by default (its state holds sgd's, the parameters, and more); slow: sgd, and momentum and AdamW
-# (test_corpus holds batchnorm_state with the option on, and transformer_adamw, whose embedding's gradient is
-# a scatter, without it), compiled with the option on, to jax.jit (the option off) bitwise, one step and a loop
 def _centred_step(s, b):
     """A loss that reads each example less the batch's mean: micro-batch does not cut it."""
     return s - 0.1 * jax.grad(lambda w: jnp.sum((b * w - jnp.mean(b * w)) ** 2))(s), ()
@@ -70,7 +67,7 @@ def _centred_step(s, b):
 def test_a_pass_that_adds_no_loop_leaves_the_program_as_traced_with_the_option(tmp_path):
     """roll-layers that rolls nothing and micro-batch that does not cut leave the program as traced, which is then
     compiled with the option, as without them, also where it is loaded from the compile cache: a `memory_budget`
-    that rolls nothing costs no memory (an MLP whose first layers are frozen with stop_gradient held 1.27x the
+    that rolls nothing costs no memory (an MLP whose first layers are frozen with stop_gradient held 1.28x the
     temporaries of the same step without it when each such pass turned the option off). Where they do add a loop,
     the option stays off."""
     opt = optax.adam(1e-2)
@@ -94,6 +91,9 @@ def test_a_pass_that_adds_no_loop_leaves_the_program_as_traced_with_the_option(t
     assert "roll-layers adds control flow of its own" in str(rolled.program)
 
 
+# Adam by default (its state holds sgd's, the parameters, and more); slow: sgd, and momentum and AdamW
+# (test_corpus holds batchnorm_state with the option on, and transformer_adamw, whose embedding's gradient is
+# a scatter, without it), compiled with the option on, to jax.jit (the option off) bitwise, one step and a loop
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "adam" else pytest.mark.slow) for n in OPTIMIZERS])
 def test_step_and_loop_bitwise_equal_to_compiled_without_the_option(name):
     opt = OPTIMIZERS[name]

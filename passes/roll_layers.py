@@ -62,6 +62,7 @@ The pass reports what it did (and why a run did not roll) with `ModulePass.repor
 (``roll-layers.txt``) and in ``Executable.reports``.
 """
 import math
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -138,6 +139,8 @@ class RollLayers(ModulePass):
                 rolled |= self._roll(module_op, main, lines, update=True)[0]   # a packed state's update, after the loops
             if not rolled:
                 selected.undo()
+                if _stacked_buffers(main):
+                    lines.append(NOT_ROLLED_STACKED)
             elif selected:
                 lines.append(f"{len(selected)} two-way cond(s) of cheap ops run as selects (cond-to-select)")
         self.report(module_op, "\n".join(lines))
@@ -359,6 +362,22 @@ def layers_block(main: func.FuncOp) -> ir.Block:
         if MICRO_BATCH in op.operation.attributes:
             return op.operation.regions[1].blocks[0]
     return entry
+
+
+NOT_ROLLED_STACKED = ("the state holds layers stacked (loopfuse.pack(state, layers=True)) and none rolled: each call "
+                      "takes the stacks apart and builds them again, a copy of each in temporaries; pass the state "
+                      "as a pytree, or packed without layers=True")
+
+
+def _stacked_buffers(main: func.FuncOp) -> bool:
+    """Whether a packed buffer of the state holds one leaf of alike layers, layer after layer (`pack`'s
+    ``layers=True``): its leaves' paths differ only in their numbers."""
+    for attrs in arg_attrs(main):
+        if PACKED in attrs:
+            held = [ir.StringAttr(p).value for p in ir.ArrayAttr(attrs[PACKED])]
+            if len(held) > 1 and len({re.sub(r"\d+", "#", path) for path in held}) == 1:
+                return True
+    return False
 
 
 def state_leaves(main: func.FuncOp) -> list[tuple[ir.Value, str]]:

@@ -371,11 +371,15 @@ NOT_ROLLED_STACKED = ("the state holds layers stacked (loopfuse.pack(state, laye
 
 def _stacked_buffers(main: func.FuncOp) -> bool:
     """Whether a packed buffer of the state holds one leaf of alike layers, layer after layer (`pack`'s
-    ``layers=True``): its leaves' paths differ only in their numbers."""
+    ``layers=True``): its leaves' paths differ in one key only, the layer's (an index, or a name followed
+    by the leaf's own keys)."""
     for attrs in arg_attrs(main):
         if PACKED in attrs:
-            held = [ir.StringAttr(p).value for p in ir.ArrayAttr(attrs[PACKED])]
-            if len(held) > 1 and len({re.sub(r"\d+", "#", path) for path in held}) == 1:
+            keys = [re.findall(r"\[[^\]]*\]|\.[^.\[]+", ir.StringAttr(p).value) for p in ir.ArrayAttr(attrs[PACKED])]
+            if len(keys) < 2 or len({len(k) for k in keys}) != 1:
+                continue
+            differ = [i for i in range(len(keys[0])) if len({k[i] for k in keys}) > 1]
+            if len(differ) == 1 and (differ[0] < len(keys[0]) - 1 or all(re.fullmatch(r"\[\d+\]", k[-1]) for k in keys)):
                 return True
     return False
 

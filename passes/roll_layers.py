@@ -42,8 +42,10 @@ backward ops read that cost the most work per byte to recompute, until their byt
 such products (PyTorch's ``activation_memory_budget`` over jax's ``dots_saveable`` candidates); 1.0
 leaves the step as it is. A state given leaf by leaf is stacked inside the call (a copy of the
 rolled state in temporaries), so it rolls only where that costs less than the activations rolling
-saves (`Plan._not_worth_stacking`; ``force`` rolls it anyway); a packed state's layers
-(``loopfuse.pack(state, layers=True)``) are stacked already and roll in place.
+saves, less what the loops hand to the ops after them stacked over every layer (`Plan._not_worth_stacking`,
+`Plan._exports_kept`; ``force`` rolls it anyway); a packed state's layers
+(``loopfuse.pack(state, layers=True)``) are stacked already and roll in place (where none rolls, the
+report says that the stacks then cost a copy per call).
 
 Why it is exact: each op of the loops is one of `layer_roles`'s roles, run at position l on the
 operands its classification names, which are the values the original op at layer l read (its

@@ -208,6 +208,7 @@ def test_key_covers_versions_platform_devices_options_and_flags(monkeypatch):
     assert len(set(keys.values())) == len(keys)
 
 
+@pytest.mark.slow
 def test_devices_and_shardings_never_share_an_entry(tmp_path):
     facts = json.loads(finish(child("mesh", tmp_path, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})))
     assert facts["misses"] == [True] * 5 + [False] and facts["entries"] == 5

@@ -285,6 +285,7 @@ def _meta(directory, steps) -> dict:
     return json.loads((Path(directory) / str(steps) / "meta" / "metadata").read_text())
 
 
+@pytest.mark.slow
 def test_a_run_until_ended_saves_its_end_and_resuming_it_runs_no_step(step, tmp_path):
     stopped = fit(tmp_path / "stopped", 24, step, until=until_ten)
     assert stopped.steps == 10 and stopped.retcode == "until" and stopped.history["loss"].shape == (10,)

@@ -171,6 +171,7 @@ def test_loop_runs_the_same_slices_at_every_step():
     np.testing.assert_allclose(aux["loss"], losses, rtol=RTOL)
 
 
+@pytest.mark.slow
 def test_fit_and_minimize_take_the_slices():
     """fit over a shuffled Dataset (the batch gathered from the epoch's order, sliced in the loop) and
     minimize's CompiledLoop(micro_batches=...) against the same runs on the whole batch."""

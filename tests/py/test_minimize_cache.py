@@ -39,7 +39,7 @@ def compiles(monkeypatch):
 
 @pytest.mark.parametrize("backend, make_optimizer", [
     *[(b, lambda: optax.adam(1e-2)) for b in (GradOnly(), CompiledStep(), CompiledLoop(steps=4))],
-    (GradOnly(), optax.lbfgs),
+    pytest.param(GradOnly(), optax.lbfgs, marks=pytest.mark.slow),
     # the compiled backends key an L-BFGS program as any other (the last test: its loop compiles once)
     *[pytest.param(b, optax.lbfgs, marks=pytest.mark.slow) for b in (CompiledStep(), CompiledLoop(steps=4))],
 ], ids=["grad-only-adam", "step-adam", "loop4-adam", "grad-only-lbfgs", "step-lbfgs", "loop4-lbfgs"])
@@ -201,6 +201,7 @@ def test_the_persistent_cache_serves_a_new_process(tmp_path):
     assert second["loss"] == first["loss"]
 
 
+@pytest.mark.slow
 def test_a_solve_of_many_chunks_compiles_its_loop_once(compiles):
     """optax.lbfgs's initial state holds weakly typed scalars that its update returns strongly typed:
     the loop carries them strongly typed from the first chunk on (as lax.scan would), so the later

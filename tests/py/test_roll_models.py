@@ -103,6 +103,7 @@ def test_an_equinox_mlp_whose_first_block_reads_the_data_rolls_every_block():
     check_rolls(step, state, data, range(0, 4))
 
 
+@pytest.mark.slow
 def test_equinox_layer_norm_blocks_roll_with_the_first_that_reads_the_data():
     """``eqx.nn.LayerNorm`` takes its variance with ``jnp.var``, a jitted function that jax lowers in two forms:
     ``_var`` at the first block, which reads the data, and ``_var_0``, which also returns what its derivative
@@ -680,6 +681,7 @@ def test_layer_wise_learning_rates_roll_the_moments_kept_per_label():
     assert packed_temp_ratio(step, state, data, call) < 0.5
 
 
+@pytest.mark.slow
 def test_frozen_first_layers_leave_the_trained_ones_to_roll_with_their_moments():
     """Fine-tuning the last layers (`layered.frozen_first`: ``optax.set_to_zero`` on the first): the optimizer
     keeps moments for the trained layers only, a run of its own over layers 1-3, which joins the parameters'
@@ -698,7 +700,8 @@ def test_frozen_first_layers_leave_the_trained_ones_to_roll_with_their_moments()
     assert report.startswith("rolled [0]['layers'], [1].inner_states['train'].inner_state[0].mu['layers'], "), report
 
 
-def test_layers_frozen_with_stop_gradient_roll_only_where_that_holds_less():
+@pytest.mark.parametrize("shape, rolls", [((4, 64, 64, 2), False), pytest.param((4, 32, 64, 1), True, marks=pytest.mark.slow)])
+def test_layers_frozen_with_stop_gradient_roll_only_where_that_holds_less(shape, rolls):
     """The first blocks read through ``lax.stop_gradient`` (`layered.rms_mlp(frozen=)`): every block computes its
     input's gradient, the others their weights' too, after the loops, from each layer's values the loops export
     stacked over every layer (`Plan._exports_kept`), where the unrolled step keeps them one layer at a time.
@@ -706,14 +709,13 @@ def test_layers_frozen_with_stop_gradient_roll_only_where_that_holds_less():
     budget (it rolled and held 2.0x those temporaries, 1.56x jax.jit's; declined without the copy-free carry it
     held 1.28x); 4 blocks of 32 (1 frozen), where rolling saves more than the exports cost, still roll, below
     the step without a budget."""
-    for shape, rolls in (((4, 64, 64, 2), False), ((4, 32, 64, 1), True)):
-        step, state, data = layered.rms_mlp(*shape[:3], frozen=shape[3], opt=optax.adamw(1e-3, eps=EPS))
-        plain = loopfuse.compile_step(step, keep_aux=("loss",)).compiled(fresh(state), data).memory.temp
-        call = rolling(step)
-        compiled = call.compiled(fresh(state), data)
-        assert compiled.reports["roll-layers"].startswith("rolled ") == rolls, compiled.reports["roll-layers"]
-        assert compiled.memory.temp <= plain if not rolls else compiled.memory.temp < plain
-        leaves_close(run(call, fresh(state), data, 2)[0], run(jax.jit(step), fresh(state), data, 2)[0])
+    step, state, data = layered.rms_mlp(*shape[:3], frozen=shape[3], opt=optax.adamw(1e-3, eps=EPS))
+    plain = loopfuse.compile_step(step, keep_aux=("loss",)).compiled(fresh(state), data).memory.temp
+    call = rolling(step)
+    compiled = call.compiled(fresh(state), data)
+    assert compiled.reports["roll-layers"].startswith("rolled ") == rolls, compiled.reports["roll-layers"]
+    assert compiled.memory.temp <= plain if not rolls else compiled.memory.temp < plain
+    leaves_close(run(call, fresh(state), data, 2)[0], run(jax.jit(step), fresh(state), data, 2)[0])
 
 
 def test_a_packed_state_that_does_not_roll_is_not_told_to_pack():

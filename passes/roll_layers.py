@@ -81,7 +81,7 @@ from .matchers import rows, sliced_rows, splat_value
 from .dataflow import ARG, Dataflow, tensor_bytes
 from .dead_code import pure_callees
 from .layer_roles import Carry, Internal, Invariant, PerLayer, Roles, Seed, analyze
-from .layer_runs import keyed_runs, runs, sub_partner, with_partners
+from .layer_runs import keyed_runs, runs, sub_partner, tokens, with_partners
 from .module_pass import ModulePass, option, reports
 from .sink_leaf_ops import sink
 from . import rewriter as rw
@@ -377,7 +377,7 @@ def _stacked_buffers(main: func.FuncOp) -> bool:
     by the leaf's own keys)."""
     for attrs in arg_attrs(main):
         if PACKED in attrs:
-            keys = [re.findall(r"\[[^\]]*\]|\.[^.\[]+", ir.StringAttr(p).value) for p in ir.ArrayAttr(attrs[PACKED])]
+            keys = [tokens(ir.StringAttr(p).value) for p in ir.ArrayAttr(attrs[PACKED])]
             if len(keys) < 2 or len({len(k) for k in keys}) != 1:
                 continue
             differ = [i for i in range(len(keys[0])) if len({k[i] for k in keys}) > 1]
@@ -719,22 +719,33 @@ class Plan:
         layer's backward values (the weight gradients of layers that only some layers compute), or until
         every layer's is there (a global norm's clip)."""
         g, roles, n = self.g, self.roles, self.roles.length
-        carried = {(r, j) for r, j, _ in [*self.carries, *self.bcarries]}
-        memo: dict = {}
         total = 0
-        for (r, j), layers in self.exports.items():
-            b = g.nbytes(roles.value(g, r, j))
-            if r not in self.backward:
-                if (r, j) not in self.saved and not ((r, j) in carried and layers == {n - 1}):
-                    total += n * b if (r, j) in reads else (n - len(layers)) * b
-                continue
-            rows = layers - {0} if (r, j) in carried else layers
-            if len(rows) < 2 or (r, j) in self.state or (r, j) in self.sums or (r, j) in self.accumulated:
+        for r, j in self.forward_rows():
+            if (r, j) not in self.saved:
+                total += g.nbytes(roles.value(g, r, j)) * (n if (r, j) in reads else n - len(self.exports[r, j]))
+        memo: dict = {}
+        for (r, j), rows in self.backward_rows().items():
+            if len(rows) < 2 or (r, j) in self.accumulated:     # one layer's value is kept alone
                 continue
             waiting = sum(1 for l in rows if any(not self._backward_layers(u, memo) <= {l}
                                                  for u, _ in g.users[roles.value(g, r, j, l)] if u not in roles.role_of))
-            total += (n - waiting - (waiting < len(rows))) * b
+            total += (n - waiting - (waiting < len(rows))) * g.nbytes(roles.value(g, r, j))
         return total
+
+    def forward_rows(self) -> list:
+        """The forward roles' values ops outside the run read, which the forward loop saves per layer: all but
+        a carry read at the last layer only (the loop's result)."""
+        carried = {(r, j) for r, j, _ in self.carries}
+        return [key for key, layers in self.exports.items()
+                if key[0] not in self.backward and not (key in carried and layers == {self.roles.length - 1})]
+
+    def backward_rows(self) -> dict:
+        """The backward roles' values ops outside the run read, by the layers read, but a stacked leaf's new rows
+        and a sum over the layers: the backward loop writes the values of more than one layer per layer, and
+        keeps one layer's alone (a carry's value at layer 0 is its final one)."""
+        carried = {(r, j) for r, j, _ in self.bcarries}
+        return {key: layers - {0} if key in carried else layers for key, layers in self.exports.items()
+                if key[0] in self.backward and key not in self.state and key not in self.sums}
 
     def _backward_layers(self, op: int, memo: dict) -> frozenset:
         """The layers whose backward roles' values op `op`, outside the run, reads, directly or through other ops
@@ -1136,10 +1147,7 @@ class _Rewrite:
     # -- the forward loop: layer 0 .. L-1, carrying the block's input and saving it per layer
     def forward_loop(self) -> rw.Loop:
         g, plan = self.g, self.plan
-        carried_out = {(r, j) for r, j, _ in plan.carries}
-        exported = [key for key, layers in plan.exports.items()        # a value read outside only at the
-                    if key[0] not in plan.backward and not (key in carried_out and layers == {self.length - 1})]
-        saved = sorted(set(exported) | set(plan.saved))               # last layer, carried out, needs no row
+        saved = sorted(set(plan.forward_rows()) | set(plan.saved))
         with self.outer:
             loop = rw.Loop.counted(self.length, carry=[g.values[v] for _, _, v in plan.carries],
                                    inputs=[self._history(g.values[v].type) for _, _, v in plan.carries],
@@ -1185,10 +1193,8 @@ class _Rewrite:
         g, plan, roles, L = self.g, self.plan, self.roles, self.length
         state = sorted(set(plan.state.values()))
         row_of = {s: key for key, s in plan.state.items()}
-        carried_out = {(r, j) for r, j, _ in plan.bcarries}
-        rows_read = {key: layers - {0} if key in carried_out else layers for key, layers in plan.exports.items()
-                     if key[0] in plan.backward and key not in plan.state and key not in plan.sums}
-        exported = [key for key, layers in rows_read.items() if len(layers) > 1]    # layer 0 of a carry: its final value
+        rows_read = plan.backward_rows()
+        exported = [key for key, layers in rows_read.items() if len(layers) > 1]
         picked = {key: at for key, (at,) in ((k, tuple(ls)) for k, ls in rows_read.items() if len(ls) == 1)}
         sums = sorted(plan.sums)
         with self.outer:

@@ -216,10 +216,10 @@ def _program(plan: Plan, module: ir.Module) -> runtime.ProgramOptions:
     or, where one added none (roll-layers that rolled nothing, micro-batch that did not cut), those decided
     without it."""
     ran = [p for p in plan.passes if p.adds_control_flow()]
-    if all(p.added_control_flow(module.operation) for p in ran):
+    added = [p for p in ran if p.added_control_flow(module.operation)]
+    if len(added) == len(ran):
         return plan.xla
-    return _program_options(plan.traced, plan.options, plan.avals[:len(plan.traced.state_paths)],
-                            [p for p in ran if p.added_control_flow(module.operation)])
+    return _program_options(plan.traced, plan.options, plan.avals[:len(plan.traced.state_paths)], added)
 
 
 def _origin(entry: compile_cache.Entry | None, loaded, cache_set: bool) -> str:

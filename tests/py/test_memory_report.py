@@ -155,8 +155,8 @@ def test_dump_holds_the_report_and_its_timeline(tmp_path, monkeypatch):
 def test_bad_state_raises_before_compiling_and_keeps_the_state():
     state, batch = problem()
     step = loopfuse.compile_step(train_step, keep_aux=("loss",))
-    with pytest.raises(StateMismatchError, match=r"state leaf \[2\] is str"):
-        step.memory_report((*state, "not an array"), batch)
+    with pytest.raises(StateMismatchError, match=r"state leaf \[2\] is ndarray"):
+        step.memory_report((*state, np.array(["not an array"])), batch)
     with pytest.raises(ValueError, match="top must be a positive int"):
         step.memory_report(state, batch, top=0)
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state))

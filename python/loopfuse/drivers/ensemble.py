@@ -62,6 +62,7 @@ from ..compile import stopping
 from ..compile.options import StepOptions
 from ..errors import StateMismatchError
 from ..run.sharding import AXIS, Placement
+from ..state import static_leaves
 from ..state.data import Dataset
 from ..state.leaves import aux_kept, dotted_paths, leaf_name
 from ..state.packed import PackedState
@@ -139,13 +140,15 @@ def wrapper(ensemble, tree, what: str, data) -> tuple["Solo", Any, Any]:
     """How `minimize` and `fit` run, from their ``ensemble=`` argument and `tree` (`what`: their params or
     state): the one place either asks whether it runs an ensemble. `Solo` (one solve), `Sole` (a 1-member
     ensemble: the plain solve on its member, nothing to batch or compact) or `Tiled` (N members), with `tree`
-    and `data` as that solve takes them; a `Solution` as `tree`, its params (`Solution.params_for`)."""
+    and `data` as that solve takes them (its leaves that are not arrays held as its structure, `static_leaves`); a
+    `Solution` as `tree`, its params (`Solution.params_for`)."""
     if ensemble is True:
         ensemble = Ensemble()
     if ensemble is not False and not isinstance(ensemble, Ensemble):
         raise TypeError(f"ensemble must be True, False or a loopfuse.Ensemble, got {ensemble!r}")
     if isinstance(tree, Solution):
         tree = tree.params_for(ensemble is not False)
+    tree = static_leaves.wrap(tree, what)        # leaves that are not arrays (an equinox model's functions): structure
     if ensemble is False:
         if isinstance(data, PerMember):
             raise TypeError("per_member data gives each member of an ensemble its own data: pass ensemble=True")
@@ -218,7 +221,8 @@ class Tiled(Solo):
         if compiled:
             step = program
             program = step.derived(("ensemble", until, stop_on_nonfinite, keep_aux), lambda: Step(
-                tiled_step(step.fn, until, stop_on_nonfinite, keep_aux, devices), _members_options(step.options)))
+                static_leaves.on_wrapped(tiled_step(step.fn, until, stop_on_nonfinite, keep_aux, devices)),
+                _members_options(step.options)))
         else:
             program = tiled_step(program, until, stop_on_nonfinite, keep_aux)
         tile = self.config.tile_size(step.fn, state, batch, until is not None, devices) if compiled else n

@@ -1,10 +1,12 @@
 """fit: run N steps as device loops of K steps, with a progress bar, callbacks, checkpoints and stops."""
 import os
+from dataclasses import replace
 from typing import Any, Callable
 
 
 from .. import validate
 from ..compile import stopping
+from ..state import static_leaves
 from ..state.checkpoint import Checkpoints
 from ..state.data import Dataset
 from .chunks import LoopChunks, carried, check_checkpoint_options, closed_on_failure, drive
@@ -66,6 +68,7 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
     checkpoint_every, keep = check_checkpoint_options(checkpoint_dir, checkpoint_every, keep)
     if isinstance(batch, Dataset):
         batch.validate()
+    until = static_leaves.until_on_wrapped(until)      # (an ensemble calls it on the state as `wrapper` holds it)
     members, state, batch = wrapper(ensemble, state, "state", batch)     # the one question: an ensemble?
     step, state, until, stop_on_nonfinite = members.wrap(step, state, batch, until, stop_on_nonfinite,
                                                          step.options.keep_aux)
@@ -77,6 +80,11 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
         result = drive(chunks, state, num_steps, chunk=chunk, progress=progress, callback=callback,
                        checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)
     except FitError as e:
-        e.result = members.result(back(e.result))
+        e.result = _held(members.result(back(e.result)))
         raise
-    return members.result(back(result))
+    return _held(members.result(back(result)))
+
+
+def _held(result: FitResult) -> FitResult:
+    """`result` with its state as the caller holds it (`static_leaves.unwrap`)."""
+    return replace(result, state=static_leaves.unwrap(result.state))

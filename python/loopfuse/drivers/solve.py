@@ -19,6 +19,7 @@ from ..compile import stopping
 from ..compile.options import init_refused
 from ..errors import InitFoldError
 from ..passes.control_flow import own_control_flow
+from ..state import static_leaves
 from ..state.checkpoint import Checkpoints
 from ..state.data import Dataset
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
@@ -41,6 +42,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     loss: ``loss(params, batch)``, or ``loss(params)`` when `data` is None; a real scalar.
     params: the initial params pytree, or a `Solution` to continue from: its params, with a fresh
     optimizer state (Adam for 500 steps, then L-BFGS: ``minimize(loss, minimize(loss, p0, ...), ...)``).
+    Leaves that are not arrays or numbers (an equinox model's activation function) are held as structure, not
+    trained (`static_leaves`): the loss sees the params as given, the optimizer their arrays.
     data: None, a fixed batch pytree, or a `Dataset` (step i sees ``data.batch(i)``).
     Every backend runs the same step: value and gradient by ``backend.ad``, then
     ``optimizer.update`` and ``optax.apply_updates``. The caller's `params` are copied, never donated.
@@ -54,8 +57,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     device loop, the other backends after every step: CompiledStep and CompiledLoop compute bitwise the
     same steps and stop at the same one, GradOnly rounds its eager update otherwise and may stop at
     another (see `backends`). A predicate that
-    takes the keyword ``grad`` also gets the gradient at `params`, one that takes ``previous_loss``
-    the loss of the step before (+inf at the first; it is then carried in the state). Ready-made:
+    takes the keyword ``grad`` also gets the gradient at `params` (its leaves the params' arrays), one that takes
+    ``previous_loss`` the loss of the step before (+inf at the first; it is then carried in the state). Ready-made:
     `loopfuse.gtol` (gradient norm) and `loopfuse.ftol` (loss change), see `convergence`.
     stop_on_nonfinite: end the solve after the first step whose loss is NaN or Inf (``retcode="non_finite"``).
     checkpoint_dir, checkpoint_every, keep: as for `fit` (the checkpointed state is ``(params, opt_state)``,
@@ -131,8 +134,8 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     ran = (max(result.steps - result.resumed_from, 0) if isinstance(result.steps, int)       # (member) steps
            else int(np.sum(np.maximum(result.steps - result.resumed_from, 0))))                  # this call ran
     losses = result.history["loss"]
-    return Solution(result.state[0], losses, result.steps, result.retcode, ran / seconds, compile_seconds, backend,
-                    members.best(losses, result.steps))
+    return Solution(static_leaves.unwrap(result.state[0]), losses, result.steps, result.retcode, ran / seconds,
+                    compile_seconds, backend, members.best(losses, result.steps))
 
 
 def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransformation, backend: Backend,
@@ -153,6 +156,9 @@ def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransforma
 
 def _build_program(loss, has_data, optimizer, backend, until):
     objective = _objective(loss, has_data)
+
+    def as_given(jitted_init):      # init of the params as the caller holds them (a loop's init is given them so)
+        return functools.wraps(jitted_init)(lambda params, batch: jitted_init(static_leaves.wrap(params), batch))
     previous = until is not None and "previous_loss" in _keywords(until, _UNTIL_KEYWORDS)
 
     def init(params, batch):
@@ -165,10 +171,10 @@ def _build_program(loss, has_data, optimizer, backend, until):
 
     value_and_grad = backend.ad.value_and_grad(objective)
     if isinstance(backend, GradOnly):
-        return jax.jit(init), _update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True)
+        return as_given(jax.jit(init)), _update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True)
     update = _update(value_and_grad, objective, optimizer, until)
     options = replace(backend.fragment, keep_aux=("loss",)) if isinstance(backend, CompiledLoop) else backend.fragment
-    return jax.jit(init), Step(update, options)  # a loop computes the `until` flag for its stop, never returns it
+    return as_given(jax.jit(init)), Step(update, options)  # a loop computes the `until` flag for its stop, never returns it
 
 
 class _Programs:
@@ -265,8 +271,11 @@ def _whole(program, members, params, batch, steps: int, watched: bool) -> _Whole
 
 
 def _objective(loss: Callable, has_data: bool) -> Callable:
-    """``objective(params, batch)``: `loss`, or for a loss of params only, `loss` ignoring the batch."""
-    return loss if has_data else (lambda p, _: loss(p))
+    """``objective(params, batch)``: `loss`, or for a loss of params only, `loss` ignoring the batch, on the params
+    as the caller holds them (`static_leaves.unwrap`)."""
+    if has_data:
+        return lambda p, batch: loss(static_leaves.unwrap(p), batch)
+    return lambda p, _: loss(static_leaves.unwrap(p))
 
 
 def _runner(backend: Backend, program, batch, stop: Callable | None, stop_on_nonfinite: bool):
@@ -300,7 +309,7 @@ def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.Grad
         optimizer_update = jax.jit(optimizer_update)
 
     def update(state, batch):
-        params, opt_state, *previous = state
+        params, opt_state, *previous = static_leaves.wrap(state)    # a step sees the state unwrapped: wrap it again
         value, grads = value_and_grad(params, batch)
         try:
             updates, opt_state = optimizer_update(grads, opt_state, params, batch, value)
@@ -314,7 +323,7 @@ def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.Grad
         if until is None:
             return new_state, {"loss": value}
         known = {"grad": grads, "previous_loss": previous[0] if previous else None}
-        flag = stopping.predicate(until(params, value, **{k: known[k] for k in wanted}),
+        flag = stopping.predicate(until(static_leaves.unwrap(params), value, **{k: known[k] for k in wanted}),
                                   "until=lambda params, loss: loss < 1e-6")
         return new_state, {"loss": value, "until": flag}
     return update

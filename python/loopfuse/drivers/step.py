@@ -18,7 +18,7 @@ from ..memory import memory_plan, memory_report
 from ..run import dispatch
 from ..run.runtime import MemoryStats
 from ..run.sharding import Placement
-from ..state import packed
+from ..state import packed, static_leaves
 from ..state.data import Dataset
 from ..state.leaves import aval, is_deleted, keyed_paths, leaf_name
 
@@ -28,7 +28,10 @@ class Step:
 
     def __init__(self, fn: Callable, options: StepOptions = StepOptions()):
         _check_start_is_free(fn)
-        self.fn, self.options = fn, options
+        # a state's leaves that are not arrays are held as its structure: fn, until and init see them as the caller does
+        self.fn = static_leaves.held(fn)
+        self.options = options if options.until is None and options.init is None else replace(
+            options, until=static_leaves.until_on_wrapped(options.until), init=static_leaves.init_on_wrapped(options.init))
         self._compiled = 0                 # programs compiled for this Step's own calls
         self._cache: dict = {}             # signature -> Executable
         self._derived: dict = {}           # (kind, ...) -> what `derived` built for it
@@ -116,6 +119,7 @@ class Step:
 
     def compiled(self, state, batch, *, start: int = 0, **static) -> Executable:
         """The executable for this signature (compiled on first use, then cached); `start` as in `__call__`."""
+        state = static_leaves.wrap(state)
         step = self._for(state)
         batch = step._serve(batch, start)
         return step._executable(step._signature(state, batch, static)[0], state, batch, static)
@@ -179,6 +183,7 @@ class Step:
 
     def _plan(self, state, batch, start: int, static: dict) -> compiler.Plan:
         """`compiler.trace` of a call's program (the Step of a packed state's, a `Dataset` as served)."""
+        state = static_leaves.wrap(state)
         step = self._for(state)
         chosen = self._memory_plan(state, batch, start, static)
         options = step.options if chosen is None else chosen.chosen.options(step.options)
@@ -229,11 +234,16 @@ class Step:
         previous one's flag is read, and its results are those of stopping as soon as that flag is."""
         if not self.options.stops:
             raise ValueError("Step.after is for a loop that can stop early: step.loop(K, until=...)")
+        if static_leaves.present(state):
+            return _unwrapped(self.after(stopped, static_leaves.wrap(state), batch, start=start, **static))
         return self._for(state)._dispatch(state, batch, start, (stopped,), static)
 
     def _general(self, state, batch, *, start: int = 0, **static) -> tuple[Any, ...]:
         """`__call__` of any state, batch and keywords: a packed state's Step, a served `Dataset`, the static
-        arguments' dispatcher, a stopping loop's initial flag (false)."""
+        arguments' dispatcher, a stopping loop's initial flag (false), a state with leaves that are not arrays
+        (held as its structure, `static_leaves`)."""
+        if static_leaves.present(state):     # through the C++ dispatcher where no keyword is given
+            return _unwrapped(self(static_leaves.wrap(state), batch, **({"start": start} if start else {}), **static))
         return self._for(state)._dispatch(state, batch, start, (False,) if self.options.stops else (), static)
 
     def _bind(self, state, batch):
@@ -249,7 +259,7 @@ class Step:
     def _entry_miss(self, state, batch):
         """`_entry`'s first call of a signature: `_cache_miss`, or for a packed state or a `Dataset`, `_general`
         on every call of it (no fast path)."""
-        if isinstance(state, packed.PackedState) or isinstance(batch, Dataset):
+        if isinstance(state, packed.PackedState) or isinstance(batch, Dataset) or static_leaves.present(state):
             return self._general(state, batch), None, False
         return self._cache_miss(state, batch)
 
@@ -320,6 +330,11 @@ def _raise_donated(state, batch) -> None:
                     f"{leaf_name(what, path)} was donated to an earlier loopfuse call and its buffer is gone; pass "
                     "the state that call returned (state, aux = step(state, batch)), or compile with "
                     "donate=False to keep inputs alive")
+
+
+def _unwrapped(outs: tuple) -> tuple:
+    """A call's outputs with the new state as the caller holds it (`static_leaves.unwrap`)."""
+    return (static_leaves.unwrap(outs[0]), *outs[1:])
 
 
 def _promoted(key, leaves: tuple):

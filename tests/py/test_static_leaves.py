@@ -1,0 +1,130 @@
+"""A state with leaves that are not arrays (an equinox model as equinox teaches it: ``(model, opt_state)``, whose
+`eqx.nn.MLP` keeps its activation function as a leaf): those leaves are the state's structure, as
+`equinox.filter_jit` holds them; every entry point takes the model and gives it back; results bitwise
+`eqx.filter_jit`'s and jax.jit's."""
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import loopfuse
+from loopfuse.errors import StateMismatchError
+
+OPT = optax.adam(1e-2)
+X = jax.random.normal(jax.random.key(1), (16, 2))
+Y = jnp.sin(X[:, :1])
+
+
+def model(activation=jnp.tanh):
+    return eqx.nn.MLP(2, 1, 8, 2, activation=activation, key=jax.random.key(0))
+
+
+def loss(m, batch):
+    x, y = batch
+    return jnp.mean((jax.vmap(m)(x) - y) ** 2)
+
+
+def step(state, batch):
+    m, opt_state = state
+    value, grads = eqx.filter_value_and_grad(loss)(m, batch)
+    updates, opt_state = OPT.update(grads, opt_state, eqx.filter(m, eqx.is_array))
+    return (eqx.apply_updates(m, updates), opt_state), {"loss": value}
+
+
+def start(m):
+    return m, OPT.init(eqx.filter(m, eqx.is_array))
+
+
+def fresh(tree):
+    return jax.tree_util.tree_map(lambda a: jnp.copy(a) if eqx.is_array(a) else a, tree)
+
+
+def reference(state, steps: int):
+    run = eqx.filter_jit(step)
+    for _ in range(steps):
+        state, _ = run(state, (X, Y))
+    return state
+
+
+def same_arrays(a, b) -> bool:
+    left, right = jax.tree_util.tree_leaves(eqx.filter(a, eqx.is_array)), jax.tree_util.tree_leaves(eqx.filter(b, eqx.is_array))
+    return len(left) == len(right) and all(np.array_equal(x, y) for x, y in zip(left, right))
+
+
+def test_a_model_with_function_leaves_steps_as_filter_jit_does():
+    compiled = loopfuse.compile_step(step)
+    state = fresh(start(model()))
+    for _ in range(3):
+        state, aux = compiled(state, (X, Y))
+    assert isinstance(state[0], eqx.nn.MLP) and state[0].activation is jnp.tanh
+    assert same_arrays(state, reference(start(model()), 3))
+    assert compiled.compile_count == 1
+    other, _ = compiled(fresh(start(model(jax.nn.relu))), (X, Y))     # another static leaf: its own program
+    assert other[0].activation is jax.nn.relu and compiled.compile_count == 2
+    assert same_arrays(other, reference(start(model(jax.nn.relu)), 1))
+    looped, _ = compiled.loop(3)(fresh(start(model())), (X, Y))
+    assert looped[0].activation is jnp.tanh and same_arrays(looped, state)
+    assert "stablehlo" in compiled.lower(start(model()), (X, Y))["final"]
+
+
+def test_fit_runs_and_checkpoints_a_model_with_function_leaves(tmp_path):
+    compiled = loopfuse.compile_step(step)
+    first = loopfuse.fit(compiled, fresh(start(model())), (X, Y), 4, chunk=2, progress=False,
+                         checkpoint_dir=tmp_path, checkpoint_every=2)
+    assert isinstance(first.state[0], eqx.nn.MLP) and first.state[0].activation is jnp.tanh
+    assert same_arrays(first.state, reference(start(model()), 4))
+    resumed = loopfuse.fit(compiled, fresh(start(model())), (X, Y), 6, chunk=2, progress=False,
+                           checkpoint_dir=tmp_path, checkpoint_every=2)
+    assert resumed.resumed_from == 4 and resumed.state[0].activation is jnp.tanh
+    assert same_arrays(resumed.state, reference(start(model()), 6))
+
+
+def test_minimize_takes_the_model_and_gives_it_back():
+    params, static = eqx.partition(model(), eqx.is_array)
+
+    @jax.jit
+    def by_hand(p):          # the Adam steps as equinox teaches them, the loss history an output
+        def body(i, carry):
+            p, s, history = carry
+            value, grads = jax.value_and_grad(lambda p: loss(eqx.combine(p, static), (X, Y)))(p)
+            updates, s = OPT.update(grads, s, p)
+            return optax.apply_updates(p, updates), s, history.at[i].set(value)
+        p, _, history = jax.lax.fori_loop(0, 20, body, (p, OPT.init(p), jnp.zeros(20)))
+        return p, history
+    expected, history = by_hand(params)
+    adam = loopfuse.minimize(loss, model(), (X, Y), OPT, steps=20)
+    assert isinstance(adam.params, eqx.nn.MLP) and adam.params.activation is jnp.tanh
+    assert same_arrays(adam.params, expected) and np.array_equal(adam.loss_history, history)
+    lbfgs = loopfuse.minimize(loss, adam, (X, Y), optax.lbfgs(), steps=10, until=loopfuse.gtol(1e-9))
+    assert lbfgs.params.activation is jnp.tanh and lbfgs.loss_history[-1] < adam.loss_history[-1]
+
+
+def test_a_step_that_swaps_a_static_leaf_or_an_unhashable_one_is_named_and_loses_nothing():
+    def swaps(state, batch):
+        new, aux = step(state, batch)
+        return (eqx.tree_at(lambda m: m.activation, new[0], jax.nn.relu), new[1]), aux
+    state = fresh(start(model()))
+    with pytest.raises(StateMismatchError, match="structure differs"):
+        loopfuse.compile_step(swaps)(state, (X, Y))
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(eqx.filter(state, eqx.is_array)))
+    with pytest.raises(StateMismatchError, match=r"state leaf \['tags'\] is a set, neither an array nor hashable"):
+        loopfuse.compile_step(lambda s, b: (s, {}))({"w": jnp.ones(2), "tags": {"a"}}, ())
+
+
+@pytest.mark.slow
+def test_ensembles_stops_and_verify_hold_the_model_too():
+    stacked = jax.tree_util.tree_map(lambda a: jnp.stack([a, a * 1.1]) if eqx.is_array(a) else a, start(model()))
+    members = loopfuse.fit(loopfuse.compile_step(step), fresh(stacked), (X, Y), 4, chunk=2, progress=False, ensemble=True,
+                           until=lambda s, aux: s[0].activation(aux["loss"]) < 0.0)   # the predicate sees the model
+    assert members.state[0].activation is jnp.tanh and list(members.steps) == [4, 4]
+    first = jax.tree_util.tree_map(lambda a: a[0] if eqx.is_array(a) else a, members.state)
+    for got, want in zip(jax.tree_util.tree_leaves(eqx.filter(first, eqx.is_array)),
+                         jax.tree_util.tree_leaves(eqx.filter(reference(start(model()), 4), eqx.is_array))):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)     # vmapped: its own last bits (README)
+    solved = loopfuse.minimize(loss, stacked[0], (X, Y), OPT, steps=5, ensemble=True)
+    assert solved.params.activation is jnp.tanh and solved.loss_history.shape == (2, 5)
+    stopped = loopfuse.compile_step(step, verify=True).loop(3, until=lambda s, aux: s[0].activation(aux["loss"]) > 0.0)
+    state, _, ran, _ = stopped(fresh(start(model())), (X, Y))
+    assert int(ran) == 1 and state[0].activation is jnp.tanh and same_arrays(state, reference(start(model()), 1))

@@ -71,7 +71,7 @@ def wrap(tree, what: str = "state"):
                 f"{what} leaf {keyed(path)} is a {type(x).__name__}, neither an array nor hashable: loopfuse holds a "
                 "leaf that is not an array as part of the state's structure (as equinox.filter_jit does), which "
                 "must be hashable")
-    return treedef.unflatten([Static(x) if h else x for x, h in zip(leaves, held)])
+    return jax.tree_util.tree_unflatten(treedef, [Static(x) if h else x for x, h in zip(leaves, held)])
 
 
 def unwrap(tree):
@@ -79,7 +79,7 @@ def unwrap(tree):
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=lambda x: isinstance(x, Static))
     if not any(isinstance(x, Static) for x in leaves):
         return tree
-    return treedef.unflatten([x.value if isinstance(x, Static) else x for x in leaves])
+    return jax.tree_util.tree_unflatten(treedef, [x.value if isinstance(x, Static) else x for x in leaves])
 
 
 def held(fn: Callable) -> Callable:

@@ -101,6 +101,37 @@ def test_minimize_takes_the_model_and_gives_it_back():
     assert lbfgs.params.activation is jnp.tanh and lbfgs.loss_history[-1] < adam.loss_history[-1]
 
 
+class _Dropped(eqx.Module):
+    """A linear layer after `eqx.nn.Dropout(0.1)`, whose rate and ``inference`` flag are a float and a bool leaf."""
+    lin: eqx.nn.Linear
+    drop: eqx.nn.Dropout
+
+    def __call__(self, x, key):
+        return self.lin(self.drop(x, key=key))
+
+
+def test_an_equinox_modules_python_numbers_are_held_as_filter_jit_holds_them():
+    def dropped_step(state, batch):
+        m, opt_state, key = state
+        key, sub = jax.random.split(key)
+        keys = jax.random.split(sub, batch[0].shape[0])
+        value, grads = eqx.filter_value_and_grad(lambda m: jnp.mean((jax.vmap(m)(batch[0], keys) - batch[1]) ** 2))(m)
+        updates, opt_state = OPT.update(grads, opt_state, eqx.filter(m, eqx.is_array))
+        return (eqx.apply_updates(m, updates), opt_state, key), {"loss": value}
+    m = _Dropped(eqx.nn.Linear(2, 1, key=jax.random.key(0)), eqx.nn.Dropout(0.1))
+    state = (m, OPT.init(eqx.filter(m, eqx.is_array)), jax.random.key(2))
+    compiled, expected = loopfuse.compile_step(dropped_step), state
+    got = fresh(state)
+    for _ in range(3):   # traced as jax.jit traces a bool, `if inference:` in Dropout would be a TracerBoolConversionError
+        got, _ = compiled(got, (X, Y))
+        expected, _ = eqx.filter_jit(dropped_step)(expected, (X, Y))
+    assert type(got[0].drop.p) is float and got[0].drop.inference is False
+    leaves = [jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+              for x in jax.tree_util.tree_leaves(eqx.filter((got, expected), eqx.is_array))]
+    assert all(np.array_equal(a, b) for a, b in zip(leaves[:len(leaves) // 2], leaves[len(leaves) // 2:]))
+    assert compiled.compile_count == 1
+
+
 def test_a_step_that_swaps_a_static_leaf_or_an_unhashable_one_is_named_and_loses_nothing():
     def swaps(state, batch):
         new, aux = step(state, batch)

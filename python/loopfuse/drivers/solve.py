@@ -42,8 +42,9 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     loss: ``loss(params, batch)``, or ``loss(params)`` when `data` is None; a real scalar.
     params: the initial params pytree, or a `Solution` to continue from: its params, with a fresh
     optimizer state (Adam for 500 steps, then L-BFGS: ``minimize(loss, minimize(loss, p0, ...), ...)``).
-    Leaves that are not arrays or numbers (an equinox model's activation function) are held as structure, not
-    trained (`static_leaves`): the loss sees the params as given, the optimizer their arrays.
+    Leaves that are not arrays or numbers (an equinox model's activation function; inside an equinox Module, any that
+    is not an array) are held as structure, not trained (`static_leaves`): the loss sees the params as given, the
+    optimizer their arrays.
     data: None, a fixed batch pytree, or a `Dataset` (step i sees ``data.batch(i)``).
     Every backend runs the same step: value and gradient by ``backend.ad``, then
     ``optimizer.update`` and ``optax.apply_updates``. The caller's `params` are copied, never donated.

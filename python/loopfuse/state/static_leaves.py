@@ -9,7 +9,9 @@ sees arrays only, and a program is compiled per static object, as jax.jit compil
 step itself sees the state as the user holds it (`unwrap`), and the objects it returns must be the ones it was
 given (the same tree structure).
 
-A Python number stays a leaf, traced as jax.jit traces it (weakly typed).
+A Python number stays a leaf, traced as jax.jit traces it (weakly typed), except inside an equinox Module, whose
+every leaf that is not an array is held, as `eqx.filter_jit` holds it (`eqx.nn.Dropout`'s ``inference`` flag,
+its rate): what an equinox user compares with.
 
 Examples:
     >>> import jax, jax.numpy as jnp
@@ -21,6 +23,7 @@ Examples:
     (True, True, False)
 """
 import functools
+import sys
 from typing import Any, Callable
 
 import jax
@@ -46,22 +49,34 @@ class Static:
 jax.tree_util.register_pytree_node(Static, lambda s: ((), s.value), lambda value, _: Static(value))
 
 
-def is_static(x) -> bool:
-    """Whether the leaf `x` is held as structure: not an array, a numpy scalar or a Python number (nor a
-    `jax.ShapeDtypeStruct` standing for one)."""
-    return not isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, jax.ShapeDtypeStruct))
+_ARRAYS = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)     # (a ShapeDtypeStruct stands for one)
+_NUMBERS = (int, float, complex)
+
+
+def held_leaves(tree) -> tuple[list, Any]:
+    """(the leaves of `tree`, per leaf whether it is held as structure): one that is not an array, a numpy scalar or
+    a Python number; inside an equinox Module, one that is not an array or a numpy scalar (`eqx.is_array`)."""
+    eqx = sys.modules.get("equinox")      # (no Module without it)
+    module = eqx.Module if eqx is not None else ()
+    pieces = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, module))
+    leaves, held = [], []
+    for piece in pieces:
+        inner = jax.tree_util.tree_leaves(piece) if isinstance(piece, module) else [piece]
+        kinds = _ARRAYS if isinstance(piece, module) else _ARRAYS + _NUMBERS
+        leaves += inner
+        held += [not isinstance(x, kinds) for x in inner]
+    return leaves, held
 
 
 def present(tree) -> bool:
     """Whether `tree` has a leaf to `wrap`."""
-    return any(map(is_static, jax.tree_util.tree_leaves(tree)))
+    return any(held_leaves(tree)[1])
 
 
 def wrap(tree, what: str = "state"):
-    """`tree` with each non-array leaf in a `Static` node; a StateMismatchError naming a leaf that cannot be
-    (not hashable: jax hashes tree structures)."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    held = [is_static(x) for x in leaves]
+    """`tree` with each leaf that is not an array (`held_leaves`) in a `Static` node; a StateMismatchError naming a
+    leaf that cannot be (not hashable: jax hashes tree structures)."""
+    leaves, held = held_leaves(tree)
     if not any(held):
         return tree
     for i, x in enumerate(leaves):
@@ -71,7 +86,8 @@ def wrap(tree, what: str = "state"):
                 f"{what} leaf {keyed(path)} is a {type(x).__name__}, neither an array nor hashable: loopfuse holds a "
                 "leaf that is not an array as part of the state's structure (as equinox.filter_jit does), which "
                 "must be hashable")
-    return jax.tree_util.tree_unflatten(treedef, [Static(x) if h else x for x, h in zip(leaves, held)])
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(tree),
+                                        [Static(x) if h else x for x, h in zip(leaves, held)])
 
 
 def unwrap(tree):

@@ -50,21 +50,31 @@ jax.tree_util.register_pytree_node(Static, lambda s: ((), s.value), lambda value
 
 
 _ARRAYS = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)     # (a ShapeDtypeStruct stands for one)
-_NUMBERS = (int, float, complex)
+_ARRAY, _NUMBER, _OTHER = 0, 1, 2
+_KINDS: dict[type, int] = {bool: _NUMBER, int: _NUMBER, float: _NUMBER, complex: _NUMBER}
 
 
-def held_leaves(tree) -> tuple[list, Any]:
+def _kind(x) -> int:
+    """_ARRAY, _NUMBER (a Python number) or _OTHER, for the leaf `x`, kept per type (an `isinstance` of jax.Array,
+    which a tracer passes by its instance check, costs more than a lookup, on every leaf of every call)."""
+    found = _KINDS.get(type(x))
+    if found is None:
+        found = _KINDS[type(x)] = _ARRAY if isinstance(x, _ARRAYS) else _OTHER
+    return found
+
+
+def held_leaves(tree) -> tuple[list, list]:
     """(the leaves of `tree`, per leaf whether it is held as structure): one that is not an array, a numpy scalar or
     a Python number; inside an equinox Module, one that is not an array or a numpy scalar (`eqx.is_array`)."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    kinds = [_kind(x) for x in leaves]
     eqx = sys.modules.get("equinox")      # (no Module without it)
-    module = eqx.Module if eqx is not None else ()
-    pieces = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, module))
-    leaves, held = [], []
-    for piece in pieces:
-        inner = jax.tree_util.tree_leaves(piece) if isinstance(piece, module) else [piece]
-        kinds = _ARRAYS if isinstance(piece, module) else _ARRAYS + _NUMBERS
-        leaves += inner
-        held += [not isinstance(x, kinds) for x in inner]
+    if eqx is None or _NUMBER not in kinds:   # (what the Modules decide: their numbers)
+        return leaves, [k == _OTHER for k in kinds]
+    held = []
+    for piece in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, eqx.Module)):
+        inner = [_kind(x) for x in jax.tree_util.tree_leaves(piece)] if isinstance(piece, eqx.Module) else None
+        held += [k != _ARRAY for k in inner] if inner is not None else [_kind(piece) == _OTHER]
     return leaves, held
 
 

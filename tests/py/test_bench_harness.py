@@ -48,6 +48,7 @@ def test_paste_replaces_figure_blocks_only():
                    "<!-- figure: memory -->\nkept\n<!-- /figure -->\n")
 
 
+@pytest.mark.slow      # (a bench script's harness, compiled: 3 s)
 def test_reference_gets_loopfuse_options():
     """The fori_loop reference compiled with loopfuse's XLA options needs what loopfuse's loop needs,
     and less than as users write it (copy insertion with region analysis)."""
@@ -112,6 +113,7 @@ def test_state_match_unpacks_and_measures_the_difference():
     assert harness.state_match({"w": a["w"], "b": a["b"].at[1].set(1.0)}, a)["max_rel_diff_vs_scan"] == float("inf")
 
 
+@pytest.mark.slow      # (a bench script's run, compiled in rounds: 4 s)
 def test_bench_pack_times_compiles_in_rounds_with_their_parts(monkeypatch):
     """bench_pack.run at 4 leaves, the scan and the packed-between-calls loop: each compiled in two
     rounds, the parts of each compile recorded, the packed loop's state bitwise the scan's."""

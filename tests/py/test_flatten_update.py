@@ -87,6 +87,8 @@ def test_optax_step_bits(make_opt):
         assert_trees_equal(interpret(before, args), interpret(after, args))
 
 
+# the default run keeps the pass's bits (test_optax_step_bits); this compiles it through compile_step with simplify
+@pytest.mark.slow
 def test_compile_step_matches_jit(tmp_path):
     opt = optax.adam(1e-2)
     step = _optax_step(opt)

@@ -121,9 +121,26 @@ def held(fn: Callable) -> Callable:
         out = fn(given, batch, **static)
         if not isinstance(out, tuple) or len(out) != 2 or given is state:
             return out
-        return wrap(out[0], "new state"), out[1]
+        new_state = wrap(out[0], "new state")
+        _check_same_held(state, new_state)
+        return new_state, out[1]
     step._loopfuse_held = True      # type: ignore[attr-defined]
     return step
+
+
+def _check_same_held(state, new_state) -> None:
+    """A StateMismatchError naming the first held leaf the step returned other than it was given (where the paths
+    match: a structure that differs otherwise is named by the state's own check)."""
+    def held(tree):
+        return {keyed(p): x.value for p, x in jax.tree_util.tree_flatten_with_path(
+            tree, is_leaf=lambda x: isinstance(x, Static))[0] if isinstance(x, Static)}
+    given, returned = held(state), held(new_state)
+    for path, value in given.items():
+        if path in returned and not (returned[path] is value or returned[path] == value):
+            raise StateMismatchError(
+                f"new state leaf {path} is {returned[path]!r:.60} where the step was given {value!r:.60}: a leaf that "
+                "is not an array is held as the state's structure (as equinox.filter_jit holds it), and a step must "
+                "return it as given")
 
 
 def on_wrapped(fn: Callable) -> Callable:

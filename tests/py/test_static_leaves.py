@@ -160,3 +160,5 @@ def test_ensembles_stops_and_verify_hold_the_model_too():
     stopped = loopfuse.compile_step(step, verify=True).loop(3, until=lambda s, aux: s[0].activation(aux["loss"]) > 0.0)
     state, _, ran, _ = stopped(fresh(start(model())), (X, Y))
     assert int(ran) == 1 and state[0].activation is jnp.tanh and same_arrays(state, reference(start(model()), 1))
+    fits = loopfuse.largest_batch(step, start(model()), lambda n: (X[:n], Y[:n]), "64MiB", max_batch=16)
+    assert fits.batch_size == 16 and fits.capped

@@ -9,6 +9,7 @@ from .. import validate
 from ..compile import compiler
 from ..memory.memory_plan import TRACED, Floor, MemoryPlan, Programs, candidates, choose, limit_bytes
 from ..memory.memory_report import size_text
+from ..state import static_leaves
 from ..state.data import Dataset
 from .step import Step
 
@@ -52,6 +53,7 @@ def largest_batch(step, state, make_batch: Callable[[int], object], memory_limit
     limit = step.options.memory_limit if memory_limit is None else validate.memory_limit(memory_limit)
     if limit is None:
         raise ValueError("largest_batch needs a memory_limit (bytes, a size such as \"2GiB\", or \"device\")")
+    state = static_leaves.wrap(state)     # (an equinox model's function leaves: its structure)
     own = step._for(state)
     options = replace(own.options, memory_limit=limit)
     slices = options.micro_batches or 1

@@ -80,11 +80,11 @@ def fit(step: Step, state, batch, num_steps: int, *, chunk: int = 100, progress:
         result = drive(chunks, state, num_steps, chunk=chunk, progress=progress, callback=callback,
                        checkpoints=checkpoints, every=(checkpoint_every or chunk) if checkpoints else None)
     except FitError as e:
-        e.result = _held(members.result(back(e.result)))
+        e.result = _unwrapped(members.result(back(e.result)))
         raise
-    return _held(members.result(back(result)))
+    return _unwrapped(members.result(back(result)))
 
 
-def _held(result: FitResult) -> FitResult:
+def _unwrapped(result: FitResult) -> FitResult:
     """`result` with its state as the caller holds it (`static_leaves.unwrap`)."""
     return replace(result, state=static_leaves.unwrap(result.state))

@@ -234,16 +234,18 @@ class Step:
         previous one's flag is read, and its results are those of stopping as soon as that flag is."""
         if not self.options.stops:
             raise ValueError("Step.after is for a loop that can stop early: step.loop(K, until=...)")
-        if static_leaves.present(state):
-            return _unwrapped(self.after(stopped, static_leaves.wrap(state), batch, start=start, **static))
+        wrapped = static_leaves.wrap(state)
+        if wrapped is not state:
+            return _unwrapped(self.after(stopped, wrapped, batch, start=start, **static))
         return self._for(state)._dispatch(state, batch, start, (stopped,), static)
 
     def _general(self, state, batch, *, start: int = 0, **static) -> tuple[Any, ...]:
         """`__call__` of any state, batch and keywords: a packed state's Step, a served `Dataset`, the static
         arguments' dispatcher, a stopping loop's initial flag (false), a state with leaves that are not arrays
         (held as its structure, `static_leaves`)."""
-        if static_leaves.present(state):     # through the C++ dispatcher where no keyword is given
-            return _unwrapped(self(static_leaves.wrap(state), batch, **({"start": start} if start else {}), **static))
+        wrapped = static_leaves.wrap(state)
+        if wrapped is not state:     # through the C++ dispatcher where no keyword is given
+            return _unwrapped(self(wrapped, batch, **({"start": start} if start else {}), **static))
         return self._for(state)._dispatch(state, batch, start, (False,) if self.options.stops else (), static)
 
     def _bind(self, state, batch):
@@ -257,8 +259,8 @@ class Step:
         return self._entry(state, batch)
 
     def _entry_miss(self, state, batch):
-        """`_entry`'s first call of a signature: `_cache_miss`, or for a packed state or a `Dataset`, `_general`
-        on every call of it (no fast path)."""
+        """`_entry`'s first call of a signature: `_cache_miss`, or for a packed state, a `Dataset` or a state with
+        leaves that are not arrays, `_general` on every call of it (no fast path of its own)."""
         if isinstance(state, packed.PackedState) or isinstance(batch, Dataset) or static_leaves.present(state):
             return self._general(state, batch), None, False
         return self._cache_miss(state, batch)

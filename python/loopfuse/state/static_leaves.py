@@ -84,8 +84,8 @@ def present(tree) -> bool:
 
 
 def wrap(tree, what: str = "state"):
-    """`tree` with each leaf that is not an array (`held_leaves`) in a `Static` node; a StateMismatchError naming a
-    leaf that cannot be (not hashable: jax hashes tree structures)."""
+    """`tree` with each leaf that is not an array (`held_leaves`) in a `Static` node (`tree` itself where it has
+    none); a StateMismatchError naming a leaf that cannot be (not hashable: jax hashes tree structures)."""
     leaves, held = held_leaves(tree)
     if not any(held):
         return tree

@@ -22,6 +22,7 @@ from ..passes.control_flow import own_control_flow
 from ..state import static_leaves
 from ..state.checkpoint import Checkpoints
 from ..state.data import Dataset
+from ..state.leaves import dtype, is_differentiable
 from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .chunks import (CHUNK, LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, closed_on_failure,
                      drive, host, same_layout, steps_per_call)
@@ -44,7 +45,9 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     optimizer state (Adam for 500 steps, then L-BFGS: ``minimize(loss, minimize(loss, p0, ...), ...)``).
     Leaves that are not arrays or numbers (an equinox model's activation function; inside an equinox Module, any that
     is not an array) are held as structure, not trained (`static_leaves`): the loss sees the params as given, the
-    optimizer their arrays.
+    optimizer their arrays. Of those, the floating (and complex) ones are trained; an integer, bool or typed-key
+    leaf (a mask, a count, an nnx model's RNG state) is held as it is, as `eqx.filter_value_and_grad` leaves it
+    out (`_parts`).
     data: None, a fixed batch pytree, or a `Dataset` (step i sees ``data.batch(i)``).
     Every backend runs the same step: value and gradient by ``backend.ad``, then
     ``optimizer.update`` and ``optax.apply_updates``. The caller's `params` are copied, never donated.
@@ -55,10 +58,11 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     until: ``until(params, loss) -> scalar bool`` on each step's params and loss, before its update
     (the loss that `loss_history` records): the solve ends after the first step where it is true
     (``retcode="converged"``; that step's update is applied). CompiledLoop evaluates it inside the
-    device loop, the other backends after every step: CompiledStep and CompiledLoop compute bitwise the
-    same steps and stop at the same one, GradOnly rounds its eager update otherwise and may stop at
-    another (see `backends`). A predicate that
-    takes the keyword ``grad`` also gets the gradient at `params` (its leaves the params' arrays), one that takes
+    device loop, the other backends after every step: CompiledStep and CompiledLoop compute the same
+    steps (bitwise where XLA compiles the step inside a loop as alone), GradOnly rounds its eager update
+    otherwise and may stop at another (see `backends`). A predicate that
+    takes the keyword ``grad`` also gets the gradient at `params` (its leaves the trained arrays, None at the
+    held ones), one that takes
     ``previous_loss`` the loss of the step before (+inf at the first; it is then carried in the state). Ready-made:
     `loopfuse.gtol` (gradient norm) and `loopfuse.ftol` (loss change), see `convergence`.
     stop_on_nonfinite: end the solve after the first step whose loss is NaN or Inf (``retcode="non_finite"``).
@@ -163,14 +167,14 @@ def _build_program(loss, has_data, optimizer, backend, until):
     previous = until is not None and "previous_loss" in _keywords(until, _UNTIL_KEYWORDS)
 
     def init(params, batch):
-        state = jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(params)))
+        state = jax.tree_util.tree_map(jnp.copy, (params, optimizer.init(_parts(params)[0])))
         if not previous:
             return state
         first = batch.batch(np.int32(0)) if isinstance(batch, Dataset) else batch
         value = jax.eval_shape(objective, params, first)        # the batch's shapes only: XLA is not given it
         return (*state, jnp.full(value.shape, jnp.inf, value.dtype))
 
-    value_and_grad = backend.ad.value_and_grad(objective)
+    value_and_grad = backend.ad.value_and_grad(lambda trained, held, batch: objective(_joined(trained, held), batch))
     if isinstance(backend, GradOnly):
         return as_given(jax.jit(init)), _update(jax.jit(value_and_grad), objective, optimizer, until, jit_line_search=True)
     update = _update(value_and_grad, objective, optimizer, until)
@@ -303,24 +307,25 @@ def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.Grad
     wanted = _keywords(until, _UNTIL_KEYWORDS) if until is not None else ()
     given = _keywords(optimizer.update, _OPTIMIZER_KEYWORDS)
 
-    def optimizer_update(grads, opt_state, params, batch, value):
-        offered = {"value": value, "grad": grads, "value_fn": lambda p: objective(p, batch)}
-        return optimizer.update(grads, opt_state, params, **{k: offered[k] for k in given})
+    def optimizer_update(grads, opt_state, trained, held, batch, value):
+        offered = {"value": value, "grad": grads, "value_fn": lambda p: objective(_joined(p, held), batch)}
+        return optimizer.update(grads, opt_state, trained, **{k: offered[k] for k in given})
     if jit_line_search and "value_fn" in given:
         optimizer_update = jax.jit(optimizer_update)
 
     def update(state, batch):
         params, opt_state, *previous = static_leaves.wrap(state)    # a step sees the state unwrapped: wrap it again
-        value, grads = value_and_grad(params, batch)
+        trained, held = _parts(params)
+        value, grads = value_and_grad(trained, held, batch)
         try:
-            updates, opt_state = optimizer_update(grads, opt_state, params, batch, value)
+            updates, opt_state = optimizer_update(grads, opt_state, trained, held, batch, value)
         except TypeError as e:
             if "keyword" not in str(e):
                 raise
             raise TypeError(f"the optimizer's update needs arguments minimize cannot supply ({e}); minimize "
                             f"passes {', '.join(_OPTIMIZER_KEYWORDS)} (the loss of this step's batch) to an "
                             "update that takes them") from None
-        new_state = (optax.apply_updates(params, updates), opt_state, *([value] if previous else []))
+        new_state = (_joined(optax.apply_updates(trained, updates), held), opt_state, *([value] if previous else []))
         if until is None:
             return new_state, {"loss": value}
         known = {"grad": grads, "previous_loss": previous[0] if previous else None}
@@ -328,6 +333,28 @@ def _update(value_and_grad: Callable, objective: Callable, optimizer: optax.Grad
                                   "until=lambda params, loss: loss < 1e-6")
         return new_state, {"loss": value, "until": flag}
     return update
+
+
+def _parts(params) -> tuple:
+    """``(trained, held)``: `params` with None for each leaf the gradient does not see (`leaves.is_differentiable`:
+    an integer, a bool, a typed key), as `eqx.partition` marks what it leaves out, and those leaves with None for
+    the others; ``(params, None)`` where every leaf is trained (the program as if there were no split). A
+    TypeError where none is."""
+    flags = [is_differentiable(x) for x in jax.tree_util.tree_leaves(params)]
+    if all(flags):
+        return params, None
+    if not any(flags):
+        raise TypeError("minimize trains the params' floating (or complex) leaves, and these have none: "
+                        f"{jax.tree_util.tree_map(lambda x: str(dtype(x)), params)}")
+    return (jax.tree_util.tree_map(lambda x: x if is_differentiable(x) else None, params),
+            jax.tree_util.tree_map(lambda x: None if is_differentiable(x) else x, params))
+
+
+def _joined(trained, held):
+    """The params `_parts` split into `trained` and `held`."""
+    if held is None:
+        return trained
+    return jax.tree_util.tree_map(lambda t, h: h if t is None else t, trained, held, is_leaf=lambda x: x is None)
 
 
 _OPTIMIZER_KEYWORDS = ("value", "grad", "value_fn")   # what minimize passes to an update that takes them

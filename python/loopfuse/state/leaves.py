@@ -10,6 +10,8 @@ Examples:
     >>> import jax, jax.numpy as jnp
     >>> spec(0.5), dtype(jnp.arange(3.0)), is_weak(jnp.asarray(0.1))
     (ShapeDtypeStruct(shape=(), dtype=float32, weak_type=True), dtype('float32'), True)
+    >>> is_differentiable(0.5), is_differentiable(3), is_differentiable(jnp.array([True]))
+    (True, False, False)
     >>> spec(jax.random.key(0))                       # a typed key travels as its raw data
     ShapeDtypeStruct(shape=(2,), dtype=uint32)
     >>> dotted_paths({"metrics": {"acc": 1.0}, "loss": [2.0]})
@@ -38,6 +40,12 @@ def dtype(x) -> np.dtype:
     a typed key keeps its key dtype)."""
     d = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
     return d if jax.dtypes.issubdtype(d, jax.dtypes.extended) else jax.dtypes.canonicalize_dtype(d)
+
+
+def is_differentiable(x) -> bool:
+    """Whether `x` traces as a floating or complex value, one `jax.grad` takes a derivative by (an integer, a bool
+    or a typed key does not)."""
+    return jnp.issubdtype(dtype(x), jnp.inexact)
 
 
 def aval(x) -> jax.core.ShapedArray:

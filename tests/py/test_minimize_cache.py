@@ -61,12 +61,22 @@ def test_a_repeated_minimize_compiles_nothing(backend, make_optimizer, compiles)
         assert compiles != counts
 
 
-def test_other_objects_are_other_programs(compiles):
-    """Keyed like jax.jit: by the objects' identity (an equal new optimizer is another program)."""
-    loopfuse.minimize(mlp_loss, mlp_params(), batch(), optax.adam(1e-2), steps=4, backend=CompiledStep())
+def test_an_optimizer_and_a_predicate_written_inline_are_one_program(compiles):
+    """Keyed by what they compute (`object_keys`), as jax.jit keys a static argument by its equality:
+    ``optax.adam(1e-2)`` and an `until` lambda written inline, new objects at every solve, compile once (each was
+    another program); another learning rate, or a predicate that holds another value, is another program."""
+    def solve(lr, seed, tol=1e-9):
+        return loopfuse.minimize(mlp_loss, mlp_params(seed=seed), batch(), optax.adam(lr), steps=4,
+                                 backend=CompiledStep(), until=lambda params, loss: loss < tol)
+    first = solve(1e-2, 0)
     counts = dict(compiles)
-    loopfuse.minimize(mlp_loss, mlp_params(), batch(), optax.adam(1e-2), steps=4, backend=CompiledStep())
+    assert_trees_equal(solve(1e-2, 0).params, first.params)
+    solve(1e-2, 1)
+    assert compiles == counts
+    solve(1e-3, 0)
     assert compiles["loopfuse"] == counts["loopfuse"] + 1
+    solve(1e-3, 0, tol=1e-8)
+    assert compiles["loopfuse"] == counts["loopfuse"] + 2
 
 
 def test_equal_tolerances_are_one_program(compiles):
@@ -208,3 +218,25 @@ def test_a_solve_of_many_chunks_compiles_its_loop_once(compiles):
     chunks run the first chunk's executable."""
     s = loopfuse.minimize(mlp_loss, mlp_params(), batch(), optax.lbfgs(), steps=12, backend=CompiledLoop(steps=4))
     assert s.steps == 12 and compiles["loopfuse"] == 1
+
+
+def test_object_keys_follow_values_and_hold_arrays_by_identity():
+    import functools
+    from loopfuse.drivers.object_keys import object_key
+
+    def scaled(factor, sign=1.0):
+        return lambda g: sign * factor * g
+    assert object_key(scaled(2.0)) == object_key(scaled(2.0)) != object_key(scaled(3.0))
+    assert object_key(scaled(0.0)) != object_key(scaled(-0.0))              # by the float's bits
+    assert object_key(scaled(1, True)) != object_key(scaled(1, 1))          # by type and value
+    assert object_key(functools.partial(max, 1)) == object_key(functools.partial(max, 1))
+    assert object_key({"lr": [1e-3, 2]}) == object_key({"lr": [1e-3, 2]}) != object_key({"lr": [1e-3, 3]})
+    a = jnp.ones(3)
+    assert object_key(scaled(a)) == object_key(scaled(a)) != object_key(scaled(jnp.ones(3)))   # arrays by identity
+
+    def recursive(n):                                   # a closure that holds itself: no endless descent
+        def f(k):
+            return f(k - 1) if k else n
+        return f
+    assert object_key(recursive(1)) != object_key(recursive(1))
+    hash(object_key(recursive(1)))

@@ -27,6 +27,7 @@ from .backends import Backend, CompiledLoop, CompiledStep, GradOnly
 from .chunks import (CHUNK, LoopChunks, Stop, carried, check_checkpoint_options, chunk_sizes, closed_on_failure,
                      drive, host, same_layout, steps_per_call)
 from .ensemble import wrapper
+from .object_keys import object_key
 from .results import FitResult, Solution
 from .step import Step
 
@@ -149,13 +150,11 @@ def _program(loss: Callable, has_data: bool, optimizer: optax.GradientTransforma
     state)``, and the loss of the step before (+inf) for an `until` that takes it, in one jitted call; `run`
     runs the steps: GradOnly's eager update, or the compiled backends' `Step` of it (which caches its
     executables by abstract signature; an ensemble's and CompiledStep's are derived from it). Kept while
-    `loss` lives, for its last `_Programs.size` combinations of the other objects (by identity, as jax.jit keys its
-    function; `gtol` and `ftol` by their tolerances; a bound method by its object and function), so repeating
-    a solve compiles nothing and a loss that is gone frees what it closed over (`_Programs`)."""
-    try:
-        hash((optimizer, backend, until))     # (the loss by its identity)
-    except TypeError:    # an unhashable optimizer or predicate: built anew, never cached
-        return _build_program(loss, has_data, optimizer, backend, until)
+    `loss` lives (by its identity, as jax.jit keys its function; a bound method by its object and function), for
+    its last `_Programs.size` combinations of the other objects, each keyed by what it computes (`object_keys`:
+    ``optax.adam(1e-3)`` or an `until` lambda written inline is one program; `gtol` and `ftol` by their
+    tolerances), so repeating a solve compiles nothing and a loss that is gone frees what it closed over
+    (`_Programs`)."""
     return _PROGRAMS.get(loss, (has_data, optimizer, backend, until))
 
 
@@ -196,34 +195,55 @@ class _Programs:
         self.strong: OrderedDict = OrderedDict()
         self.lock = threading.Lock()
 
-    def get(self, loss: Callable, key: tuple):
+    def get(self, loss: Callable, objects: tuple):
+        """The program of `loss` and `objects` (``(has_data, optimizer, backend, until)``): found by the objects
+        themselves where they are the ones it was built with, else by their `object_key`s (built on a miss)."""
         owner, func = (loss.__self__, loss.__func__) if inspect.ismethod(loss) else (loss, None)
         built: OrderedDict
+        head: Callable | None
         try:
             ref = weakref.ref(owner)
         except TypeError:                           # not weakly referable: kept by its hash, if it has one
             try:
                 hash(loss)
             except TypeError:
-                return _build_program(loss, *key)
-            built, key = self.strong, (loss, *key)
+                return _build_program(loss, *objects)
+            built, head = self.strong, loss
         else:
             with self.lock:
                 if id(owner) not in self.owners:
                     self.owners[id(owner)] = OrderedDict()
                     weakref.finalize(owner, self.owners.pop, id(owner), None)
                 built = self.owners[id(owner)]
-            key = (func, *key)
+            head = func
+        same = (head, *objects)
+        program = self._found(built, same)
+        if program is not None:
+            return program
+        alike = (head, *map(object_key, objects))
+        program = self._found(built, alike)
+        if program is not None:
+            return program
+        program = _build_program(loss if built is self.strong else _weakly(loss, ref, func), *objects)
         with self.lock:
-            if key in built:
-                built.move_to_end(key)
-                return built[key]
-        program = _build_program(loss if built is self.strong else _weakly(loss, ref, func), *key[1:])
-        with self.lock:
-            built[key] = program
-            while len(built) > self.size:
+            for key in (same, alike):
+                try:
+                    built[key] = program
+                except TypeError:                   # an unhashable object: found by its key only
+                    pass
+            while len(built) > 2 * self.size:          # (a program under two keys)
                 built.popitem(last=False)
         return program
+
+    def _found(self, built: OrderedDict, key: tuple):
+        with self.lock:
+            try:
+                program = built.get(key)
+            except TypeError:
+                return None
+            if program is not None:
+                built.move_to_end(key)
+            return program
 
 
 def _weakly(loss: Callable, ref: weakref.ref, func: Callable | None) -> Callable:

@@ -26,10 +26,10 @@ def loss(p, batch):
     return jnp.mean((x @ (p["w"] * p["mask"]) * p["scale"] + noise - y) ** 2)
 
 
-def _step(optimizer, held):
-    def step(carry, _):
+def _step(optimizer):
+    def step(carry, held, batch):
         t, s = carry
-        value, grads = jax.value_and_grad(lambda t: loss(eqx.combine(t, held), (X, Y)))(t)
+        value, grads = jax.value_and_grad(lambda t: loss(eqx.combine(t, held), batch))(t)
         updates, s = optimizer.update(grads, s, t)
         return (optax.apply_updates(t, updates), s), value
     return step
@@ -37,26 +37,26 @@ def _step(optimizer, held):
 
 def by_hand(p, steps: int, optimizer=OPT, per_step: bool = False):
     """``(params, loss history)``: `steps` updates of the floating leaves in one jitted fori_loop (`per_step`: one
-    jitted call per step, as CompiledStep runs them)."""
+    jitted call per step, as CompiledStep runs them), the held leaves and the data its arguments."""
     trained, held = eqx.partition(p, eqx.is_inexact_array)
-    step = _step(optimizer, held)
+    step = _step(optimizer)
     carry = (trained, optimizer.init(trained))
     if per_step:
         values = []
         for _ in range(steps):
-            carry, value = jax.jit(step)(carry, None)
+            carry, value = jax.jit(step)(carry, held, (X, Y))
             values.append(value)
         return eqx.combine(carry[0], held), np.array(values)
 
     @jax.jit
-    def run(carry):
+    def run(carry, held, batch):
         def body(i, c):
             carry, history = c
-            carry, value = step(carry, None)
+            carry, value = step(carry, held, batch)
             return carry, history.at[i].set(value)
         carry, history = jax.lax.fori_loop(0, steps, body, (carry, jnp.zeros(steps)))
         return eqx.combine(carry[0], held), history
-    return run(carry)
+    return run(carry, held, (X, Y))
 
 
 def same(a, b) -> bool:

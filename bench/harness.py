@@ -268,11 +268,13 @@ PARTS = ("pack", "trace", "xla", "other")
 
 
 def no_compile_cache() -> None:
-    """No persistent compile cache on either side: $LOOPFUSE_CACHE_DIR unset (loopfuse has no other
-    compile cache) and jax's persistent cache off, so every timed compile runs XLA."""
+    """No compile cache on either side: $LOOPFUSE_CACHE_DIR unset, loopfuse's memory of the executables it
+    compiled off (`cache.RECENT`), and jax's persistent cache off, so every timed compile runs XLA."""
     import jax
     from loopfuse.compile import cache
     os.environ.pop(cache.CACHE_ENV, None)
+    cache.RECENT.size = 0
+    cache.RECENT.clear()
     jax.config.update("jax_enable_compilation_cache", False)
 
 
@@ -318,9 +320,11 @@ def compile_rounds(builds: dict, rounds: int) -> dict:
     """Interleaved rounds (`interleave`) of ``builds[name]() -> (built, {part: seconds})``, each a
     compile from nothing, timed whole (wall). {name: {"built": the last round's, "total": [seconds
     per round], "parts": [{part: seconds, "other": the rest of the total} per round]}}."""
+    from loopfuse.compile import cache
     last = {}
 
     def timed(name):
+        cache.RECENT.clear()            # a compile from nothing (where `no_compile_cache` was not called)
         t0 = time.perf_counter()
         last[name], parts = builds[name]()
         total = time.perf_counter() - t0

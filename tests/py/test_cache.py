@@ -87,6 +87,12 @@ def finish(proc) -> str:
     return out
 
 
+@pytest.fixture(autouse=True)
+def on_disk_only(monkeypatch):
+    """The folder's entries, not the executables this process keeps in memory (test_recent_executables.py)."""
+    monkeypatch.setattr(cache.RECENT, "size", 0)
+
+
 def compiled(where, fn=STEP, state=None, **kw):
     """(Executable, its outputs) of a fresh Step over the cache folder `where`."""
     state = init_state(OPT) if state is None else state

@@ -15,6 +15,7 @@ import pytest
 import loopfuse
 from loopfuse import CompiledLoop, CompiledStep, Dataset, GradOnly
 from loopfuse.compile import xla
+from loopfuse.drivers.solve import _program
 from problems import NEWER_XLA, assert_trees_equal, batch, mlp_loss, mlp_params
 
 
@@ -131,9 +132,12 @@ def test_a_bound_method_loss_is_one_program(compiles):
     counts = dict(compiles)
     assert_trees_equal(solve().params, first.params)
     assert compiles == counts
-    assert_trees_equal(loopfuse.minimize(Model().loss, mlp_params(), batch(), opt, steps=4, backend=CompiledStep()).params,
+    other = Model()
+    assert_trees_equal(loopfuse.minimize(other.loss, mlp_params(), batch(), opt, steps=4, backend=CompiledStep()).params,
                        first.params)
-    assert compiles["loopfuse"] == counts["loopfuse"] + 1        # another object: another program, as jax.jit
+    # another object: another program, as jax.jit; the same module, so its executable is the one kept in memory
+    assert _program(other.loss, True, opt, CompiledStep(), None) is not _program(model.loss, True, opt, CompiledStep(), None)
+    assert compiles["loopfuse"] == counts["loopfuse"]          # (its jitted initial state is jax.jit's to compile)
 
 
 def test_equal_objects_are_two_losses_and_an_unhashable_ones_method_is_kept_while_it_lives(compiles):

@@ -1,4 +1,5 @@
-"""Persistent compile cache: compiled executables on disk, shared by every process on the machine.
+"""The compile cache: compiled executables on disk, shared by every process on the machine (`Entry`), and the
+last ones this process compiled, in memory (`Recent`).
 
 An entry is keyed by everything that changes the executable: the traced module's text, the pass
 pipeline with its options, the XLA compile options, the jax / jaxlib / loopfuse versions (and a
@@ -13,6 +14,10 @@ a folder that cannot be written gives a warning and the program runs uncached. P
 host callbacks (``jax.debug.print``, ``pure_callback``) are never cached: their callbacks live
 in the process that traced them. Only point the cache at a folder you trust: loading an
 executable runs its code.
+
+In memory, a step built again for a program this process compiled (``compile_step(fn)`` called anew, `minimize` of
+a new loss function of the same code, its data an argument) is loaded as it is from disk, with no pass and no XLA
+compile (jax.jit compiles a new function object again), under an entry's key.
 """
 import functools
 import hashlib
@@ -21,7 +26,9 @@ import json
 import os
 import platform
 import struct
+import threading
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -171,3 +178,49 @@ def _unpack(data: bytes) -> tuple[bytes, bytes]:
     if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
         raise ValueError("its checksum does not match (corrupt)")
     return payload[:sizes[0]], payload[sizes[0]:]
+
+
+class Recent:
+    """The executables this process compiled last, `size` of them (none with `size` 0), each with its final
+    module (as bytecode, parsed into the context of the step that loads it), by their entry `key`. A program
+    whose traced module's text is longer than `max_bytes` is not kept: its length is arrays it closed over,
+    embedded as constants, which its executable holds in device memory, and which would then outlive the step
+    and the function that closed over them."""
+
+    def __init__(self, size: int, max_bytes: int):
+        self.size, self.max_bytes = size, max_bytes
+        self._kept: OrderedDict[str, tuple] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def key(self, text: str, pipeline: str, devices, options) -> str | None:
+        """An entry's `key` of module `text`; None for a module too large to keep, or where nothing is kept
+        (`size` 0)."""
+        if self.size == 0 or len(text) > self.max_bytes:
+            return None
+        return key(text, pipeline, devices, options)
+
+    def load(self, key: str, context: ir.Context):
+        """(executable, final module in `context`) kept under `key`, or None."""
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None:
+                return None
+            self._kept.move_to_end(key)
+        executable, module = kept
+        return executable, ir.Module.parse(module, context)
+
+    def store(self, key: str, executable, module: ir.Module) -> None:
+        buf = io.BytesIO()
+        module.operation.write_bytecode(buf)
+        with self._lock:
+            self._kept[key] = executable, buf.getvalue()
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every executable kept (a benchmark's compile from nothing)."""
+        with self._lock:
+            self._kept.clear()
+
+
+RECENT = Recent(size=32, max_bytes=4 << 20)

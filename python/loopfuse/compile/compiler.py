@@ -135,13 +135,15 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     t0 = time.perf_counter()
     where = compile_cache.folder(plan.options.cache_dir)
     # keyed by the plan's options, from which the program's follow (`_program`)
-    entry = None if where is None or traced.effects.host_callbacks else compile_cache.Entry.of(
-        where, str(traced.module), pipeline.pipeline_string(plan.passes), devices,
-        xla.compile_options(devices, plan.xla.values, shardy=shardy))
-    loaded = entry.load(traced.module.context) if entry is not None else None
+    passes, options = pipeline.pipeline_string(plan.passes), xla.compile_options(devices, plan.xla.values, shardy=shardy)
+    text = str(traced.module) if not traced.effects.host_callbacks else None   # (a host callback lives in the
+    recent = compile_cache.RECENT.key(text, passes, devices, options) if text else None    # trace that made it)
+    entry = compile_cache.Entry.of(where, text, passes, devices, options) if where and text else None
+    kept = compile_cache.RECENT.load(recent, traced.module.context) if recent is not None else None
+    loaded = kept or (entry.load(traced.module.context) if entry is not None else None)
     cache_seconds = time.perf_counter() - t0
     if plan.dump is not None or lowered is None and loaded is None:
-        lowered = lower(plan, note=_origin(entry, loaded, where is not None))
+        lowered = lower(plan, note=_origin(entry, loaded, kept is not None, where is not None))
     seconds = dict(lowered.seconds if lowered is not None else plan.seconds)
     if loaded is not None:
         executable, module = loaded
@@ -154,10 +156,12 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
                                         host_callbacks=traced.effects.host_callbacks)
         seconds["xla"] = time.perf_counter() - t0
         module = lowered.module
+        t0 = time.perf_counter()
         if entry is not None:
-            t0 = time.perf_counter()
             entry.store(executable, module)
-            cache_seconds += time.perf_counter() - t0
+        if recent is not None:
+            compile_cache.RECENT.store(recent, executable, module)
+        cache_seconds += time.perf_counter() - t0
     if where is not None:
         seconds["cache"] = cache_seconds
     built = Executable.build(traced, module, executable, plan.avals, plan.options.placement, devices[0],
@@ -222,8 +226,10 @@ def _program(plan: Plan, module: ir.Module) -> runtime.ProgramOptions:
     return _program_options(plan.traced, plan.options, plan.avals[:len(plan.traced.state_paths)], added)
 
 
-def _origin(entry: compile_cache.Entry | None, loaded, cache_set: bool) -> str:
+def _origin(entry: compile_cache.Entry | None, loaded, kept: bool, cache_set: bool) -> str:
     """Where the executable comes from, for the IR dump's executable.txt."""
+    if kept:
+        return "compiled earlier in this process (the compile cache's memory); XLA did not run\n"
     if loaded is not None:
         assert entry is not None
         return f"loaded from the compile cache ({entry.path}); XLA did not run\n"

@@ -1,0 +1,68 @@
+"""The executables this process compiled, kept in memory (`cache.RECENT`): a step built again for the same program
+runs no pass and no XLA compile and computes the same bits; what must not be kept is not."""
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+
+import loopfuse
+from loopfuse.compile import cache, xla
+from problems import assert_trees_equal, batch, fresh, init_state, mlp_loss, mlp_params, train_step
+
+OPT = optax.adam(1e-2)
+STEP = train_step(OPT)
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """The XLA compiles of loopfuse programs, counted, with nothing kept from earlier tests."""
+    cache.RECENT.clear()
+    count = [0]
+    compile_module = xla.compile_module
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return compile_module(*args, **kwargs)
+    monkeypatch.setattr(xla, "compile_module", counted)
+    return count
+
+
+def test_a_step_built_again_loads_its_executable_and_computes_the_same_bits(compiles, tmp_path):
+    first = loopfuse.compile_step(STEP, keep_aux=("loss",))
+    out_first = first(fresh(init_state(OPT)), batch())
+    again = loopfuse.compile_step(STEP, keep_aux=("loss",), dump_ir=tmp_path)
+    executable = again.compiled(init_state(OPT), batch())
+    assert compiles[0] == 1 and set(executable.seconds) == {"trace", "drop-unused-outputs", "alias-state"}
+    assert_trees_equal(again(fresh(init_state(OPT)), batch()), out_first)
+    (folder,) = tmp_path.iterdir()     # (a dump runs the passes, for its stages)
+    assert (folder / "executable.txt").read_text().startswith("compiled earlier in this process")
+    loopfuse.compile_step(STEP, keep_aux=("loss",), donate=False).compiled(init_state(OPT), batch())
+    assert compiles[0] == 2            # another program: its own compile
+
+
+def test_a_new_loss_function_of_the_same_code_compiles_once(compiles):
+    solutions = []
+    for _ in range(2):                 # a new closure, written at the same place, each time
+        solutions.append(loopfuse.minimize(lambda p, b: mlp_loss(p, b), mlp_params(), batch(), OPT, steps=5,
+                                           backend=loopfuse.CompiledStep()))
+    assert compiles[0] == 1
+    assert_trees_equal(solutions[0].params, solutions[1].params)
+
+
+def test_what_must_not_be_kept_is_compiled_again(compiles, monkeypatch):
+    def with_callback(state, b):
+        jax.debug.callback(lambda: None)        # a host callback lives in the trace that made it
+        return STEP(state, b)
+    for _ in range(2):
+        loopfuse.compile_step(with_callback).compiled(init_state(OPT), batch())
+    assert compiles[0] == 2
+    monkeypatch.setattr(cache.RECENT, "max_bytes", 100)       # as a module that embeds large constants
+    for _ in range(2):
+        loopfuse.compile_step(STEP).compiled(init_state(OPT), batch())
+    assert compiles[0] == 4
+    monkeypatch.setattr(cache.RECENT, "max_bytes", 4 << 20)
+    monkeypatch.setattr(cache.RECENT, "size", 1)               # the last one only
+    for keep in [("loss",), None, ("loss",)]:
+        loopfuse.compile_step(STEP, keep_aux=keep).compiled(init_state(OPT), batch())
+    assert compiles[0] == 7
+    assert jnp.isfinite(loopfuse.compile_step(STEP)(fresh(init_state(OPT)), batch())[1]["loss"])

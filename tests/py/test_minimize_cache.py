@@ -244,3 +244,21 @@ def test_object_keys_follow_values_and_hold_arrays_by_identity():
         return f
     assert object_key(recursive(1)) != object_key(recursive(1))
     hash(object_key(recursive(1)))
+
+
+def test_an_optimizer_holding_an_object_that_cannot_be_compared_is_still_solved():
+    class Odd:                      # hashable, but its == is an array (as a numpy-like object's may be)
+        def __hash__(self):
+            return 0
+
+        def __eq__(self, other):
+            return jnp.ones(2)
+
+    def scaled(lr):
+        inner, odd = optax.sgd(lr), Odd()
+        return optax.GradientTransformation(inner.init, lambda g, s, p=None: (odd, inner.update(g, s, p))[1])
+    def loss(p):
+        return jnp.sum(p ** 2)
+    first, again = (loopfuse.minimize(loss, jnp.ones(2), optimizer=scaled(0.1), steps=3) for _ in range(2))
+    np.testing.assert_allclose(first.loss_history, [2.0, 1.28, 0.8192], rtol=1e-6)
+    assert np.array_equal(first.loss_history, again.loss_history)

@@ -75,7 +75,7 @@ def _key(x, depth: int, seen: frozenset) -> Hashable:
         return _Identity(x)
     try:
         hash(x)
-    except TypeError:
+    except Exception:                           # noqa: BLE001 -- unhashable (or a hash that fails): identity
         return _Identity(x)
     return t, x
 

@@ -229,7 +229,7 @@ class _Programs:
             for key in (same, alike):
                 try:
                     built[key] = program
-                except TypeError:                   # an unhashable object: found by its key only
+                except Exception:                   # noqa: BLE001 -- unhashable (or uncomparable): not kept so
                     pass
             while len(built) > 2 * self.size:          # (a program under two keys)
                 built.popitem(last=False)
@@ -239,7 +239,7 @@ class _Programs:
         with self.lock:
             try:
                 program = built.get(key)
-            except TypeError:
+            except Exception:                       # noqa: BLE001 -- an object that cannot be hashed or compared
                 return None
             if program is not None:
                 built.move_to_end(key)

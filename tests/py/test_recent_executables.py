@@ -66,3 +66,39 @@ def test_what_must_not_be_kept_is_compiled_again(compiles, monkeypatch):
         loopfuse.compile_step(STEP, keep_aux=keep).compiled(init_state(OPT), batch())
     assert compiles[0] == 7
     assert jnp.isfinite(loopfuse.compile_step(STEP)(fresh(init_state(OPT)), batch())[1]["loss"])
+
+
+_DIFFRAX_CHILD = r"""
+import diffrax, jax.numpy as jnp, optax, loopfuse
+from loopfuse.compile import xla
+count = [0]
+compile_module = xla.compile_module
+def counted(*args, **kwargs):
+    count[0] += 1
+    return compile_module(*args, **kwargs)
+xla.compile_module = counted
+ts = jnp.linspace(0.0, 1.0, 5)
+def solve(k):
+    term = diffrax.ODETerm(lambda t, y, k: -k * y)
+    return diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), args=k,
+                               saveat=diffrax.SaveAt(ts=ts)).ys
+data = solve(jnp.array([0.5, 2.0]))
+for _ in range(2):                      # a new loss function of the same code, as a script's loop makes one
+    loopfuse.minimize(lambda k, d: jnp.mean((solve(k) - d) ** 2), jnp.ones(2), data, optax.adam(0.1), steps=5,
+                      backend=loopfuse.CompiledStep())
+print(count[0])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("on_error, compiles", [("raise", 2), ("nan", 1)])
+def test_a_diffrax_solve_is_kept_where_its_error_checks_are_no_host_callbacks(on_error, compiles):
+    """equinox's `error_if` is a host callback unless ``EQX_ON_ERROR=nan`` (read when equinox is imported: a
+    process of its own)."""
+    import os
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", _DIFFRAX_CHILD], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, EQX_ON_ERROR=on_error, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.split()[-1]) == compiles

@@ -14,14 +14,16 @@ import pytest
 
 import loopfuse
 from loopfuse import CompiledLoop, CompiledStep, Dataset, GradOnly
-from loopfuse.compile import xla
+from loopfuse.compile import cache, xla
 from loopfuse.drivers.solve import _program
 from problems import NEWER_XLA, assert_trees_equal, batch, mlp_loss, mlp_params
 
 
 @pytest.fixture
 def compiles(monkeypatch):
-    """{"loopfuse": XLA compiles of loopfuse programs, "jax": jax.jit backend compiles}, counted."""
+    """{"loopfuse": XLA compiles of loopfuse programs, "jax": jax.jit backend compiles}, counted, with no executable
+    kept in memory from an earlier test (`cache.RECENT`)."""
+    cache.RECENT.clear()
     counts = {"loopfuse": 0, "jax": 0}
     compile_module = xla.compile_module
 

@@ -24,6 +24,7 @@ import layered
 import loopfuse
 import transformer
 from ir_helpers import interpret, lit_cases
+from loopfuse.compile import cache
 from loopfuse.memory import xla_dump
 from loopfuse.compile.mlir_context import parse_module
 from loopfuse.compile.pass_manager import run_pass
@@ -452,6 +453,7 @@ def test_verify_holds_a_rolled_program_to_its_tolerance(monkeypatch):
     def first_row(stacked, index):        # a wrong rewrite: every layer reads layer 0's rows
         return rewriter.static_row(stacked, 0)
     monkeypatch.setattr(rewriter, "row", first_row)
+    cache.RECENT.clear()                  # (the program above, compiled right, is kept in memory)
     with pytest.raises(loopfuse.MiscompileError, match="roll-layers") as caught:
         rolled(step, verify=True)(loopfuse.pack(state, layers=True), tokens)
     assert caught.value.culprits == ["memory_budget (the pass 'roll-layers')"]

@@ -136,8 +136,10 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     where = compile_cache.folder(plan.options.cache_dir)
     # keyed by the plan's options, from which the program's follow (`_program`)
     passes, options = pipeline.pipeline_string(plan.passes), xla.compile_options(devices, plan.xla.values, shardy=shardy)
-    text = str(traced.module) if not traced.effects.host_callbacks else None   # (a host callback lives in the
-    recent = compile_cache.RECENT.key(text, passes, devices, options) if text else None    # trace that made it)
+    kept_somewhere = where is not None or compile_cache.RECENT.size > 0
+    # (a host callback lives in the trace that made it: such a program is kept nowhere)
+    text = str(traced.module) if kept_somewhere and not traced.effects.host_callbacks else None
+    recent = compile_cache.RECENT.key(text, passes, devices, options) if text else None
     entry = compile_cache.Entry.of(where, text, passes, devices, options) if where and text else None
     kept = compile_cache.RECENT.load(recent, traced.module.context) if recent is not None else None
     loaded = kept or (entry.load(traced.module.context) if entry is not None else None)

@@ -71,8 +71,6 @@ def _key(x, depth: int, seen: frozenset) -> Hashable:
         return t, tuple(_key(item, depth, seen) for item in x)
     if t is dict:
         return t, tuple((_key(k, depth, seen), _key(v, depth, seen)) for k, v in x.items())
-    if x is _EMPTY_CELL:
-        return _Identity(x)
     try:
         hash(x)
     except Exception:                           # noqa: BLE001 -- unhashable (or a hash that fails): identity

@@ -46,9 +46,9 @@ def minimize(loss: Callable, params, data=None, optimizer: optax.GradientTransfo
     optimizer state (Adam for 500 steps, then L-BFGS: ``minimize(loss, minimize(loss, p0, ...), ...)``).
     Leaves that are not arrays or numbers (an equinox model's activation function; inside an equinox Module, any that
     is not an array) are held as structure, not trained (`static_leaves`): the loss sees the params as given, the
-    optimizer their arrays. Of those, the floating (and complex) ones are trained; an integer, bool or typed-key
-    leaf (a mask, a count, an nnx model's RNG state) is held as it is, as `eqx.filter_value_and_grad` leaves it
-    out (`_parts`).
+    optimizer their arrays. Of the arrays, the floating (and complex) ones are trained; an integer, bool or
+    typed-key leaf (a mask, a count, an nnx model's RNG state) is held as it is, as `eqx.filter_value_and_grad`
+    leaves it out (`_parts`).
     data: None, a fixed batch pytree, or a `Dataset` (step i sees ``data.batch(i)``).
     Every backend runs the same step: value and gradient by ``backend.ad``, then
     ``optimizer.update`` and ``optax.apply_updates``. The caller's `params` are copied, never donated.
@@ -360,14 +360,15 @@ def _parts(params) -> tuple:
     an integer, a bool, a typed key), as `eqx.partition` marks what it leaves out, and those leaves with None for
     the others; ``(params, None)`` where every leaf is trained (the program as if there were no split). A
     TypeError where none is."""
-    flags = [is_differentiable(x) for x in jax.tree_util.tree_leaves(params)]
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    flags = [is_differentiable(x) for x in leaves]
     if all(flags):
         return params, None
     if not any(flags):
         raise TypeError("minimize trains the params' floating (or complex) leaves, and these have none: "
                         f"{jax.tree_util.tree_map(lambda x: str(dtype(x)), params)}")
-    return (jax.tree_util.tree_map(lambda x: x if is_differentiable(x) else None, params),
-            jax.tree_util.tree_map(lambda x: None if is_differentiable(x) else x, params))
+    return (jax.tree_util.tree_unflatten(treedef, [x if f else None for x, f in zip(leaves, flags)]),
+            jax.tree_util.tree_unflatten(treedef, [None if f else x for x, f in zip(leaves, flags)]))
 
 
 def _joined(trained, held):

@@ -325,7 +325,7 @@ def _form_key(call: func.CallOp) -> tuple:
 
 def _loops(block: ir.Block) -> bool:
     """Whether `block` (the step's) runs a ``stablehlo.while`` of its own (the step loops over something)."""
-    return any(op.operation.name == "stablehlo.while" for op in block.operations)
+    return any(isinstance(op, stablehlo.WhileOp) for op in block.operations)
 
 
 def _first_use(g: Dataflow, leaves: list) -> list:
@@ -361,7 +361,7 @@ def layers_block(main: func.FuncOp) -> ir.Block:
     and the update runs after the micro-batch loop."""
     entry = main.body.blocks[0]
     for op in entry.operations:
-        if MICRO_BATCH in op.operation.attributes:
+        if isinstance(op, stablehlo.WhileOp) and MICRO_BATCH in op.operation.attributes:
             return op.operation.regions[1].blocks[0]
     return entry
 

@@ -219,19 +219,20 @@ def history_rows(module_op: ir.Operation, steps: int, max_bytes: int) -> int:
     """The ``rows`` option that keeps every buffer a loop of `steps` steps of this module's ``@main``
     touches at most `max_bytes`: the most rows of each aux result that fit, where every tensor of the
     module is that small and the histories of `steps` rows would not be; else 0 (one loop)."""
-    sizes: list[int] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        for region in op.regions:
-            for block in region.blocks:
-                sizes.extend(_bytes(a.type) for a in block.arguments)
-        sizes.extend(_bytes(r.type) for r in op.results)
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
     f = main_func(module_op)
     aux = [_bytes(t) for t, a in zip(f.type.results, result_attrs(f)) if STATE not in a and STOP not in a]
-    if not aux or max(sizes) > max_bytes or any(n == 0 for n in aux):
+    if not aux or any(n == 0 for n in aux):
+        return 0
+    small = True
+
+    def visit(op: ir.Operation) -> ir.WalkResult:     # stops at the first tensor over max_bytes
+        nonlocal small
+        values = [a for region in op.regions for block in region.blocks for a in block.arguments]
+        small = all(_bytes(v.type) <= max_bytes for v in [*values, *op.results])
+        return ir.WalkResult.ADVANCE if small else ir.WalkResult.INTERRUPT
+
+    module_op.walk(visit)
+    if not small:
         return 0
     rows = min(max_bytes // n for n in aux)
     return rows if rows < steps else 0

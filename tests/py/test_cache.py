@@ -193,23 +193,23 @@ def test_programs_that_differ_never_share_an_entry(tmp_path, what, stored):
 def test_key_covers_versions_platform_devices_options_and_flags(monkeypatch):
     d = jax.devices()[:1]
     options = xla.compile_options(d, {}, shardy=False)
-    base = cache.key("module", "p", d, options)
+    base = cache.key(b"module", "p", d, options)
 
     class Device:
         platform, device_kind, id, process_index = "cpu", "other cpu", 0, 0
 
     xla_option = xla.compile_options(d, {"xla_cpu_enable_fast_math": True}, shardy=False)
-    keys = {"module": cache.key("module2", "p", d, options), "pipeline": cache.key("module", "p2", d, options),
-            "device kind": cache.key("module", "p", [Device()], options),
-            "device count": cache.key("module", "p", d * 2, options),
-            "xla option": cache.key("module", "p", d, xla_option),
-            "shardy": cache.key("module", "p", d, xla.compile_options(d, {}, shardy=True))}
+    keys = {"module": cache.key(b"module2", "p", d, options), "pipeline": cache.key(b"module", "p2", d, options),
+            "device kind": cache.key(b"module", "p", [Device()], options),
+            "device count": cache.key(b"module", "p", d * 2, options),
+            "xla option": cache.key(b"module", "p", d, xla_option),
+            "shardy": cache.key(b"module", "p", d, xla.compile_options(d, {}, shardy=True))}
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=false")
-    keys["XLA_FLAGS"] = cache.key("module", "p", d, options)
+    keys["XLA_FLAGS"] = cache.key(b"module", "p", d, options)
     monkeypatch.delenv("XLA_FLAGS")
     real = cache.versions()
     monkeypatch.setattr(cache, "versions", lambda: {**real, "jax": "0.0.1"})
-    keys["versions"] = cache.key("module", "p", d, options)
+    keys["versions"] = cache.key(b"module", "p", d, options)
     assert {k for k, v in keys.items() if v == base} == set()
     assert len(set(keys.values())) == len(keys)
 

@@ -49,6 +49,23 @@ def test_a_new_loss_function_of_the_same_code_compiles_once(compiles):
     assert_trees_equal(solutions[0].params, solutions[1].params)
 
 
+def test_a_step_written_at_other_lines_is_the_same_program_and_another_op_is_not(compiles):
+    """The key reads the traced module without its locations (`mlir_context.fingerprint`)."""
+    def step_here(x, b):
+        return x * b, {}
+
+    def step_there(x, b):
+        return x * b, {}
+
+    def other(x, b):
+        return x + b, {}
+    for fn in (step_here, step_there):
+        loopfuse.compile_step(fn).compiled(jnp.ones(3), jnp.ones(3))
+    assert compiles[0] == 1
+    loopfuse.compile_step(other).compiled(jnp.ones(3), jnp.ones(3))
+    assert compiles[0] == 2
+
+
 def test_what_must_not_be_kept_is_compiled_again(compiles, monkeypatch):
     def with_callback(state, b):
         jax.debug.callback(lambda: None)        # a host callback lives in the trace that made it
@@ -60,7 +77,7 @@ def test_what_must_not_be_kept_is_compiled_again(compiles, monkeypatch):
     for _ in range(2):
         loopfuse.compile_step(STEP).compiled(init_state(OPT), batch())
     assert compiles[0] == 4
-    monkeypatch.setattr(cache.RECENT, "max_bytes", 4 << 20)
+    monkeypatch.setattr(cache.RECENT, "max_bytes", 2 << 20)
     monkeypatch.setattr(cache.RECENT, "size", 1)               # the last one only
     for keep in [("loss",), None, ("loss",)]:
         loopfuse.compile_step(STEP, keep_aux=keep).compiled(init_state(OPT), batch())

@@ -1,7 +1,8 @@
 """The compile cache: compiled executables on disk, shared by every process on the machine (`Entry`), and the
 last ones this process compiled, in memory (`Recent`).
 
-An entry is keyed by everything that changes the executable: the traced module's text, the pass
+An entry is keyed by everything that changes the executable: the traced module (its text, as its
+location-free bytecode: `mlir_context.fingerprint`), the pass
 pipeline with its options, the XLA compile options, the jax / jaxlib / loopfuse versions (and a
 digest of loopfuse's sources), the platform, the devices (kind, id, count), and $XLA_FLAGS.
 It holds jaxlib's own serialization of the executable (``LoadedExecutable.serialize``) and the
@@ -27,7 +28,6 @@ import os
 import platform
 import struct
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from importlib import metadata
@@ -39,6 +39,7 @@ import jaxlib
 from jaxlib.mlir import ir
 
 from .. import passes, settings
+from ..errors import warn
 from .pipeline import write_atomic
 
 CACHE_ENV = "LOOPFUSE_CACHE_DIR"
@@ -70,8 +71,9 @@ def versions() -> dict:
             "loopfuse": version, "loopfuse-sources": sources.hexdigest()[:16]}
 
 
-def key(text: str, pipeline: str, devices, options) -> str:
-    """The entry key of module `text` run through `pipeline` and compiled with `options` on `devices`."""
+def key(module: bytes, pipeline: str, devices, options) -> str:
+    """The entry key of a module (its `fingerprint`) run through `pipeline` and compiled with `options` on
+    `devices`."""
     backend = jeb.get_backend(devices[0].platform)
     material = {
         "versions": versions(),
@@ -82,7 +84,7 @@ def key(text: str, pipeline: str, devices, options) -> str:
         "pipeline": pipeline,
     }
     h = hashlib.sha256(json.dumps(material, sort_keys=True).encode())
-    h.update(text.encode())
+    h.update(module)
     return h.hexdigest()
 
 
@@ -106,9 +108,9 @@ class Entry:
     options: object                # the xc.CompileOptions it was compiled with
 
     @classmethod
-    def of(cls, where: Path, text: str, pipeline: str, devices, options) -> "Entry":
-        """The entry for a program."""
-        return cls(where / f"{key(text, pipeline, devices, options)}.lfx", list(devices), options)
+    def of(cls, where: Path, module: bytes, pipeline: str, devices, options) -> "Entry":
+        """The entry for a program (its traced module's `fingerprint`)."""
+        return cls(where / f"{key(module, pipeline, devices, options)}.lfx", list(devices), options)
 
     def load(self, context: ir.Context):
         """(executable, final module in `context`), or None when absent or unusable (one warning)."""
@@ -140,13 +142,12 @@ class Entry:
             write_atomic(self.path, data)     # other users of a shared folder may read it, as the umask says
             return True
         except OSError as e:
-            warnings.warn(f"loopfuse compile cache: cannot write to {self.path.parent} ({e}); "
-                          "running uncached", CacheWarning, stacklevel=2)
+            warn(f"loopfuse compile cache: cannot write to {self.path.parent} ({e}); "
+                          "running uncached", CacheWarning)
             return False
 
     def _unusable(self, why: str) -> None:
-        warnings.warn(f"loopfuse compile cache: entry {self.path} is unusable: {why}; recompiling",
-                      CacheWarning, stacklevel=3)
+        warn(f"loopfuse compile cache: entry {self.path} is unusable: {why}; recompiling", CacheWarning)
         return None
 
 
@@ -183,7 +184,7 @@ def _unpack(data: bytes) -> tuple[bytes, bytes]:
 class Recent:
     """The executables this process compiled last, `size` of them (none with `size` 0), each with its final
     module (as bytecode, parsed into the context of the step that loads it), by their entry `key`. A program
-    whose traced module's text is longer than `max_bytes` is not kept: its length is arrays it closed over,
+    whose traced module's `fingerprint` is longer than `max_bytes` is not kept: its length is arrays it closed over,
     embedded as constants, which its executable holds in device memory, and which would then outlive the step
     and the function that closed over them."""
 
@@ -192,12 +193,12 @@ class Recent:
         self._kept: OrderedDict[str, tuple] = OrderedDict()
         self._lock = threading.Lock()
 
-    def key(self, text: str, pipeline: str, devices, options) -> str | None:
-        """An entry's `key` of module `text`; None for a module too large to keep, or where nothing is kept
-        (`size` 0)."""
-        if self.size == 0 or len(text) > self.max_bytes:
+    def key(self, module: bytes, pipeline: str, devices, options) -> str | None:
+        """An entry's `key` of a module's `fingerprint`; None for a module too large to keep, or where nothing
+        is kept (`size` 0)."""
+        if self.size == 0 or len(module) > self.max_bytes:
             return None
-        return key(text, pipeline, devices, options)
+        return key(module, pipeline, devices, options)
 
     def load(self, key: str, context: ir.Context):
         """(executable, final module in `context`) kept under `key`, or None."""
@@ -223,4 +224,4 @@ class Recent:
             self._kept.clear()
 
 
-RECENT = Recent(size=32, max_bytes=4 << 20)
+RECENT = Recent(size=32, max_bytes=2 << 20)

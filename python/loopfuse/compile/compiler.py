@@ -13,7 +13,6 @@ module its own way.
 """
 import math
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -22,14 +21,14 @@ import jax
 import numpy as np
 from jaxlib.mlir import ir
 
-from ..errors import InitFoldError, StateMismatchError
+from ..errors import InitFoldError, StateMismatchError, warn
 from ..run import runtime
 from ..state import packed
 from ..state.data import Dataset
 from ..state.leaves import aval, is_key, keyed_paths
 from . import cache as compile_cache, pipeline, stopping, trace as tracing, xla
 from .executable import Executable
-from .mlir_context import copy_module
+from .mlir_context import copy_module, fingerprint
 from .options import StepOptions
 from .traced import Traced
 
@@ -138,9 +137,9 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     passes, options = pipeline.pipeline_string(plan.passes), xla.compile_options(devices, plan.xla.values, shardy=shardy)
     kept_somewhere = where is not None or compile_cache.RECENT.size > 0
     # (a host callback lives in the trace that made it: such a program is kept nowhere)
-    text = str(traced.module) if kept_somewhere and not traced.effects.host_callbacks else None
-    recent = compile_cache.RECENT.key(text, passes, devices, options) if text else None
-    entry = compile_cache.Entry.of(where, text, passes, devices, options) if where and text else None
+    module_key = fingerprint(traced.module) if kept_somewhere and not traced.effects.host_callbacks else None
+    recent = compile_cache.RECENT.key(module_key, passes, devices, options) if module_key else None
+    entry = compile_cache.Entry.of(where, module_key, passes, devices, options) if where and module_key else None
     kept = compile_cache.RECENT.load(recent, traced.module.context) if recent is not None else None
     loaded = kept or (entry.load(traced.module.context) if entry is not None else None)
     cache_seconds = time.perf_counter() - t0
@@ -171,8 +170,7 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     refused = built.reports.get("micro-batch", "")
     if refused.startswith("did not"):
         asked = "the micro-batch pass" if plan.options.micro_batches is None else f"micro_batches={plan.options.micro_batches}"
-        warnings.warn(f"loopfuse: {asked} not applied, the step runs on the "
-                      f"whole batch: {refused}", stacklevel=2)
+        warn(f"loopfuse: {asked} not applied, the step runs on the whole batch: {refused}")
     return built
 
 

@@ -1,5 +1,11 @@
 """Errors loopfuse raises; each names the leaf, shape, pass or line at fault (`FitError`, which carries a
-`FitResult`, is in `results`)."""
+`FitResult`, is in `results`), and the one way it warns (`warn`; `_jax_compat`, which imports no other module of
+loopfuse's, warns on its own)."""
+import functools
+import os
+import sys
+import types
+import warnings
 
 
 class LoopfuseError(Exception):
@@ -55,3 +61,21 @@ class MiscompileError(LoopfuseError, AssertionError):
         super().__init__(message)
         self.path, self.max_abs, self.max_rel = path, max_abs, max_rel
         self.passes, self.xla_options, self.culprits = passes, xla_options, culprits
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """`warnings.warn` at the user's line: the first frame of the call stack outside loopfuse (its package and
+    its passes), however deep in a compile the warning is raised, so a warning names the call that caused it
+    and shows once per call site (the `warnings` default)."""
+    level = 2           # 1: this function's frame, 2: its caller's
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None and os.path.realpath(frame.f_code.co_filename).startswith(_homes()):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, category, stacklevel=level)
+
+
+@functools.cache
+def _homes() -> tuple[str, ...]:
+    """The folders of loopfuse's modules: the package's and its passes'."""
+    import loopfuse.passes
+    return tuple(os.path.join(os.path.realpath(p), "") for p in (os.path.dirname(__file__), *loopfuse.passes.__path__))

@@ -217,6 +217,7 @@ def test_a_loss_that_does_not_decompose_is_refused_with_its_line(program):
     assert text.startswith("did not micro-batch: stablehlo.") and "reads a per-example value and a sum over the " \
         f"batch" in text and f"({line})" in text.split(" reads ")[0], text
     assert text in str(caught[0].message)
+    assert caught[0].filename == __file__      # the warning names the call that compiled, not loopfuse's line
     with pytest.warns(UserWarning, match=r"the micro-batch pass not applied"):      # given as a pass
         loopfuse.compile_step(fn, passes="micro-batch{slices=2}").compiled(fresh(state), batch)
     with warnings.catch_warnings():

@@ -11,13 +11,12 @@ import re
 import tempfile
 import time
 import uuid
-import warnings
 from pathlib import Path
 
 from jaxlib.mlir import ir
 
 from .. import settings
-from ..errors import LoopfuseError
+from ..errors import LoopfuseError, warn
 from ..passes import AliasState, DropUnusedOutputs, FoldInit, MicroBatch, RollLayers, WrapLoop
 from ..passes.module_pass import reports
 from ..passes.vocabulary import FINAL_STAGE, PIPELINE_HEADER, TRACED_STAGE, after_pass_stage
@@ -177,8 +176,7 @@ class _DumpWriter:
             write_atomic(self.folder / _file_name(name), text)
         except OSError as e:
             self.failed = True
-            warnings.warn(f"loopfuse: IR dump stopped, cannot write {self.folder / _file_name(name)}: {e}",
-                          stacklevel=2)
+            warn(f"loopfuse: IR dump stopped, cannot write {self.folder / _file_name(name)}: {e}")
 
 
 def _file_name(stage: str) -> str:

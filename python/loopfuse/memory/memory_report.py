@@ -26,7 +26,6 @@ the live bytes is at most that; the rest are allocated bytes that hold nothing l
 import os
 import re
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -36,7 +35,7 @@ from jaxlib.mlir import ir
 
 from ..compile import xla
 from ..compile.pipeline import write_atomic
-from ..errors import MemoryReportError
+from ..errors import MemoryReportError, warn
 from ..passes.functions import arg_attrs, main_func
 from ..passes.locations import in_library
 from ..passes.vocabulary import STATE, STEP_INDEX, STOPPED
@@ -349,4 +348,4 @@ def write(report: MemoryReport, folder: Path) -> None:
         write_atomic(folder / REPORT_FILE, str(report))
         write_atomic(folder / TIMELINE_FILE, timeline(report))
     except OSError as e:
-        warnings.warn(f"loopfuse: memory report not written to {folder}: {e}", stacklevel=3)
+        warn(f"loopfuse: memory report not written to {folder}: {e}")

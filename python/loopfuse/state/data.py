@@ -1,5 +1,4 @@
 """Device-resident datasets that a compiled loop slices per step, with no host round trip."""
-import warnings
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -9,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import validate
-from ..errors import StateMismatchError
+from ..errors import StateMismatchError, warn
 from .leaves import leaf_name
 
 
@@ -160,7 +159,7 @@ def epoch_order(key, epoch: int, n: int) -> np.ndarray:
         reference = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), n))
         _FAST_ORDER_OK[kind] = bool(np.array_equal(x, reference))
         if not _FAST_ORDER_OK[kind]:
-            warnings.warn("loopfuse: the host shuffle no longer matches jax.random.permutation; "
+            warn("loopfuse: the host shuffle no longer matches jax.random.permutation; "
                           "using jax.random.permutation (slower) for this Dataset size")
             return reference
     return x

@@ -29,7 +29,6 @@ Examples:
 """
 import functools
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -38,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..errors import warn
 from ..passes.layer_runs import keyed_runs, runs
 from ..passes.pack_state import PackState
 from .leaves import check_same_state, is_key, is_weak, keyed, keyed_paths
@@ -196,10 +196,10 @@ def _layer_groups(paths: list, leaves: list) -> dict:
                     groups[("layers", prefix, suffix)] = group
     if weak:
         more = f" and {len(weak) - 3} more" if len(weak) > 3 else ""
-        warnings.warn(f"loopfuse.pack(layers=True): {len(weak)} layer leaves are weakly typed and stay unstacked "
+        warn(f"loopfuse.pack(layers=True): {len(weak)} layer leaves are weakly typed and stay unstacked "
                       f"({', '.join(weak[:3])}{more}): a buffer would make them strongly typed. A leaf made from a "
                       "Python scalar without a dtype is weak (jnp.full(shape, 0.01)); give it one "
-                      "(jnp.full(shape, 0.01, jnp.float32)) to stack it with its layers", stacklevel=3)
+                      "(jnp.full(shape, 0.01, jnp.float32)) to stack it with its layers")
     return groups
 
 

@@ -198,6 +198,38 @@ def optimized_hlo(call, state, batch) -> str:
 _NO_CODE = ("parameter", "get-tuple-element", "tuple", "bitcast", "constant", "call")
 
 
+def distinct_fusions(hlo: str) -> tuple[int, int]:
+    """(fusions, distinct fusions) of an optimized HLO module: XLA:CPU compiles a kernel per fusion whose
+    computation is unlike every other's (the same ops on the same shapes, names and source lines aside), so
+    the distinct ones are what its code generation costs; an unrolled stack of alike layers has many
+    fusions and few distinct ones.
+
+    Examples:
+        >>> distinct_fusions('''%fused (p: f32[2]) -> f32[2] {
+        ...   %p = f32[2]{0} parameter(0)
+        ...   ROOT %n = f32[2]{0} negate(%p), metadata={source_line=3}
+        ... }
+        ... %fused.1 (q: f32[2]) -> f32[2] {
+        ...   %q = f32[2]{0} parameter(0)
+        ...   ROOT %m = f32[2]{0} negate(%q), metadata={source_line=9}
+        ... }
+        ... ENTRY %main (a: f32[2]) -> f32[2] {
+        ...   %a = f32[2]{0} parameter(0)
+        ...   %f = f32[2]{0} fusion(%a), kind=kLoop, calls=%fused
+        ...   ROOT %g = f32[2]{0} fusion(%f), kind=kLoop, calls=%fused.1
+        ... }''')
+        (2, 1)
+    """
+    bodies = dict(re.findall(r"^%?([\w.\-]+) [^\n]*\{\n(.*?)^}", hlo, re.S | re.M))
+
+    def canonical(body: str) -> str:
+        names: dict = {}
+        body = re.sub(r", metadata=\{[^}]*\}", "", body)
+        return re.sub(r"%[\w.\-]+", lambda m: names.setdefault(m[0], f"%{len(names)}"), body)
+    called = re.findall(r" fusion\([^\n]*?calls=%?([\w.\-]+)", hlo)
+    return len(called), len({canonical(bodies[name]) for name in called})
+
+
 def hlo_ops(hlo: str) -> dict[str, dict[str, int]]:
     """The instructions of an optimized HLO module that run code (fusions, copies, custom calls, while
     loops...; not parameters, tuples, bitcasts, constants or calls), counted by opcode: ``"loop body"``

@@ -40,10 +40,10 @@ def measure(layers: int, rounds: int, quick: bool) -> dict:
     report = loop.compiled(stacked, batch).reports["roll-layers"]
     stats = harness.compile_stats(timed["fit"], timed["jax.jit"])
     jit_parts = {k: statistics.median(p[k] for p in timed["jax.jit"]["parts"]) for k in ("trace", "xla")}
+    rolled_hlo = loop.compiled(stacked, batch).executable.hlo_modules()[0].to_string()
     return dict(layers=layers, rolled=report.startswith("rolled"), jit=harness.summary(timed["jax.jit"]["total"]),
-                jit_parts=jit_parts, fit=stats,
-                jit_fusions=harness.distinct_fusions(timed["jax.jit"]["built"].as_text()),
-                fit_fusions=harness.distinct_fusions(loop.compiled(stacked, batch).executable.hlo_modules()[0].to_string()))
+                jit_parts=jit_parts, fit=stats, jit_fusions=harness.distinct_fusions(timed["jax.jit"]["built"].as_text()),
+                fit_fusions=harness.distinct_fusions(rolled_hlo))
 
 
 def main() -> None:

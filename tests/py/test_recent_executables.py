@@ -66,6 +66,21 @@ def test_a_step_written_at_other_lines_is_the_same_program_and_another_op_is_not
     assert compiles[0] == 2
 
 
+def test_an_executable_read_from_the_disk_cache_is_kept_in_memory_too(compiles, tmp_path, monkeypatch):
+    loopfuse.compile_step(STEP, cache_dir=tmp_path).compiled(init_state(OPT), batch())     # compiled, stored
+    cache.RECENT.clear()                                                                  # as a new process
+    reads = [0]
+    load = cache.Entry.load
+
+    def counted(self, context):
+        reads[0] += 1
+        return load(self, context)
+    monkeypatch.setattr(cache.Entry, "load", counted)
+    for _ in range(2):
+        loopfuse.compile_step(STEP, cache_dir=tmp_path).compiled(init_state(OPT), batch())
+    assert (compiles[0], reads[0]) == (1, 1)
+
+
 def test_what_must_not_be_kept_is_compiled_again(compiles, monkeypatch):
     def with_callback(state, b):
         jax.debug.callback(lambda: None)        # a host callback lives in the trace that made it

@@ -16,9 +16,9 @@ host callbacks (``jax.debug.print``, ``pure_callback``) are never cached: their 
 in the process that traced them. Only point the cache at a folder you trust: loading an
 executable runs its code.
 
-In memory, a step built again for a program this process compiled (``compile_step(fn)`` called anew, `minimize` of
-a new loss function of the same code, its data an argument) is loaded as it is from disk, with no pass and no XLA
-compile (jax.jit compiles a new function object again), under an entry's key.
+In memory, a step built again for a program this process compiled or read from disk (``compile_step(fn)`` called
+anew, `minimize` of a new loss function of the same code, its data an argument) is loaded as it is from disk, with no
+pass and no XLA compile (jax.jit compiles a new function object again), under an entry's key.
 """
 import functools
 import hashlib
@@ -182,8 +182,8 @@ def _unpack(data: bytes) -> tuple[bytes, bytes]:
 
 
 class Recent:
-    """The executables this process compiled last, `size` of them (none with `size` 0), each with its final
-    module (as bytecode, parsed into the context of the step that loads it), by their entry `key`. A program
+    """The executables this process compiled or read from disk last, `size` of them (none with `size` 0), each with
+    its final module (as bytecode, parsed into the context of the step that loads it), by their entry `key`. A program
     whose traced module's `fingerprint` is longer than `max_bytes` is not kept: its length is arrays it closed over,
     embedded as constants, which its executable holds in device memory, and which would then outlive the step
     and the function that closed over them."""

@@ -142,6 +142,8 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     entry = compile_cache.Entry.of(where, module_key, passes, devices, options) if where and module_key else None
     kept = compile_cache.RECENT.load(recent, traced.module.context) if recent is not None else None
     loaded = kept or (entry.load(traced.module.context) if entry is not None else None)
+    if loaded is not None and kept is None and recent is not None:     # read from disk: kept in memory too
+        compile_cache.RECENT.store(recent, *loaded)
     cache_seconds = time.perf_counter() - t0
     if plan.dump is not None or lowered is None and loaded is None:
         lowered = lower(plan, note=_origin(entry, loaded, kept is not None, where is not None))

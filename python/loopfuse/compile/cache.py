@@ -1,10 +1,10 @@
 """The compile cache: compiled executables on disk, shared by every process on the machine (`Entry`), and the
-last ones this process compiled, in memory (`Recent`).
+last ones this process compiled or read, in memory (`Recent`).
 
-An entry is keyed by everything that changes the executable: the traced module (its text, as its
-location-free bytecode: `mlir_context.fingerprint`), the pass
-pipeline with its options, the XLA compile options, the jax / jaxlib / loopfuse versions (and a
-digest of loopfuse's sources), the platform, the devices (kind, id, count), and $XLA_FLAGS.
+An entry is keyed by everything that changes the executable: the traced module (its bytecode without
+locations: `mlir_context.fingerprint`), the pass pipeline with its options, the XLA compile options, the
+jax / jaxlib / loopfuse versions (and a digest of loopfuse's sources), the platform, the devices (kind, id,
+count), and $XLA_FLAGS.
 It holds jaxlib's own serialization of the executable (``LoadedExecutable.serialize``) and the
 final module as MLIR bytecode (its ``@main`` signature maps results back to outputs).
 
@@ -142,8 +142,7 @@ class Entry:
             write_atomic(self.path, data)     # other users of a shared folder may read it, as the umask says
             return True
         except OSError as e:
-            warn(f"loopfuse compile cache: cannot write to {self.path.parent} ({e}); "
-                          "running uncached", CacheWarning)
+            warn(f"loopfuse compile cache: cannot write to {self.path.parent} ({e}); running uncached", CacheWarning)
             return False
 
     def _unusable(self, why: str) -> None:

@@ -160,7 +160,7 @@ def epoch_order(key, epoch: int, n: int) -> np.ndarray:
         _FAST_ORDER_OK[kind] = bool(np.array_equal(x, reference))
         if not _FAST_ORDER_OK[kind]:
             warn("loopfuse: the host shuffle no longer matches jax.random.permutation; "
-                          "using jax.random.permutation (slower) for this Dataset size")
+                 "using jax.random.permutation (slower) for this Dataset size")
             return reference
     return x
 

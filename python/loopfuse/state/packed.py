@@ -197,9 +197,9 @@ def _layer_groups(paths: list, leaves: list) -> dict:
     if weak:
         more = f" and {len(weak) - 3} more" if len(weak) > 3 else ""
         warn(f"loopfuse.pack(layers=True): {len(weak)} layer leaves are weakly typed and stay unstacked "
-                      f"({', '.join(weak[:3])}{more}): a buffer would make them strongly typed. A leaf made from a "
-                      "Python scalar without a dtype is weak (jnp.full(shape, 0.01)); give it one "
-                      "(jnp.full(shape, 0.01, jnp.float32)) to stack it with its layers")
+             f"({', '.join(weak[:3])}{more}): a buffer would make them strongly typed. A leaf made from a "
+             "Python scalar without a dtype is weak (jnp.full(shape, 0.01)); give it one "
+             "(jnp.full(shape, 0.01, jnp.float32)) to stack it with its layers")
     return groups
 
 

@@ -16,7 +16,6 @@ After an untimed solve of each variant (its programs built), rounds interleave t
 per variant the median (min-max) milliseconds per solve, and the ratio of medians to the jitted loop's. Each
 variant's params and history are checked bitwise equal to the others' on the last data.
 """
-import statistics
 import sys
 from pathlib import Path
 
@@ -28,7 +27,9 @@ import optax
 import loopfuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
 import harness  # noqa: E402
+from problems import fori_solve  # noqa: E402
 
 STEPS = 200
 
@@ -54,15 +55,7 @@ def main() -> None:
           "w1": jnp.asarray(rng.normal(size=(32, 1)) / 6, jnp.float32)}
     once = optax.adam(1e-2)
 
-    @jax.jit
-    def by_hand(params, data):
-        def body(i, carry):
-            p, s, history = carry
-            value, grads = jax.value_and_grad(loss)(p, data)
-            updates, s = once.update(grads, s, p)
-            return optax.apply_updates(p, updates), s, history.at[i].set(value)
-        p, _, history = jax.lax.fori_loop(0, STEPS, body, (params, once.init(params), jnp.zeros(STEPS)))
-        return p, history
+    by_hand = fori_solve(loss, once, STEPS)
 
     solves = {
         "minimize, optimizer inline": lambda d: _result(loopfuse.minimize(loss, p0, d, optax.adam(1e-2), steps=STEPS)),
@@ -78,12 +71,9 @@ def main() -> None:
     same = all(np.array_equal(a, b) for r in results[1:] for a, b in zip(jax.tree_util.tree_leaves(results[0]),
                                                                         jax.tree_util.tree_leaves(r)))
     ms = {name: [1e3 * t for t in ts] for name, ts in timed.items()}
-    ref = statistics.median(ms["jax.jit fori_loop"])
     lines = [f"ms per solve ({STEPS} Adam steps, new data each solve), median (min–max) of {ns.rounds} interleaved "
              f"rounds; ratio: the median over the jitted loop's; the three results bitwise equal: {same}", "",
-             "| variant | ms per solve | vs jax.jit fori_loop |", "|---|---:|---:|"]
-    lines += [f"| {name} | {statistics.median(t):,.2f} ({min(t):,.2f}–{max(t):,.2f}) | "
-              f"{statistics.median(t) / ref:.2f}x |" for name, t in ms.items()]
+             *harness.ratio_table(ms, "jax.jit fori_loop", "ms per solve", "{:,.2f}")]
     out.section("\n".join(lines) + "\n", ms_per_solve={n: harness.summary(t) for n, t in ms.items()}, bitwise=same)
     out.write()
     if not same:

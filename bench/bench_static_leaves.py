@@ -16,7 +16,6 @@ Rounds interleave the variants (bench/harness.py); per variant the median (min-m
 `--calls` calls, waited for at the end, and the ratio of medians to eqx.filter_jit's. The three states are
 checked bitwise equal after the rounds (the same steps from the same start).
 """
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -57,12 +56,9 @@ def main() -> None:
     us = {name: [1e6 / r for r in per_round] for name, per_round in rates.items()}
     same = all(np.array_equal(a, b) and np.array_equal(a, c) for a, b, c in zip(
         *(jax.tree_util.tree_leaves(eqx.filter(states[n], eqx.is_array)) for n in calls)))
-    ref = statistics.median(us["eqx.filter_jit"])
     lines = [f"us per call, median (min–max) of {ns.rounds} interleaved rounds of {ns.calls} calls; "
              f"ratio: the median over eqx.filter_jit's (< 1: faster); the three states bitwise equal: {same}", "",
-             "| variant | us per call | vs eqx.filter_jit |", "|---|---:|---:|"]
-    lines += [f"| {name} | {statistics.median(t):,.0f} ({min(t):,.0f}–{max(t):,.0f}) | "
-              f"{statistics.median(t) / ref:.2f}x |" for name, t in us.items()]
+             *harness.ratio_table(us, "eqx.filter_jit", "us per call")]
     out.section("\n".join(lines) + "\n", us_per_call={n: harness.summary(t) for n, t in us.items()}, bitwise=same)
     out.write()
     if not same:

@@ -124,6 +124,15 @@ def spread_text(values: list[float], spec: str = "{:,.0f}") -> str:
     return f"{spec.format(min(values))}–{spec.format(max(values))}"
 
 
+def ratio_table(values: dict[str, list[float]], reference: str, unit: str, spec: str = "{:,.0f}") -> list[str]:
+    """The lines of a markdown table of each variant's per-round `values` in `unit` (median (min–max)) and its
+    median over the `reference` variant's."""
+    ref = statistics.median(values[reference])
+    return [f"| variant | {unit} | vs {reference} |", "|---|---:|---:|",
+            *(f"| {name} | {spec.format(statistics.median(v))} ({spread_text(v, spec)}) | "
+              f"{statistics.median(v) / ref:.2f}x |" for name, v in values.items())]
+
+
 def paired_ratio(x: list[float], ref: list[float]) -> dict:
     """`x` against `ref` round by round: the median (min-max) of ``x[i] / ref[i]``, each ratio of two
     values measured in the same round."""

@@ -66,6 +66,21 @@ def train_step(opt: optax.GradientTransformation, loss=mlp_loss):
     return step
 
 
+def fori_solve(loss, opt: optax.GradientTransformation, steps: int):
+    """The hand-written reference of a `minimize` solve: jax.jit of a lax.fori_loop of `steps` steps of `opt` on
+    ``loss(params, data)``, ``(params, data) -> (params, loss history)``, the data an argument."""
+    @jax.jit
+    def run(params, data):
+        def body(i, carry):
+            p, s, history = carry
+            value, grads = jax.value_and_grad(loss)(p, data)
+            updates, s = opt.update(grads, s, p)
+            return optax.apply_updates(p, updates), s, history.at[i].set(value)
+        p, _, history = jax.lax.fori_loop(0, steps, body, (params, opt.init(params), jnp.zeros(steps)))
+        return p, history
+    return run
+
+
 def init_state(opt, params=None):
     params = mlp_params() if params is None else params
     return params, opt.init(params)

@@ -26,7 +26,7 @@ from loopfuse.drivers.ensemble import Solo
 from loopfuse.drivers import solve
 from loopfuse.drivers.solve import _Loop
 from loopfuse.compile.mlir_context import parse_module
-from problems import assert_trees_equal
+from problems import assert_trees_equal, fori_solve
 
 ADAM = optax.adam(1e-3)
 
@@ -47,19 +47,6 @@ def mlp(batch: int, width: int):
     params = {"w0": rng.normal(size=(4, width)) / 2, "w1": rng.normal(size=(width, 1)) / np.sqrt(width)}
     data = {"x": rng.normal(size=(batch, 4)), "y": rng.normal(size=(batch, 1))}
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), (params, data))
-
-
-def fori_loop(loss, opt, params, data, steps):
-    """jax.jit of a lax.fori_loop of the same steps: (params, loss history)."""
-    def run(params, data):
-        def body(i, carry):
-            p, s, losses = carry
-            value, grads = jax.value_and_grad(loss)(p, data)
-            updates, s = opt.update(grads, s, p)
-            return optax.apply_updates(p, updates), s, losses.at[i].set(value)
-        p, _, losses = jax.lax.fori_loop(0, steps, body, (params, opt.init(params), jnp.zeros(steps)))
-        return p, losses
-    return jax.jit(run)(params, data)
 
 
 def bitwise(a, b) -> bool:
@@ -108,7 +95,7 @@ def test_a_tiny_solve_is_one_call_bitwise_the_calls_of_100_steps(batch, width, c
     chunked = loopfuse.minimize(loss, params, data, ADAM, steps=300, backend=CompiledLoop(steps=100))
     assert calls == [(100, True)] * 3
     assert_same_solution(s, chunked)
-    reference = fori_loop(loss, ADAM, params, data, 300)
+    reference = fori_solve(loss, ADAM, 300)(params, data)
     if bitwise((chunked.params, chunked.loss_history), reference):    # was bitwise jax.jit's: still is
         assert bitwise((s.params, s.loss_history), reference)
 

@@ -11,6 +11,7 @@ import pytest
 
 import loopfuse
 from loopfuse.errors import StateMismatchError
+from problems import fori_solve
 
 OPT = optax.adam(1e-2)
 X = jax.random.normal(jax.random.key(1), (16, 2))
@@ -84,16 +85,8 @@ def test_fit_runs_and_checkpoints_a_model_with_function_leaves(tmp_path):
 def test_minimize_takes_the_model_and_gives_it_back():
     params, static = eqx.partition(model(), eqx.is_array)
 
-    @jax.jit
-    def by_hand(p):          # the Adam steps as equinox teaches them, the loss history an output
-        def body(i, carry):
-            p, s, history = carry
-            value, grads = jax.value_and_grad(lambda p: loss(eqx.combine(p, static), (X, Y)))(p)
-            updates, s = OPT.update(grads, s, p)
-            return optax.apply_updates(p, updates), s, history.at[i].set(value)
-        p, _, history = jax.lax.fori_loop(0, 20, body, (p, OPT.init(p), jnp.zeros(20)))
-        return p, history
-    expected, history = by_hand(params)
+    # the Adam steps as equinox teaches them (over the partitioned arrays), the loss history an output
+    expected, history = fori_solve(lambda p, data: loss(eqx.combine(p, static), data), OPT, 20)(params, (X, Y))
     adam = loopfuse.minimize(loss, model(), (X, Y), OPT, steps=20)
     assert isinstance(adam.params, eqx.nn.MLP) and adam.params.activation is jnp.tanh
     assert same_arrays(adam.params, expected) and np.array_equal(adam.loss_history, history)

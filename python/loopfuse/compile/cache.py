@@ -108,9 +108,9 @@ class Entry:
     options: object                # the xc.CompileOptions it was compiled with
 
     @classmethod
-    def of(cls, where: Path, module: bytes, pipeline: str, devices, options) -> "Entry":
-        """The entry for a program (its traced module's `fingerprint`)."""
-        return cls(where / f"{key(module, pipeline, devices, options)}.lfx", list(devices), options)
+    def of(cls, where: Path, key: str, devices, options) -> "Entry":
+        """The entry for a program under its `key`."""
+        return cls(where / f"{key}.lfx", list(devices), options)
 
     def load(self, context: ir.Context):
         """(executable, final module in `context`), or None when absent or unusable (one warning)."""
@@ -192,12 +192,10 @@ class Recent:
         self._kept: OrderedDict[str, tuple] = OrderedDict()
         self._lock = threading.Lock()
 
-    def key(self, module: bytes, pipeline: str, devices, options) -> str | None:
-        """An entry's `key` of a module's `fingerprint`; None for a module too large to keep, or where nothing
-        is kept (`size` 0)."""
-        if self.size == 0 or len(module) > self.max_bytes:
-            return None
-        return key(module, pipeline, devices, options)
+    def keeps(self, module: bytes) -> bool:
+        """Whether a program of this traced module (its `fingerprint`) is kept: not where nothing is (`size` 0),
+        nor a module too large."""
+        return self.size > 0 and len(module) <= self.max_bytes
 
     def load(self, key: str, context: ir.Context):
         """(executable, final module in `context`) kept under `key`, or None."""

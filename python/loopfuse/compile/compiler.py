@@ -137,9 +137,10 @@ def compile(plan: Plan, lowered: Lowered | None = None) -> Executable:
     passes, options = pipeline.pipeline_string(plan.passes), xla.compile_options(devices, plan.xla.values, shardy=shardy)
     kept_somewhere = where is not None or compile_cache.RECENT.size > 0
     # (a host callback lives in the trace that made it: such a program is kept nowhere)
-    module_key = fingerprint(traced.module) if kept_somewhere and not traced.effects.host_callbacks else None
-    recent = compile_cache.RECENT.key(module_key, passes, devices, options) if module_key else None
-    entry = compile_cache.Entry.of(where, module_key, passes, devices, options) if where and module_key else None
+    fingerprinted = fingerprint(traced.module) if kept_somewhere and not traced.effects.host_callbacks else None
+    key = compile_cache.key(fingerprinted, passes, devices, options) if fingerprinted is not None else None
+    recent = key if fingerprinted is not None and compile_cache.RECENT.keeps(fingerprinted) else None
+    entry = compile_cache.Entry.of(where, key, devices, options) if where and key is not None else None
     kept = compile_cache.RECENT.load(recent, traced.module.context) if recent is not None else None
     loaded = kept or (entry.load(traced.module.context) if entry is not None else None)
     if loaded is not None and kept is None and recent is not None:     # read from disk: kept in memory too
